@@ -1,0 +1,5 @@
+import sys
+
+from gnnsched.cli import main
+
+sys.exit(main())

@@ -1,0 +1,61 @@
+"""`gnnsched VERB ...`: one sub-command per verb, each in :mod:`gnnsched.commands`.
+
+Every verb module has ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``;
+the verb's flags live beside its implementation, and importing is lazy so ``--help`` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from gnnsched.spec import SpecError
+
+VERBS = {
+    "demo": "gnnsched.commands.demo",
+    "partition": "gnnsched.commands.partition",
+    "profile": "gnnsched.commands.profile",
+    "plan": "gnnsched.commands.plan",
+    "simulate": "gnnsched.commands.simulate",
+    "train": "gnnsched.commands.train",
+    "cluster": "gnnsched.commands.cluster",
+    "bench": "gnnsched.commands.bench",
+    "keys": "gnnsched.commands.keys",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gnnsched",
+        description="Place and schedule distributed GNN training on limited or uneven clusters.")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    sub.required = True
+    for verb, modname in VERBS.items():
+        try:
+            mod = importlib.import_module(modname)
+        except ModuleNotFoundError as exc:
+            if exc.name != modname:
+                raise
+            continue  # verb not built yet
+        p = sub.add_parser(verb, help=mod.HELP, description=mod.__doc__,
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except SpecError as exc:
+        print(f"gnnsched {args.verb}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"gnnsched {args.verb}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""A placement plan: where every trainer, sampler and feature-gathering task runs.
+
+Plans are data: written to ``plan.json`` (sorted keys, one trainer per entry, so two plans
+diff line by line), loaded back and validated against the cluster they were made for.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from gnnsched.spec import ClusterSpec, JobSpec, SpecError
+
+PLAN_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TrainerPlan:
+    """One trainer and the tasks that feed it.
+
+    ``parts``: partitions whose training seeds this trainer owns. ``samplers``: sampler
+    processes building its mini-batches, as (machine, count). ``fetch_at``: the machine where
+    its feature gathering runs — the trainer's own machine means it pulls from every store; a
+    store or any other machine means that machine gathers and pushes one message (a relay).
+    """
+
+    id: int
+    machine: str
+    device: int
+    parts: tuple[int, ...]
+    samplers: tuple[tuple[str, int], ...]
+    fetch_at: str
+
+    @property
+    def num_samplers(self) -> int:
+        return sum(c for _, c in self.samplers)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "machine": self.machine, "device": self.device,
+                "parts": list(self.parts),
+                "samplers": [{"machine": m, "count": c} for m, c in self.samplers],
+                "fetch_at": self.fetch_at}
+
+
+@dataclass(frozen=True)
+class Plan:
+    placer: str
+    cluster: str
+    cluster_fingerprint: str
+    trainers: tuple[TrainerPlan, ...]
+    job: str = ""
+    predicted: dict[str, Any] = field(default_factory=dict)  # epoch_time_s, lower_bound_s, ...
+    notes: tuple[str, ...] = ()  # what a person should know (e.g. colocation infeasible)
+
+    def with_prediction(self, **predicted: Any) -> Plan:
+        return replace(self, predicted={**self.predicted, **predicted})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": PLAN_VERSION, "placer": self.placer, "cluster": self.cluster,
+                "cluster_fingerprint": self.cluster_fingerprint, "job": self.job,
+                "trainers": [t.to_dict() for t in self.trainers],
+                "predicted": self.predicted, "notes": list(self.notes)}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
+
+    def key(self) -> tuple:
+        """Hashable identity of the placement itself (for search caches)."""
+        return tuple((t.machine, t.device, t.parts, tuple(sorted(t.samplers)), t.fetch_at)
+                     for t in self.trainers)
+
+    @classmethod
+    def from_dict(cls, d: Any, source: str = "<plan>") -> Plan:
+        if not isinstance(d, dict):
+            raise SpecError(source, "", "a plan must be a JSON object", "a file from `gnnsched plan`")
+        for key in ("placer", "cluster", "trainers"):
+            if key not in d:
+                raise SpecError(source, key, "is missing (required)", "a file from `gnnsched plan`")
+        trainers = []
+        for i, t in enumerate(d["trainers"]):
+            where = f"trainers[{i}]"
+            try:
+                samplers = tuple((str(s["machine"]), int(s["count"])) for s in t["samplers"])
+                trainers.append(TrainerPlan(int(t.get("id", i)), str(t["machine"]),
+                                            int(t.get("device", 0)),
+                                            tuple(int(p) for p in t["parts"]), samplers,
+                                            str(t.get("fetch_at", t["machine"]))))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise SpecError(source, where, f"malformed trainer entry ({exc!s})",
+                                "{id, machine, device, parts, samplers:[{machine,count}], "
+                                "fetch_at}") from None
+        return cls(str(d["placer"]), str(d["cluster"]), str(d.get("cluster_fingerprint", "")),
+                   tuple(trainers), str(d.get("job", "")), dict(d.get("predicted", {})),
+                   tuple(d.get("notes", ())))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        p = Path(path)
+        if not p.is_file():
+            raise SpecError(str(path), "", "file not found", "a plan.json from `gnnsched plan`")
+        try:
+            data = json.loads(p.read_text())
+        except json.JSONDecodeError as exc:
+            raise SpecError(str(path), f"line {exc.lineno}", f"not valid JSON: {exc.msg}") from None
+        return cls.from_dict(data, str(path))
+
+    def validate(self, cluster: ClusterSpec, job: JobSpec | None = None,
+                 source: str = "plan") -> None:
+        """Check the plan against a cluster (and job); errors name the trainer and field."""
+        if self.cluster_fingerprint and self.cluster_fingerprint != cluster.fingerprint():
+            what = "another cluster" if self.cluster != cluster.name else "an edited version of it"
+            raise SpecError(source, "cluster_fingerprint",
+                            f"plan was made for {what} ({self.cluster!r}), not "
+                            f"{cluster.source}", "re-run `gnnsched plan` for this cluster")
+        names = {m.name for m in cluster.machines}
+        used: dict[tuple[str, int], int] = {}
+        owned: dict[int, int] = {}
+        for i, t in enumerate(self.trainers):
+            where = f"trainers[{i}]"
+            for fld, m in [("machine", t.machine), ("fetch_at", t.fetch_at)] + \
+                    [(f"samplers[{j}].machine", s[0]) for j, s in enumerate(t.samplers)]:
+                if m not in names:
+                    raise SpecError(source, f"{where}.{fld}",
+                                    f"machine {m!r} is not in cluster {cluster.name!r}",
+                                    ", ".join(sorted(names)[:8]) + (" ..." if len(names) > 8
+                                                                    else ""))
+            mach = cluster.machine(t.machine)
+            if not mach.can("train"):
+                raise SpecError(source, f"{where}.machine",
+                                f"{t.machine!r} may not run trainers (roles: "
+                                f"{', '.join(mach.roles)})")
+            if not 0 <= t.device < mach.num_gpus:
+                raise SpecError(source, f"{where}.device",
+                                f"{t.machine!r} has {mach.num_gpus} GPU(s), no device {t.device}",
+                                f"0..{mach.num_gpus - 1}" if mach.num_gpus else
+                                "a machine with a GPU")
+            if (t.machine, t.device) in used:
+                raise SpecError(source, f"{where}.device",
+                                f"GPU {t.device} of {t.machine!r} is already used by trainer "
+                                f"{used[(t.machine, t.device)]}", "one trainer per device")
+            used[(t.machine, t.device)] = t.id
+            if not t.samplers or t.num_samplers < 1:
+                raise SpecError(source, f"{where}.samplers", "no sampler", "at least one")
+            for j, (m, c) in enumerate(t.samplers):
+                if c < 1:
+                    raise SpecError(source, f"{where}.samplers[{j}].count", f"is {c}", ">= 1")
+                if not cluster.machine(m).can("sample"):
+                    raise SpecError(source, f"{where}.samplers[{j}].machine",
+                                    f"{m!r} may not run samplers")
+            if t.fetch_at != t.machine and not cluster.machine(t.fetch_at).can("fetch"):
+                raise SpecError(source, f"{where}.fetch_at", f"{t.fetch_at!r} may not fetch")
+            for p in t.parts:
+                if not 0 <= p < cluster.num_parts:
+                    raise SpecError(source, f"{where}.parts",
+                                    f"partition {p} does not exist",
+                                    f"0..{cluster.num_parts - 1}")
+                if p in owned:
+                    raise SpecError(source, f"{where}.parts",
+                                    f"partition {p} is also owned by trainer {owned[p]}",
+                                    "each partition's seeds owned by one trainer")
+                owned[p] = t.id
+        missing = sorted(set(range(cluster.num_parts)) - set(owned))
+        if missing:
+            raise SpecError(source, "trainers[*].parts",
+                            f"no trainer owns the seeds of partition {missing[0]}",
+                            "every partition assigned to one trainer")
+        if job is not None and len(self.trainers) != job.trainers:
+            raise SpecError(source, "trainers",
+                            f"plan has {len(self.trainers)} trainers, job {job.source} asks "
+                            f"for {job.trainers}", "re-run `gnnsched plan` for this job")
+
+
+def plan_dict_diff(a: Plan, b: Plan) -> list[str]:
+    """Human-readable differences between two plans (for `plan --diff` and logs)."""
+    out = []
+    ta = {t.id: t.to_dict() for t in a.trainers}
+    tb = {t.id: t.to_dict() for t in b.trainers}
+    for i in sorted(set(ta) | set(tb)):
+        x, y = ta.get(i), tb.get(i)
+        if x != y:
+            for k in sorted(set(x or {}) | set(y or {})):
+                if (x or {}).get(k) != (y or {}).get(k):
+                    out.append(f"trainer {i}.{k}: {(x or {}).get(k)} -> {(y or {}).get(k)}")
+    return out
+
+
+__all__ = ["Plan", "TrainerPlan", "plan_dict_diff"]

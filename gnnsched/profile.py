@@ -1,0 +1,279 @@
+"""The cost profile: what one mini-batch costs, as distributions measured from real sampling.
+
+A profile holds, for every partition ``p``, a sample of mini-batches whose seed nodes come from
+``p``: the sampler's CPU seconds, the sampled edges (and which store owns the frontier of each,
+since remote hops are requests to that store), the input nodes owned by every partition (so the
+feature bytes each (store, trainer) pair moves follow), and the train seconds on the reference
+device. The simulator draws mini-batches from these samples with a seed; the placer uses their
+means. ``gnnsched profile`` measures one from real DGL sampling on real partitions
+(:mod:`gnnsched.profiler`); :func:`synthetic_profile` makes one for clusters with no graph.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gnnsched.spec import JobSpec, SpecError, fingerprint
+
+EDGE_BYTES = 16  # one sampled edge in a block message: src + dst as int64
+PROFILE_VERSION = 1
+
+
+@dataclass
+class PartProfile:
+    """Mini-batches whose seeds come from one partition; arrays have one row per sample."""
+
+    part: int
+    train_seeds: int  # training seed nodes this partition owns
+    sample_s: np.ndarray  # [n] sampler CPU seconds
+    train_s: np.ndarray  # [n] forward+backward seconds on the reference device
+    edges: np.ndarray  # [n] sampled edges (block size)
+    # Sparse [n, P] matrices as (column ids, values) per row would be slow to draw from; the
+    # profile stores, per sample, the owning partitions and counts as parallel lists.
+    input_parts: list[np.ndarray]  # per sample: partition ids that own input nodes
+    input_nodes: list[np.ndarray]  # per sample: input nodes owned by each of those partitions
+    edge_parts: list[np.ndarray]  # per sample: partitions whose nodes were expanded
+    edge_counts: list[np.ndarray]  # per sample: edges sampled around those partitions' nodes
+
+    @property
+    def n(self) -> int:
+        return len(self.sample_s)
+
+    def mean_input_nodes(self, num_parts: int) -> np.ndarray:
+        """Expected input nodes owned by each partition, per mini-batch: shape [P]."""
+        out = np.zeros(num_parts)
+        for ps, cs in zip(self.input_parts, self.input_nodes):
+            np.add.at(out, ps, cs)
+        return out / max(self.n, 1)
+
+    def mean_edge_counts(self, num_parts: int) -> np.ndarray:
+        out = np.zeros(num_parts)
+        for ps, cs in zip(self.edge_parts, self.edge_counts):
+            np.add.at(out, ps, cs)
+        return out / max(self.n, 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "part": self.part,
+            "train_seeds": int(self.train_seeds),
+            "samples": [
+                {
+                    "sample_s": float(self.sample_s[i]),
+                    "train_s": float(self.train_s[i]),
+                    "edges": int(self.edges[i]),
+                    "input_nodes": {str(int(p)): int(c) for p, c in
+                                    zip(self.input_parts[i], self.input_nodes[i])},
+                    "edges_by_part": {str(int(p)): int(c) for p, c in
+                                      zip(self.edge_parts[i], self.edge_counts[i])},
+                }
+                for i in range(self.n)
+            ],
+        }
+
+
+@dataclass
+class CostProfile:
+    job_key: dict[str, Any]  # JobSpec.profile_key() of the job it was measured for
+    num_parts: int
+    feature_bytes: int  # bytes of one node's feature row
+    grad_bytes: int  # bytes of the model's gradients (all-reduce payload)
+    model_bytes: int  # bytes of parameters + optimizer state (memory per trainer)
+    parts: list[PartProfile]
+    reference: str = "cpu"  # the device train_s was measured on (GPU speed 1.0 == this)
+    synthetic: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def part(self, p: int) -> PartProfile:
+        return self.parts[p]
+
+    @property
+    def total_train_seeds(self) -> int:
+        return int(sum(pp.train_seeds for pp in self.parts))
+
+    def iterations_per_epoch(self, trainers: int, batch_size: int) -> int:
+        """Synchronous training: every trainer runs the same number of iterations."""
+        return max(1, math.ceil(self.total_train_seeds / (trainers * batch_size)))
+
+    def check_job(self, job: JobSpec, source: str = "cost profile") -> None:
+        """Reject a profile measured for another job (other fan-outs, batch size, data...)."""
+        want = job.profile_key()
+        if self.synthetic:
+            keys = ("num_parts",)
+        else:
+            keys = tuple(want)
+        for k in keys:
+            have = self.job_key.get(k, self.num_parts if k == "num_parts" else None)
+            if k == "fanouts" and have is not None:
+                have = list(have)
+            if have != want[k]:
+                raise SpecError(source, f"job.{k}",
+                                f"profile was measured for {k}={have!r} but job {job.source} "
+                                f"has {k}={want[k]!r}",
+                                "re-run `gnnsched profile` for this job")
+
+    # ---------------------------------------------------------------- (de)serialisation
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": PROFILE_VERSION,
+            "job_key": self.job_key,
+            "job_fingerprint": fingerprint(self.job_key),
+            "num_parts": self.num_parts,
+            "feature_bytes": self.feature_bytes,
+            "grad_bytes": self.grad_bytes,
+            "model_bytes": self.model_bytes,
+            "reference": self.reference,
+            "synthetic": self.synthetic,
+            "meta": self.meta,
+            "parts": [p.to_dict() for p in self.parts],
+        }
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def from_dict(cls, d: Any, source: str = "<profile>") -> CostProfile:
+        if not isinstance(d, dict):
+            raise SpecError(source, "", "a cost profile must be a JSON object")
+        for key in ("job_key", "num_parts", "feature_bytes", "grad_bytes", "parts"):
+            if key not in d:
+                raise SpecError(source, key, "is missing (required)",
+                                "a file written by `gnnsched profile`")
+        if d.get("version", PROFILE_VERSION) != PROFILE_VERSION:
+            raise SpecError(source, "version", f"unsupported version {d.get('version')!r}",
+                            str(PROFILE_VERSION))
+        P = int(d["num_parts"])
+        parts = []
+        if len(d["parts"]) != P:
+            raise SpecError(source, "parts", f"has {len(d['parts'])} entries, num_parts is {P}")
+        for i, pd in enumerate(d["parts"]):
+            samples = pd.get("samples") or []
+            if not samples:
+                raise SpecError(source, f"parts[{i}].samples", "is empty",
+                                "at least one profiled mini-batch per partition")
+            try:
+                parts.append(_part_from_samples(int(pd["part"]), int(pd["train_seeds"]),
+                                                samples, P))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise SpecError(source, f"parts[{i}]", f"malformed sample: {exc}") from None
+        return cls(d["job_key"], P, int(d["feature_bytes"]), int(d["grad_bytes"]),
+                   int(d.get("model_bytes", 3 * int(d["grad_bytes"]))), parts,
+                   d.get("reference", "cpu"), bool(d.get("synthetic", False)), d.get("meta", {}))
+
+    @classmethod
+    def load(cls, path: str | Path) -> CostProfile:
+        p = Path(path)
+        if not p.is_file():
+            raise SpecError(str(path), "", "file not found", "a file written by `gnnsched profile`")
+        try:
+            data = json.loads(p.read_text())
+        except json.JSONDecodeError as exc:
+            raise SpecError(str(path), f"line {exc.lineno}", f"not valid JSON: {exc.msg}") from None
+        return cls.from_dict(data, str(path))
+
+
+def _part_from_samples(part: int, seeds: int, samples: list[dict], P: int) -> PartProfile:
+    def sparse(key: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        ids, vals = [], []
+        for s in samples:
+            m = s.get(key, {})
+            k = np.array([int(x) for x in m], dtype=np.int32)
+            if len(k) and (k.min() < 0 or k.max() >= P):
+                raise ValueError(f"{key} names partition outside 0..{P - 1}")
+            ids.append(k)
+            vals.append(np.array(list(m.values()), dtype=np.float64))
+        return ids, vals
+
+    ip, ic = sparse("input_nodes")
+    ep, ec = sparse("edges_by_part")
+    return PartProfile(
+        part, seeds,
+        np.array([float(s["sample_s"]) for s in samples]),
+        np.array([float(s["train_s"]) for s in samples]),
+        np.array([int(s["edges"]) for s in samples], dtype=np.int64),
+        ip, ic, ep, ec,
+    )
+
+
+def synthetic_profile(num_parts: int, *, seeds_per_part: int = 2000, batch_size: int = 1024,
+                      fanouts: tuple[int, ...] = (10, 25), feature_dim: int = 128,
+                      locality: float = 0.6, neighbours: int = 4, skew: float = 0.0,
+                      hidden: int = 128, num_classes: int = 16, samples: int = 16,
+                      sample_s_per_edge: float = 2e-7, train_s_per_edge: float = 1e-7,
+                      seed: int = 0) -> CostProfile:
+    """A profile for a cluster with no graph at hand, shaped like measured ones.
+
+    A mini-batch of ``batch_size`` seeds with fan-outs ``fanouts`` touches about
+    ``batch_size * prod(fanouts)`` edges; ``locality`` of its input nodes are owned by the seed
+    partition and the rest by ``neighbours`` adjacent partitions (ring neighbours, as METIS
+    leaves a band structure). ``skew`` > 0 makes partition sizes uneven (Zipf-like).
+    """
+    rng = np.random.default_rng(seed)
+    P = num_parts
+    sizes = np.ones(P) if skew <= 0 else 1.0 / np.arange(1, P + 1) ** skew
+    sizes = rng.permutation(sizes / sizes.mean())
+    parts: list[PartProfile] = []
+    fan = 1
+    edges_mean = 0
+    for f in fanouts:
+        fan *= f
+        edges_mean += batch_size * fan
+    inputs_mean = batch_size * (1 + sum(math.prod(fanouts[: i + 1]) for i in range(len(fanouts))))
+    inputs_mean *= 0.45  # dedup of neighbourhoods, as measured on real graphs
+    for p in range(P):
+        k = min(neighbours, P - 1)
+        nbrs = np.array([(p + d) % P for d in range(1, k // 2 + 1)] +
+                        [(p - d) % P for d in range(1, k - k // 2 + 1)], dtype=np.int32)
+        nbrs = np.unique(nbrs[nbrs != p])
+        ip, ic, ep, ec = [], [], [], []
+        scale = rng.lognormal(0.0, 0.15, samples)
+        e = edges_mean * scale
+        for i in range(samples):
+            n_in = inputs_mean * scale[i]
+            loc = locality if len(nbrs) else 1.0
+            w = rng.dirichlet(np.ones(len(nbrs))) if len(nbrs) else np.zeros(0)
+            ids = np.concatenate([[p], nbrs]).astype(np.int32)
+            cnt = np.concatenate([[n_in * loc], n_in * (1 - loc) * w])
+            ip.append(ids)
+            ic.append(np.round(cnt))
+            ep.append(ids)
+            ec.append(np.round(cnt / max(n_in, 1) * e[i]))
+        parts.append(PartProfile(
+            p, int(seeds_per_part * sizes[p]), e * sample_s_per_edge, e * train_s_per_edge,
+            e.astype(np.int64), ip, ic, ep, ec))
+    params = feature_dim * hidden * 2 + hidden * hidden * 2 * max(len(fanouts) - 2, 0) \
+        + hidden * num_classes * 2
+    key = {"num_parts": P, "batch_size": batch_size, "fanouts": list(fanouts),
+           "feature_dim": feature_dim, "hidden": hidden}
+    return CostProfile(key, P, feature_dim * 4, params * 4, params * 4 * 3, parts,
+                       reference="synthetic", synthetic=True,
+                       meta={"generator": "synthetic_profile", "seed": seed,
+                             "locality": locality, "skew": skew})
+
+
+def profile_for(job: JobSpec, cost: str | None = None) -> CostProfile:
+    """The profile a command should use: ``--cost`` if given, else a synthetic one when the
+    job says ``synthetic: {profile: true, ...}`` or uses a synthetic graph with no profile."""
+    if cost:
+        prof = CostProfile.load(cost)
+        prof.check_job(job, cost)
+        return prof
+    syn = dict(job.synthetic)
+    if job.dataset == "synthetic":
+        syn.pop("profile", None)
+        keep = ("seeds_per_part", "feature_dim", "locality", "neighbours", "skew", "samples",
+                "num_classes")
+        args = {k: syn[k] for k in keep if k in syn}
+        if "seeds_per_part" not in args and "num_nodes" in syn:
+            args["seeds_per_part"] = int(syn["num_nodes"] * syn.get("train_frac", 0.1)
+                                         / job.num_parts)
+        return synthetic_profile(job.num_parts, batch_size=job.batch_size, fanouts=job.fanouts,
+                                 hidden=job.hidden, seed=job.seed, **args)
+    raise SpecError(job.source, "dataset",
+                    f"no cost profile for dataset {job.dataset!r}",
+                    "pass --cost cost.json (from `gnnsched profile`)")

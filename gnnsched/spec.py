@@ -1,0 +1,489 @@
+"""Cluster and job specifications: typed data classes loaded from YAML and validated on load.
+
+Every error is a :class:`SpecError` that names the file, the field (as a dotted path such as
+``machines[2].nic.egress_gbps``) and what would be valid, so a user can fix the file without
+reading a traceback.
+
+Units: bandwidth in Gbit/s in files and bytes/s in code, memory in GB in files and bytes in
+code, times in seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+GB = 1e9
+GBIT = 1e9 / 8  # bytes/s in one Gbit/s
+
+ROLES = ("store", "sample", "fetch", "train")
+MODELS = ("sage", "gcn", "gat")
+
+
+class SpecError(ValueError):
+    """A cluster, job, plan or profile file that cannot be used, with where and why."""
+
+    def __init__(self, source: str, field_path: str, problem: str, valid: str = "") -> None:
+        self.source, self.field, self.problem, self.valid = source, field_path, problem, valid
+        msg = f"{source}: {field_path}: {problem}" if field_path else f"{source}: {problem}"
+        if valid:
+            msg += f" (valid: {valid})"
+        super().__init__(msg)
+
+
+# --------------------------------------------------------------------------------------
+# Small validation helpers; `_Reader` carries the file name and the field path.
+
+
+class _Reader:
+    """Reads typed fields out of a mapping and reports errors with the full field path."""
+
+    def __init__(self, source: str, data: Any, path: str = "") -> None:
+        self.source, self.path = source, path
+        if not isinstance(data, dict):
+            raise SpecError(source, path or "<top>", f"expected a mapping, got {_kind(data)}")
+        self.data = data
+        self.used: set[str] = set()
+
+    def _p(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def raw(self, key: str, default: Any = ...) -> Any:
+        self.used.add(key)
+        if key not in self.data:
+            if default is ...:
+                raise SpecError(self.source, self._p(key), "is missing (required)")
+            return default
+        return self.data[key]
+
+    def number(self, key: str, default: Any = ..., *, minimum: float | None = 0.0,
+               strict: bool = False, integer: bool = False) -> Any:
+        value = self.raw(key, default)
+        if value is None or (default is not ... and value is default):
+            return value
+        ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+        if isinstance(value, bool) or not ok:
+            kind = "an integer" if integer else "a number"
+            raise SpecError(self.source, self._p(key), f"must be {kind}, got {value!r}")
+        if minimum is not None and (value <= minimum if strict else value < minimum):
+            cmp = ">" if strict else ">="
+            raise SpecError(self.source, self._p(key), f"must be {cmp} {minimum}, got {value!r}")
+        return value
+
+    def integer(self, key: str, default: Any = ..., *, minimum: int | None = 0) -> Any:
+        return self.number(key, default, minimum=minimum, integer=True)
+
+    def string(self, key: str, default: Any = ..., *, choices: tuple[str, ...] = ()) -> Any:
+        value = self.raw(key, default)
+        if value is None or (default is not ... and value is default):
+            return value
+        if not isinstance(value, str) or not value:
+            raise SpecError(self.source, self._p(key), f"must be a non-empty string, got {value!r}")
+        if choices and value not in choices:
+            raise SpecError(self.source, self._p(key), f"unknown value {value!r}",
+                            ", ".join(choices))
+        return value
+
+    def seq(self, key: str, default: Any = ...) -> list:
+        value = self.raw(key, default)
+        if value is None or (default is not ... and value is default):
+            return value
+        if not isinstance(value, list):
+            raise SpecError(self.source, self._p(key), f"must be a list, got {_kind(value)}")
+        return value
+
+    def child(self, key: str, default: Any = ...) -> _Reader | None:
+        value = self.raw(key, default)
+        if value is None:
+            return None
+        return _Reader(self.source, value, self._p(key))
+
+    def item(self, key: str, index: int) -> _Reader:
+        return _Reader(self.source, self.data[key][index], f"{self._p(key)}[{index}]")
+
+    def done(self) -> None:
+        """Reject unknown keys: a typo must not silently become a default."""
+        extra = sorted(set(self.data) - self.used)
+        if extra:
+            raise SpecError(self.source, self._p(extra[0]), "unknown field",
+                            ", ".join(sorted(self.used)))
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string"}.get(type(value),
+                                                                   type(value).__name__)
+
+
+def load_yaml(path: str | Path) -> tuple[str, Any]:
+    """Read a YAML (or JSON) file; parse errors become SpecErrors naming the line."""
+    p = Path(path)
+    source = str(path)
+    if not p.is_file():
+        raise SpecError(source, "", "file not found")
+    try:
+        return source, yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "syntax"
+        raise SpecError(source, where, f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
+
+
+def fingerprint(obj: Any) -> str:
+    """Short stable hash of a JSON-able object: ties plans and profiles to their inputs."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------
+# Cluster
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator. `speed` is throughput relative to the profiling reference device."""
+
+    kind: str = "gpu"
+    speed: float = 1.0
+    memory: float = 16 * GB
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    cpus: int
+    memory: float  # bytes
+    egress: float  # bytes/s
+    ingress: float  # bytes/s
+    gpus: tuple[GPU, ...] = ()
+    partitions: tuple[int, ...] = ()  # partitions this machine stores
+    roles: tuple[str, ...] = ROLES  # what may run here
+    address: str | None = None  # IP for the netns / ssh launchers
+    ssh: str | None = None  # user@host for the ssh launcher
+
+    def can(self, role: str) -> bool:
+        return role in self.roles
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self.gpus)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    machines: tuple[Machine, ...]
+    storage: str = "shared"  # shared | replicated | local: where a dead store's part reloads
+    latency: float = 0.0  # seconds per message, one way
+    curve: bool = False  # require ZeroMQ CURVE keys on every socket
+    keys_dir: str | None = None
+    source: str = "<memory>"
+
+    def __post_init__(self) -> None:
+        index = {m.name: i for i, m in enumerate(self.machines)}
+        object.__setattr__(self, "_index", index)
+        owner: dict[int, int] = {}
+        for i, m in enumerate(self.machines):
+            for p in m.partitions:
+                owner[p] = i
+        object.__setattr__(self, "_owner", owner)
+
+    @property
+    def num_parts(self) -> int:
+        return len(self._owner)  # type: ignore[attr-defined]
+
+    def machine_index(self, name: str) -> int:
+        try:
+            return self._index[name]  # type: ignore[attr-defined]
+        except KeyError:
+            raise KeyError(f"machine {name!r} is not in cluster {self.name!r} "
+                           f"({self.source})") from None
+
+    def machine(self, name: str) -> Machine:
+        return self.machines[self.machine_index(name)]
+
+    def store_of(self, part: int) -> int:
+        """Index of the machine that stores partition `part`."""
+        return self._owner[part]  # type: ignore[attr-defined]
+
+    @property
+    def part_stores(self) -> list[int]:
+        return [self.store_of(p) for p in range(self.num_parts)]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "storage": self.storage}
+        if self.latency:
+            out["latency_ms"] = self.latency * 1e3
+        if self.curve:
+            out["curve"] = True
+        machines = []
+        for m in self.machines:
+            d: dict[str, Any] = {
+                "name": m.name, "cpus": m.cpus, "memory_gb": m.memory / GB,
+                "nic": {"egress_gbps": m.egress / GBIT, "ingress_gbps": m.ingress / GBIT},
+            }
+            if m.gpus:
+                d["gpus"] = [{"kind": g.kind, "speed": g.speed, "memory_gb": g.memory / GB}
+                             for g in m.gpus]
+            if m.partitions:
+                d["partitions"] = list(m.partitions)
+            if tuple(m.roles) != ROLES:
+                d["roles"] = list(m.roles)
+            if m.address:
+                d["address"] = m.address
+            if m.ssh:
+                d["ssh"] = m.ssh
+            machines.append(d)
+        out["machines"] = machines
+        return out
+
+    def fingerprint(self) -> str:
+        return fingerprint(self.to_dict())
+
+    def without(self, dead: str) -> ClusterSpec:
+        """The cluster minus one machine; its partitions move to the least-loaded live host.
+
+        Used by recovery: a dead machine's partitions reload from shared storage elsewhere.
+        """
+        if self.storage == "local":
+            lost = self.machine(dead).partitions
+            if lost:
+                raise SpecError(self.source, f"machines[{dead}]",
+                                f"partitions {list(lost)} were only on this machine",
+                                "storage: shared or replicated")
+        rest = [m for m in self.machines if m.name != dead]
+        moved = list(self.machine(dead).partitions)
+        if moved:
+            hosts = [m for m in rest if m.can("store")] or rest
+            for p in moved:
+                tgt = min(hosts, key=lambda m: (len(m.partitions), -m.memory))
+                i = rest.index(tgt)
+                rest[i] = _replace(rest[i], partitions=tuple(sorted(rest[i].partitions + (p,))))
+                hosts = [rest[rest.index(h)] if h.name != tgt.name else rest[i] for h in hosts]
+        return ClusterSpec(self.name, tuple(rest), self.storage, self.latency, self.curve,
+                           self.keys_dir, self.source)
+
+
+def _replace(m: Machine, **kw: Any) -> Machine:
+    from dataclasses import replace
+
+    return replace(m, **kw)
+
+
+def _parse_machine(r: _Reader, names: set[str]) -> Machine:
+    name = r.string("name")
+    if name in names:
+        raise SpecError(r.source, f"{r.path}.name", f"duplicate machine name {name!r}",
+                        "unique names")
+    names.add(name)
+    cpus = r.integer("cpus", minimum=1)
+    memory = r.number("memory_gb", strict=True, minimum=0) * GB
+    nic = r.child("nic", None)
+    if nic is not None:
+        both = nic.number("gbps", None, strict=True)
+        egress = nic.number("egress_gbps", both, strict=True)
+        ingress = nic.number("ingress_gbps", both, strict=True)
+        if egress is None or ingress is None:
+            raise SpecError(r.source, f"{nic.path}",
+                            "needs a bandwidth", "gbps, or egress_gbps and ingress_gbps")
+        nic.done()
+    else:
+        egress = ingress = r.number("nic_gbps", strict=True)
+    gpus: list[GPU] = []
+    raw_gpus = r.raw("gpus", [])
+    if isinstance(raw_gpus, int) and not isinstance(raw_gpus, bool) and raw_gpus >= 0:
+        gpus = [GPU() for _ in range(raw_gpus)]
+    elif isinstance(raw_gpus, list):
+        for j in range(len(raw_gpus)):
+            g = r.item("gpus", j)
+            count = g.integer("count", 1, minimum=1)
+            gpu = GPU(kind=g.string("kind", "gpu"), speed=g.number("speed", 1.0, strict=True),
+                      memory=g.number("memory_gb", 16, strict=True) * GB)
+            g.done()
+            gpus.extend([gpu] * count)
+    else:
+        raise SpecError(r.source, f"{r.path}.gpus", f"must be a count or a list, got {raw_gpus!r}",
+                        "gpus: 2, or gpus: [{kind: a100, speed: 1.0, memory_gb: 40, count: 2}]")
+    parts = r.seq("partitions", [])
+    for j, p in enumerate(parts):
+        if isinstance(p, bool) or not isinstance(p, int) or p < 0:
+            raise SpecError(r.source, f"{r.path}.partitions[{j}]",
+                            f"must be a partition id (integer >= 0), got {p!r}")
+    roles = tuple(r.seq("roles", list(ROLES)))
+    for j, role in enumerate(roles):
+        if role not in ROLES:
+            raise SpecError(r.source, f"{r.path}.roles[{j}]", f"unknown role {role!r}",
+                            ", ".join(ROLES))
+    if parts and "store" not in roles:
+        raise SpecError(r.source, f"{r.path}.roles", "stores partitions but may not run 'store'",
+                        "add 'store' to roles or move the partitions")
+    address = r.string("address", None)
+    ssh = r.string("ssh", None)
+    r.done()
+    return Machine(name, cpus, memory, egress * GBIT, ingress * GBIT, tuple(gpus),
+                   tuple(parts), roles, address, ssh)
+
+
+def cluster_from_dict(data: Any, source: str = "<cluster>") -> ClusterSpec:
+    r = _Reader(source, data)
+    name = r.string("name", Path(source).parent.name or "cluster")
+    storage = r.string("storage", "shared", choices=("shared", "replicated", "local"))
+    latency = r.number("latency_ms", 0.0) / 1e3
+    curve = bool(r.raw("curve", False))
+    keys_dir = r.string("keys_dir", None)
+    entries = r.seq("machines")
+    if not entries:
+        raise SpecError(source, "machines", "is empty", "at least one machine")
+    names: set[str] = set()
+    machines = tuple(_parse_machine(r.item("machines", i), names) for i in range(len(entries)))
+    r.done()
+    seen: dict[int, str] = {}
+    for m in machines:
+        for p in m.partitions:
+            if p in seen:
+                raise SpecError(source, f"machines[{m.name}].partitions",
+                                f"partition {p} is also stored on {seen[p]!r}",
+                                "each partition on exactly one machine")
+            seen[p] = m.name
+    if seen:
+        missing = sorted(set(range(max(seen) + 1)) - set(seen))
+        if missing:
+            raise SpecError(source, "machines[*].partitions",
+                            f"partition {missing[0]} has no store machine",
+                            f"partitions 0..{max(seen)} each listed on one machine")
+    else:
+        raise SpecError(source, "machines[*].partitions", "no machine stores a partition",
+                        "list the partitions each store machine holds")
+    return ClusterSpec(name, machines, storage, latency, curve, keys_dir, source)
+
+
+def load_cluster(path: str | Path) -> ClusterSpec:
+    source, data = load_yaml(path)
+    spec = cluster_from_dict(data, source)
+    if spec.keys_dir and not Path(spec.keys_dir).is_absolute():
+        object.__setattr__(spec, "keys_dir", str(Path(path).parent / spec.keys_dir))
+    return spec
+
+
+# --------------------------------------------------------------------------------------
+# Job
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What to train. `dataset` is a bundled name (``cora``), a path to an ``.npz`` of the
+    shared schema, or ``synthetic``; `partitions` is a directory written by
+    ``gnnsched partition`` (relative paths resolve against the job file)."""
+
+    name: str = "job"
+    dataset: str = "cora"
+    partitions: str | None = None
+    num_parts: int = 4
+    part_method: str = "metis"
+    model: str = "sage"
+    hidden: int = 128
+    fanouts: tuple[int, ...] = (10, 25)
+    batch_size: int = 64
+    epochs: int = 5
+    lr: float = 0.01
+    dropout: float = 0.5
+    trainers: int = 2
+    seed: int = 0
+    split: int = 0
+    feature_dim: int | None = None  # project raw features to this width (None: keep)
+    prefetch: int = 2  # mini-batches buffered per trainer
+    eval_every: int = 1
+    synthetic: dict[str, Any] = field(default_factory=dict)  # generator args for `synthetic`
+    source: str = "<memory>"
+
+    @property
+    def layers(self) -> int:
+        return len(self.fanouts)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("source")
+        d["fanouts"] = list(self.fanouts)
+        return d
+
+    def profile_key(self) -> dict[str, Any]:
+        """Fields a cost profile depends on: a profile from another job is rejected."""
+        return {k: v for k, v in self.to_dict().items()
+                if k in ("dataset", "num_parts", "part_method", "model", "hidden", "fanouts",
+                         "batch_size", "feature_dim", "split", "synthetic")}
+
+
+def job_from_dict(data: Any, source: str = "<job>", base: Path | None = None) -> JobSpec:
+    r = _Reader(source, data)
+    name = r.string("name", "job")
+    dataset = r.string("dataset", "cora")
+    partitions = r.string("partitions", None)
+    if partitions and base is not None and not Path(partitions).is_absolute():
+        partitions = str((base / partitions).resolve())
+    if dataset.endswith(".npz") and base is not None and not Path(dataset).is_absolute():
+        dataset = str((base / dataset).resolve())
+    num_parts = r.integer("num_parts", 4, minimum=1)
+    part_method = r.string("part_method", "metis", choices=("metis", "random"))
+    model = r.string("model", "sage", choices=MODELS)
+    hidden = r.integer("hidden", 128, minimum=1)
+    fanouts = r.seq("fanouts", [10, 25])
+    if not fanouts:
+        raise SpecError(source, "fanouts", "is empty", "one fan-out per layer, e.g. [10, 25]")
+    for j, f in enumerate(fanouts):
+        if isinstance(f, bool) or not isinstance(f, int) or (f < 1 and f != -1):
+            raise SpecError(source, f"fanouts[{j}]", f"must be a positive integer or -1 (all), "
+                            f"got {f!r}")
+    layers = r.integer("layers", len(fanouts), minimum=1)
+    if layers != len(fanouts):
+        raise SpecError(source, "layers", f"is {layers} but fanouts has {len(fanouts)} entries",
+                        "one fan-out per layer")
+    batch_size = r.integer("batch_size", 64, minimum=1)
+    epochs = r.integer("epochs", 5, minimum=1)
+    lr = r.number("lr", 0.01, strict=True)
+    dropout = r.number("dropout", 0.5)
+    if dropout >= 1:
+        raise SpecError(source, "dropout", f"must be < 1, got {dropout}")
+    trainers = r.integer("trainers", 2, minimum=1)
+    seed = r.integer("seed", 0)
+    split = r.integer("split", 0)
+    feature_dim = r.integer("feature_dim", None, minimum=1)
+    prefetch = r.integer("prefetch", 2, minimum=1)
+    eval_every = r.integer("eval_every", 1, minimum=1)
+    synthetic = r.raw("synthetic", {}) or {}
+    if not isinstance(synthetic, dict):
+        raise SpecError(source, "synthetic", "must be a mapping of generator arguments")
+    r.done()
+    if trainers > num_parts:
+        raise SpecError(source, "trainers", f"{trainers} trainers but only {num_parts} partitions",
+                        f"at most num_parts={num_parts}: each trainer owns the seeds of "
+                        "one or more partitions")
+    return JobSpec(name, dataset, partitions, num_parts, part_method, model, hidden,
+                   tuple(fanouts), batch_size, epochs, lr, dropout, trainers, seed, split,
+                   feature_dim, prefetch, eval_every, synthetic, source)
+
+
+def load_job(path: str | Path) -> JobSpec:
+    source, data = load_yaml(path)
+    return job_from_dict(data, source, Path(path).resolve().parent)
+
+
+def check_compatible(cluster: ClusterSpec, job: JobSpec) -> None:
+    """Cross-file checks: the cluster stores exactly the job's partitions and has devices."""
+    if cluster.num_parts != job.num_parts:
+        raise SpecError(cluster.source, "machines[*].partitions",
+                        f"the cluster stores {cluster.num_parts} partitions but job "
+                        f"{job.source} has num_parts={job.num_parts}",
+                        "the same number of partitions in both files")
+    devices = sum(m.num_gpus for m in cluster.machines if m.can("train"))
+    if devices < job.trainers:
+        raise SpecError(job.source, "trainers",
+                        f"{job.trainers} trainers but cluster {cluster.name!r} has only "
+                        f"{devices} GPU(s) on machines that may train",
+                        f"trainers <= {devices}, or add GPUs to {cluster.source}")

@@ -1,0 +1,221 @@
+"""The work a plan implies: per-mini-batch demands on every resource, and the lower bound.
+
+This is the one place that turns (cluster, job, profile) into costs in machine space, so the
+simulator, the lower bounds and the placers agree on what a mini-batch costs:
+
+* sampling: ``sample_s`` CPU seconds on the sampler's machine (one core per sampler process),
+  plus the sampled edges of every remote hop, sent by the store that owns the frontier to the
+  sampler (``EDGE_BYTES`` per edge);
+* the block (sampled structure) from the sampler to the trainer;
+* features: every input node's row from the store that owns it to the gathering machine
+  (``fetch_at``), then — when gathering runs elsewhere (a relay) — one message to the trainer;
+* training: ``train_s / speed`` on the trainer's device;
+* all-reduce: a ring over all trainers, ``2 (W-1)/W`` gradient bytes through each trainer's
+  NIC, once per iteration; the barrier makes it part of every trainer's iteration.
+
+Transfers inside a machine are free. Means come from the profile; the simulator draws samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gnnsched.plan import Plan, TrainerPlan
+from gnnsched.profile import EDGE_BYTES, CostProfile
+from gnnsched.spec import ClusterSpec, JobSpec
+
+
+@dataclass(frozen=True)
+class PartCost:
+    """Mean cost of one mini-batch whose seeds lie in one partition, in machine space."""
+
+    sample_s: float
+    train_s: float  # on the reference device (speed 1.0)
+    block_bytes: float
+    feat_from: dict[int, float]  # store machine -> feature bytes it owns for this batch
+    struct_from: dict[int, float]  # store machine -> sampled-edge bytes of remote hops
+
+    @property
+    def feat_bytes(self) -> float:
+        return sum(self.feat_from.values())
+
+
+@dataclass
+class Loads:
+    """Seconds of work per iteration on every resource (one mini-batch per trainer)."""
+
+    egress: np.ndarray  # [M] seconds of sending per machine
+    ingress: np.ndarray  # [M]
+    cpu: np.ndarray  # [M] sampling seconds per machine / usable cores
+    device: dict[tuple[int, int], float]  # (machine, gpu) -> train + all-reduce seconds
+    sampler: dict[int, float]  # trainer id -> its sampling seconds / its sampler count
+    names: list[str] = field(default_factory=list)
+
+    def bottleneck(self) -> tuple[str, float]:
+        """The most loaded resource and its seconds per iteration."""
+        best = ("nothing", 0.0)
+        for kind, arr in (("egress", self.egress), ("ingress", self.ingress), ("cpu", self.cpu)):
+            if len(arr) and float(arr.max()) > best[1]:
+                i = int(arr.argmax())
+                best = (f"{kind} of {self.names[i]}", float(arr[i]))
+        for (m, d), v in self.device.items():
+            if v > best[1]:
+                best = (f"gpu {d} of {self.names[m]}", v)
+        for t, v in self.sampler.items():
+            if v > best[1]:
+                best = (f"samplers of trainer {t}", v)
+        return best
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Lower bound on a plan's time: no schedule of this placement can beat it."""
+
+    iteration_s: float  # most loaded resource per iteration
+    chain_s: float  # longest dependency chain of the epoch
+    epoch_s: float  # max(iterations * iteration_s, chain_s)
+    bottleneck: str
+
+
+class Workload:
+    """Costs of a (cluster, job, profile) triple; cheap to query for many plans."""
+
+    def __init__(self, cluster: ClusterSpec, job: JobSpec, profile: CostProfile) -> None:
+        self.cluster, self.job, self.profile = cluster, job, profile
+        self.M = len(cluster.machines)
+        self.names = [m.name for m in cluster.machines]
+        self.store = np.array(cluster.part_stores, dtype=np.int64)
+        self.egress_bw = np.array([m.egress for m in cluster.machines])
+        self.ingress_bw = np.array([m.ingress for m in cluster.machines])
+        self.cores = np.array([m.cpus for m in cluster.machines])
+        self.iterations = profile.iterations_per_epoch(job.trainers, job.batch_size)
+        self.parts = [self._part_cost(p) for p in range(profile.num_parts)]
+        self.seeds = np.array([pp.train_seeds for pp in profile.parts], dtype=float)
+
+    def _part_cost(self, p: int) -> PartCost:
+        pp = self.profile.part(p)
+        P, fb = self.profile.num_parts, self.profile.feature_bytes
+        nodes = pp.mean_input_nodes(P)
+        edges = pp.mean_edge_counts(P)
+        feat: dict[int, float] = {}
+        struct: dict[int, float] = {}
+        for q in np.nonzero(nodes)[0]:
+            m = int(self.store[q])
+            feat[m] = feat.get(m, 0.0) + float(nodes[q]) * fb
+        for q in np.nonzero(edges)[0]:
+            m = int(self.store[q])
+            struct[m] = struct.get(m, 0.0) + float(edges[q]) * EDGE_BYTES
+        return PartCost(float(pp.sample_s.mean()), float(pp.train_s.mean()),
+                        float(pp.edges.mean()) * EDGE_BYTES, feat, struct)
+
+    # ------------------------------------------------------------------ per trainer
+    def trainer_cost(self, parts: tuple[int, ...]) -> PartCost:
+        """Mean mini-batch of a trainer owning `parts` (batches drawn in proportion to seeds)."""
+        w = self.seeds[list(parts)]
+        w = w / w.sum() if w.sum() > 0 else np.full(len(parts), 1 / len(parts))
+        feat: dict[int, float] = {}
+        struct: dict[int, float] = {}
+        s = t = b = 0.0
+        for wi, p in zip(w, parts):
+            c = self.parts[p]
+            s, t, b = s + wi * c.sample_s, t + wi * c.train_s, b + wi * c.block_bytes
+            for m, v in c.feat_from.items():
+                feat[m] = feat.get(m, 0.0) + wi * v
+            for m, v in c.struct_from.items():
+                struct[m] = struct.get(m, 0.0) + wi * v
+        return PartCost(s, t, b, feat, struct)
+
+    def speed(self, t: TrainerPlan) -> float:
+        return self.cluster.machine(t.machine).gpus[t.device].speed
+
+    def allreduce_s(self, plan: Plan) -> float:
+        """Ring all-reduce time per iteration: 2 (W-1)/W gradient bytes through each NIC."""
+        W = len(plan.trainers)
+        machines = [self.cluster.machine_index(t.machine) for t in plan.trainers]
+        if W <= 1 or len(set(machines)) == 1:
+            return 0.0
+        per = {m: machines.count(m) for m in set(machines)}
+        bw = min(min(self.egress_bw[m], self.ingress_bw[m]) / per[m] for m in per)
+        volume = 2.0 * (W - 1) / W * self.profile.grad_bytes
+        return volume / bw + 2 * (W - 1) * self.cluster.latency
+
+    def allreduce_bytes(self, plan: Plan) -> float:
+        W = len(plan.trainers)
+        return 2.0 * (W - 1) / W * self.profile.grad_bytes if W > 1 else 0.0
+
+    # ------------------------------------------------------------------ loads and bounds
+    def loads(self, plan: Plan) -> Loads:
+        M = self.M
+        out_b, in_b, cpu_work = np.zeros(M), np.zeros(M), np.zeros(M)
+        samplers_on = np.zeros(M)
+        device: dict[tuple[int, int], float] = {}
+        sampler: dict[int, float] = {}
+        ar = self.allreduce_s(plan)
+        ar_bytes = self.allreduce_bytes(plan)
+        multi = len({t.machine for t in plan.trainers}) > 1
+        for t in plan.trainers:
+            c = self.trainer_cost(t.parts)
+            T = self.cluster.machine_index(t.machine)
+            F = self.cluster.machine_index(t.fetch_at)
+            n = t.num_samplers
+            sampler[t.id] = c.sample_s / n
+            for mname, cnt in t.samplers:
+                S = self.cluster.machine_index(mname)
+                f = cnt / n
+                cpu_work[S] += f * c.sample_s
+                samplers_on[S] += cnt
+                for m, v in c.struct_from.items():
+                    if m != S:
+                        out_b[m] += f * v
+                        in_b[S] += f * v
+                if S != T:
+                    out_b[S] += f * c.block_bytes
+                    in_b[T] += f * c.block_bytes
+            for m, v in c.feat_from.items():
+                if m != F:
+                    out_b[m] += v
+                    in_b[F] += v
+            if F != T:
+                out_b[F] += c.feat_bytes
+                in_b[T] += c.feat_bytes
+            if multi:
+                out_b[T] += ar_bytes
+                in_b[T] += ar_bytes
+            device[(T, t.device)] = c.train_s / self.speed(t) + ar
+        usable = np.maximum(np.minimum(self.cores, samplers_on), 1)
+        return Loads(out_b / self.egress_bw, in_b / self.ingress_bw, cpu_work / usable,
+                     device, sampler, self.names)
+
+    def bound(self, plan: Plan) -> Bound:
+        """Most loaded resource per iteration, and the longest dependency chain.
+
+        The chain: the first mini-batch must be sampled and its features moved before any
+        training, then every iteration trains and all-reduces in sequence on each device.
+        """
+        loads = self.loads(plan)
+        name, per_iter = loads.bottleneck()
+        K = self.iterations
+        chain = 0.0
+        for t in plan.trainers:
+            c = self.trainer_cost(t.parts)
+            T = self.cluster.machine_index(t.machine)
+            first = c.sample_s + self._fetch_time_alone(c, t, T)
+            chain = max(chain, first + K * loads.device[(T, t.device)])
+        return Bound(per_iter, chain, max(K * per_iter, chain), name)
+
+    def _fetch_time_alone(self, c: PartCost, t: TrainerPlan, T: int) -> float:
+        """Time to move one batch's features with the network to itself."""
+        F = self.cluster.machine_index(t.fetch_at)
+        worst = 0.0
+        for m, v in c.feat_from.items():
+            if m != F:
+                worst = max(worst, v / min(self.egress_bw[m], self.ingress_bw[F]))
+        remote_in = sum(v for m, v in c.feat_from.items() if m != F)
+        if remote_in:
+            worst = max(worst, remote_in / self.ingress_bw[F])
+        if F != T:
+            worst += c.feat_bytes / min(self.egress_bw[F], self.ingress_bw[T])
+        return worst
+
