@@ -1,0 +1,119 @@
+"""Graphs for gnnsched: real datasets from ``.npz`` files, a seeded synthetic generator, and
+METIS/random partitioning into DGL's distributed partition format.
+
+``load_dataset(name)`` resolves ``name`` in this order:
+
+1. ``"synthetic"``: :func:`generate` with the keyword arguments in ``synthetic``;
+2. a path to an existing ``.npz`` file;
+3. ``NAME.npz`` in the data directories: the ``data_dir`` argument, then the environment
+   variable ``GNNSCHED_DATA_DIR``, then ``../shared/datasets`` beside the repository root;
+4. a dataset bundled with the package (``cora``), so tests run with no data directory.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gnnsched.spec import SpecError
+
+from .npz import Graph, load_npz, random_projection
+from .partition import PartitionReport, PartitionSet, LocalPart, open_partitions, partition_graph
+from .synthetic import generate
+
+DATA_DIR_ENV = "GNNSCHED_DATA_DIR"
+SYNTHETIC_DEFAULT_NODES = 10_000
+_REPO_SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+
+__all__ = [
+    "Graph", "LocalPart", "PartitionReport", "PartitionSet", "available_datasets",
+    "bundled_datasets", "data_dirs", "generate", "load_dataset", "load_npz",
+    "open_partitions", "partition_graph", "random_projection",
+]
+
+
+def data_dirs(data_dir: str | os.PathLike | None = None) -> list[Path]:
+    """The directories searched for ``NAME.npz``, in order (only those that exist)."""
+    candidates: list[Path] = []
+    if data_dir is not None:
+        candidates.append(Path(data_dir))
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        candidates.append(Path(env))
+    candidates.append(_REPO_SHARED)
+    seen: list[Path] = []
+    for c in candidates:
+        if c.is_dir() and c.resolve() not in [s.resolve() for s in seen]:
+            seen.append(c)
+    return seen
+
+
+def bundled_datasets() -> dict[str, Path]:
+    """Datasets shipped inside the package (``datasets/data/*.npz``)."""
+    root = resources.files(__name__) / "data"
+    out: dict[str, Path] = {}
+    if root.is_dir():
+        for entry in root.iterdir():
+            if entry.name.endswith(".npz"):
+                out[entry.name[:-4]] = Path(str(entry))
+    return dict(sorted(out.items()))
+
+
+def available_datasets(data_dir: str | os.PathLike | None = None) -> dict[str, Path]:
+    """Every loadable dataset name and the file it resolves to (first match wins)."""
+    out: dict[str, Path] = {}
+    for d in data_dirs(data_dir):
+        for f in sorted(d.glob("*.npz")):
+            out.setdefault(f.stem, f)
+    for name, path in bundled_datasets().items():
+        out.setdefault(name, path)
+    return out
+
+
+def load_dataset(
+    name: str,
+    *,
+    data_dir: str | os.PathLike | None = None,
+    split: int = 0,
+    feature_dim: int | None = None,
+    seed: int = 0,
+    synthetic: dict[str, Any] | None = None,
+) -> Graph:
+    """Load a dataset by name or path, or generate a synthetic one (see the module docstring).
+
+    ``feature_dim`` projects real features (seeded by ``seed``) or sets the synthetic width;
+    ``synthetic`` holds :func:`generate` keyword arguments (``num_nodes`` defaults to
+    10,000; ``seed`` and ``feature_dim`` default to the arguments here).
+    """
+    if name == "synthetic":
+        params = dict(synthetic or {})
+        valid = [p for p in inspect.signature(generate).parameters]
+        for key in params:
+            if key not in valid:
+                raise SpecError("synthetic", key, "unknown generator parameter", ", ".join(valid))
+        params.setdefault("num_nodes", SYNTHETIC_DEFAULT_NODES)
+        params.setdefault("seed", seed)
+        if feature_dim is not None:
+            params.setdefault("feature_dim", feature_dim)
+        try:
+            return generate(**params)
+        except (TypeError, ValueError) as exc:
+            raise SpecError("synthetic", "", str(exc)) from None
+    if synthetic:
+        raise SpecError(name, "synthetic", "generator parameters given for a real dataset",
+                        "use name='synthetic'")
+
+    path = Path(name).expanduser()
+    if path.suffix == ".npz" or path.is_file():
+        return load_npz(path, split=split, feature_dim=feature_dim, seed=seed)
+    found = available_datasets(data_dir)
+    if name in found:
+        return load_npz(found[name], split=split, feature_dim=feature_dim, seed=seed, name=name)
+    searched = ", ".join(str(d) for d in data_dirs(data_dir)) or "no data directory exists"
+    raise SpecError(
+        name, "dataset", f"unknown dataset (searched: {searched}; set --data-dir or "
+        f"{DATA_DIR_ENV})", ", ".join([*found, "synthetic", "a path to a .npz file"]),
+    )

@@ -1,0 +1,59 @@
+"""The partitions of a job: the job's own ``partitions`` directory, or a cached one made once.
+
+Commands that need partitions (profile, train, demo) call :func:`partitions_for`; a job that
+names no directory gets its dataset partitioned into a cache keyed by everything that changes
+the result, so the same job never partitions twice and two jobs never share by accident.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gnnsched.spec import JobSpec, SpecError, fingerprint
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("GNNSCHED_CACHE", Path.home() / ".cache" / "gnnsched"))
+
+
+def partitions_for(job: JobSpec, data_dir: str | None = None, *, quiet: bool = False) -> Path:
+    """Directory of the job's partitions, partitioning its dataset first if needed."""
+    from gnnsched.datasets import load_dataset, open_partitions, partition_graph
+
+    if job.partitions:
+        path = Path(job.partitions)
+        if not path.is_dir():
+            raise SpecError(job.source, "partitions", f"directory {path} does not exist",
+                            f"run `gnnsched partition {job.dataset} --parts {job.num_parts} "
+                            f"--out {path}` first, or remove the field to use a cache")
+        pset = open_partitions(path)
+        if pset.num_parts != job.num_parts:
+            raise SpecError(job.source, "num_parts",
+                            f"is {job.num_parts} but {path} holds {pset.num_parts} partitions")
+        return path
+    key = fingerprint({k: v for k, v in job.to_dict().items()
+                       if k in ("dataset", "num_parts", "part_method", "feature_dim", "split",
+                                "synthetic", "seed")})
+    name = Path(job.dataset).stem if job.dataset.endswith(".npz") else job.dataset
+    path = cache_root() / "parts" / f"{name}-{job.num_parts}{job.part_method[0]}-{key}"
+    if (path / "gnnsched.json").is_file():
+        try:
+            open_partitions(path)
+            return path
+        except SpecError:
+            pass  # corrupt cache: rebuild below
+    graph = load_dataset(job.dataset, data_dir=data_dir, split=job.split,
+                         feature_dim=job.feature_dim, seed=job.seed,
+                         synthetic=job.synthetic or None)
+    if not quiet:
+        print(f"partitioning {graph.summary()} into {job.num_parts} ({job.part_method}) "
+              f"-> {path}")
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    partition_graph(graph, job.num_parts, tmp, method=job.part_method, seed=job.seed)
+    if path.exists():
+        import shutil
+
+        shutil.rmtree(path)
+    tmp.rename(path)
+    return path
