@@ -21,7 +21,14 @@ from typing import Any
 from gnnsched.spec import SpecError
 
 from .npz import Graph, load_npz, random_projection
-from .partition import PartitionReport, PartitionSet, LocalPart, open_partitions, partition_graph
+from .partition import (
+    LocalPart,
+    PartitionReport,
+    PartitionSet,
+    open_partitions,
+    partition_graph,
+    run_partition,
+)
 from .synthetic import generate
 
 DATA_DIR_ENV = "GNNSCHED_DATA_DIR"
@@ -31,7 +38,7 @@ _REPO_SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets
 __all__ = [
     "Graph", "LocalPart", "PartitionReport", "PartitionSet", "available_datasets",
     "bundled_datasets", "data_dirs", "generate", "load_dataset", "load_npz",
-    "open_partitions", "partition_graph", "random_projection",
+    "open_partitions", "partition_graph", "random_projection", "run_partition",
 ]
 
 

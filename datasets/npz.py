@@ -30,7 +30,7 @@ import scipy.sparse as sp
 from gnnsched.spec import SpecError
 
 if TYPE_CHECKING:  # pragma: no cover
-    import dgl
+    from gnnsched.compat import dgl
 
 REQUIRED_KEYS = (
     "num_nodes", "edge_index", "x_indptr", "x_indices", "x_data", "x_shape", "y",

@@ -1,0 +1,506 @@
+"""Partition a :class:`~gnnsched.datasets.Graph` into DGL's distributed partition format.
+
+The files are written by ``dgl.distributed.partition_graph`` itself (``NAME.json`` plus
+``partK/graph.dgl``, ``node_feat.dgl``, ``edge_feat.dgl``), so real DistDGL servers can load
+the same partitions gnnsched schedules over: the DistDGL baseline and gnnsched run on
+identical data. Beside them ``gnnsched.json`` records what the schedulers need without
+loading any graph (sizes, edge cut, balance, per-part counts) and a sha256 for every file, so
+a store that serves a corrupted or half-copied partition is caught at open time, with the
+file named, instead of training on garbage.
+
+Node ids: DGL renumbers nodes so each part owns a contiguous range of *new* ids.
+``orig_nids.npy`` (as DGL returns it) maps new id -> original id; ``node_part.npy`` maps
+original id -> part. Edges are owned by the part of their destination node (DGL stores the
+in-edges of its inner nodes, with the sources outside the part as halo nodes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import re
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gnnsched.spec import SpecError
+
+from .npz import MASK_KEYS, Graph
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from gnnsched.compat import dgl
+
+META_FILE = "gnnsched.json"
+NODE_PART_FILE = "node_part.npy"
+ORIG_NIDS_FILE = "orig_nids.npy"
+FORMAT = "gnnsched-partition"
+FORMAT_VERSION = 1
+METHODS = ("metis", "random")
+NDATA = ("feat", "label", *MASK_KEYS)
+_NTYPE = "_N"  # DGL's default node type; node features are stored as "_N/<name>"
+
+
+@dataclass
+class PartitionReport:
+    """What a partitioning produced: sizes, quality (edge cut, balance) and timings."""
+
+    name: str
+    out_dir: str
+    config: str
+    method: str
+    num_parts: int
+    num_nodes: int
+    num_edges: int
+    feature_dim: int
+    num_classes: int
+    edge_cut: float
+    cut_edges: int
+    balance: float
+    edge_balance: float
+    part_nodes: list[int]
+    part_edges: list[int]
+    part_halo_nodes: list[int]
+    part_train: list[int]
+    seconds: float
+    dgl_seconds: float
+    load_seconds: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def table(self) -> str:
+        """A plain-text report: header line, quality line, one row per part."""
+        lines = [
+            f"partitioned {self.name}: {self.num_nodes:,} nodes, {self.num_edges:,} edges, "
+            f"{self.feature_dim} features, {self.num_classes} classes -> {self.num_parts} "
+            f"parts ({self.method}) in {self.out_dir}",
+            f"edge cut {self.edge_cut:.4f} ({self.cut_edges:,} edges)  node balance "
+            f"{self.balance:.3f}  edge balance {self.edge_balance:.3f}  time "
+            f"{self.seconds:.2f} s (DGL {self.dgl_seconds:.2f} s"
+            + (f", load {self.load_seconds:.2f} s" if self.load_seconds is not None else "")
+            + ")",
+        ]
+        header = f"{'part':>4}  {'nodes':>10}  {'edges':>12}  {'halo':>10}  {'train':>8}"
+        lines += [header, "-" * len(header)]
+        for i in range(self.num_parts):
+            lines.append(
+                f"{i:>4}  {self.part_nodes[i]:>10,}  {self.part_edges[i]:>12,}  "
+                f"{self.part_halo_nodes[i]:>10,}  {self.part_train[i]:>8,}"
+            )
+        return "\n".join(lines)
+
+
+@dataclass
+class LocalPart:
+    """One partition as a graph store holds it.
+
+    ``graph`` is DGL's local graph (inner nodes first, then halo nodes; ndata ``_ID`` holds
+    new global ids, ``inner_node`` marks owned nodes). The node tensors cover inner nodes
+    only, in the order of ``inner_new_ids`` / ``inner_orig_ids``.
+    """
+
+    part_id: int
+    graph: dgl.DGLGraph
+    book: Any  # dgl.distributed.GraphPartitionBook
+    inner_local: torch.Tensor
+    inner_new_ids: np.ndarray
+    inner_orig_ids: np.ndarray
+    features: torch.Tensor
+    labels: torch.Tensor
+    train_mask: torch.Tensor
+    val_mask: torch.Tensor
+    test_mask: torch.Tensor
+
+    @property
+    def num_inner(self) -> int:
+        return int(self.inner_new_ids.shape[0])
+
+
+def _graph_name(name: str) -> str:
+    clean = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "graph"
+    return clean
+
+
+def _only(type_map: dict[str, Any]) -> list[list[int]]:
+    """The id ranges of the single node/edge type of a homogeneous graph."""
+    return next(iter(type_map.values()))
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _count_unique_per_part(part_of: np.ndarray, other: np.ndarray, n: int, k: int) -> np.ndarray:
+    """For pairs (part, node), how many distinct nodes each part sees (sort-based unique)."""
+    if part_of.shape[0] == 0:
+        return np.zeros(k, dtype=np.int64)
+    keys = np.sort(part_of.astype(np.int64) * n + other)
+    first = np.empty(keys.shape[0], dtype=bool)
+    first[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=first[1:])
+    return np.bincount(keys[first] // n, minlength=k)
+
+
+def partition_graph(
+    graph: Graph,
+    num_parts: int,
+    out_dir: str | Path,
+    method: str = "metis",
+    seed: int = 0,
+    *,
+    balance_edges: bool = True,
+    balance_train: bool = True,
+    overwrite: bool = True,
+    quiet: bool = True,
+) -> PartitionReport:
+    """Partition ``graph`` with DGL into ``out_dir`` and write ``gnnsched.json`` beside it.
+
+    ``method`` is ``"metis"`` (min edge cut; with ``balance_edges`` it also balances
+    in-degrees, with ``balance_train`` the training seeds, so each trainer's share of seeds
+    is even) or ``"random"`` (uniform node assignment: the worst-case baseline).
+    ``seed`` seeds DGL's RNG (random assignment). DGL's progress prints are swallowed
+    unless ``quiet=False``.
+    """
+    from gnnsched.compat import dgl
+
+    if method not in METHODS:
+        raise SpecError("partition", "method", f"unknown method {method!r}", ", ".join(METHODS))
+    if not isinstance(num_parts, int) or num_parts < 1 or num_parts > max(graph.num_nodes, 1):
+        raise SpecError("partition", "num_parts",
+                        f"must be an integer in [1, num_nodes={graph.num_nodes}], got {num_parts}")
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise SpecError(str(out), "", "output directory is not empty", "an empty directory")
+        if not (out / META_FILE).exists():
+            raise SpecError(str(out), "", f"refusing to overwrite a non-empty directory with "
+                            f"no {META_FILE}", "an empty directory or an old gnnsched partition")
+        for child in out.iterdir():  # replace an old partition cleanly: no stale part dirs
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+
+    t0 = time.perf_counter()
+    g = graph.to_dgl()
+    name = _graph_name(graph.name)
+    balance_ntypes = None
+    if method == "metis" and balance_train and graph.train_mask.any():
+        import torch
+
+        balance_ntypes = torch.from_numpy(graph.train_mask.astype(np.int64))
+    dgl.seed(seed)
+    np.random.seed(seed % (2**32))
+    sink: Any = io.StringIO() if quiet else sys.stderr  # never pollute stdout (CLI --json)
+    t_dgl = time.perf_counter()
+    with contextlib.redirect_stdout(sink):
+        orig_nids_t, _ = dgl.distributed.partition_graph(
+            g, name, num_parts, str(out), part_method=method,
+            balance_ntypes=balance_ntypes,
+            balance_edges=balance_edges and method == "metis",
+            return_mapping=True,
+        )
+    dgl_seconds = time.perf_counter() - t_dgl
+    del g
+
+    n = graph.num_nodes
+    orig_nids = np.asarray(orig_nids_t.numpy(), dtype=np.int64)
+    config = out / f"{name}.json"
+    dgl_meta = json.loads(config.read_text())
+    node_ranges = _only(dgl_meta["node_map"])
+    edge_ranges = _only(dgl_meta["edge_map"])
+    node_part = np.empty(n, dtype=np.int32)
+    for p, (lo, hi) in enumerate(node_ranges):
+        node_part[orig_nids[lo:hi]] = p
+    part_nodes = [int(hi - lo) for lo, hi in node_ranges]
+    part_edges = [int(hi - lo) for lo, hi in edge_ranges]
+
+    ps, pd = node_part[graph.src], node_part[graph.dst]
+    cut = ps != pd
+    cut_edges = int(cut.sum())
+    halo = _count_unique_per_part(pd[cut], graph.src[cut], n, num_parts)
+    part_train = np.bincount(node_part[graph.train_mask], minlength=num_parts)
+    part_val = np.bincount(node_part[graph.val_mask], minlength=num_parts)
+    part_test = np.bincount(node_part[graph.test_mask], minlength=num_parts)
+    m = graph.num_edges
+    mean_nodes = n / num_parts
+    mean_edges = m / num_parts
+    balance = max(part_nodes) / mean_nodes if n else 1.0
+    edge_balance = max(part_edges) / mean_edges if m else 1.0
+
+    np.save(out / NODE_PART_FILE, node_part)
+    np.save(out / ORIG_NIDS_FILE, orig_nids)
+    checksums = {
+        str(f.relative_to(out)): sha256_file(f)
+        for f in sorted(out.rglob("*")) if f.is_file() and f.name != META_FILE
+    }
+    seconds = time.perf_counter() - t0
+
+    report = PartitionReport(
+        name=graph.name, out_dir=str(out), config=str(config), method=method,
+        num_parts=num_parts, num_nodes=n, num_edges=m, feature_dim=graph.feature_dim,
+        num_classes=graph.num_classes, edge_cut=cut_edges / m if m else 0.0,
+        cut_edges=cut_edges, balance=balance, edge_balance=edge_balance,
+        part_nodes=part_nodes, part_edges=part_edges, part_halo_nodes=halo.tolist(),
+        part_train=part_train.tolist(), seconds=seconds, dgl_seconds=dgl_seconds,
+    )
+    meta = {
+        "format": FORMAT, "version": FORMAT_VERSION,
+        "dataset": graph.name, "graph_name": name, "dgl_config": config.name,
+        "num_nodes": n, "num_edges": m, "num_parts": num_parts, "method": method,
+        "seed": seed, "balance_edges": balance_edges, "balance_train": balance_train,
+        "feature_dim": graph.feature_dim, "num_classes": graph.num_classes,
+        "split": graph.meta.get("split", 0),
+        "edge_cut": report.edge_cut, "cut_edges": cut_edges,
+        "balance": balance, "edge_balance": edge_balance,
+        "parts": [
+            {"nodes": part_nodes[i], "edges": part_edges[i], "halo_nodes": int(halo[i]),
+             "train": int(part_train[i]), "val": int(part_val[i]), "test": int(part_test[i])}
+            for i in range(num_parts)
+        ],
+        "node_part": NODE_PART_FILE, "orig_nids": ORIG_NIDS_FILE,
+        "dataset_meta": graph.meta,
+        "seconds": seconds, "dgl_seconds": dgl_seconds,
+        "sha256": checksums,
+    }
+    (out / META_FILE).write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    return report
+
+
+@dataclass
+class PartitionSet:
+    """An on-disk partitioning, validated: counts from ``gnnsched.json``, data from DGL's files.
+
+    ``node_part[orig_id]`` is the owning part; ``orig_nids[new_id]`` the original id of a
+    renumbered node and ``new_nids[orig_id]`` the reverse.
+    """
+
+    root: Path
+    meta: dict[str, Any]
+    config: Path
+    node_part: np.ndarray
+    orig_nids: np.ndarray
+    new_nids: np.ndarray = field(repr=False)
+
+    @property
+    def name(self) -> str:
+        return str(self.meta["dataset"])
+
+    @property
+    def method(self) -> str:
+        return str(self.meta["method"])
+
+    @property
+    def num_parts(self) -> int:
+        return int(self.meta["num_parts"])
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.meta["num_nodes"])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.meta["num_edges"])
+
+    @property
+    def feature_dim(self) -> int:
+        return int(self.meta["feature_dim"])
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.meta["num_classes"])
+
+    def part_nodes(self, i: int) -> np.ndarray:
+        """Original ids of the nodes part ``i`` owns, in new-id order (no graph load)."""
+        lo, hi = self.node_range(i)
+        return self.orig_nids[lo:hi]
+
+    def node_range(self, i: int) -> tuple[int, int]:
+        """The contiguous range of new ids that part ``i`` owns."""
+        dgl_meta = json.loads(self.config.read_text())
+        lo, hi = _only(dgl_meta["node_map"])[i]
+        return int(lo), int(hi)
+
+    def load_part(self, i: int) -> LocalPart:
+        """Load part ``i`` with DGL (``dgl.distributed.load_partition``)."""
+        from gnnsched.compat import dgl
+
+        if not 0 <= i < self.num_parts:
+            raise SpecError(str(self.root), "part", f"part {i} does not exist",
+                            f"0..{self.num_parts - 1}")
+        try:
+            local, node_feats, _, book, *_ = dgl.distributed.load_partition(str(self.config), i)
+        except Exception as exc:  # DGL asserts or fails to parse: name the file
+            raise SpecError(str(self.config), f"part-{i}", f"DGL could not load it ({exc})",
+                            "re-run gnnsched partition") from None
+        for key in NDATA:
+            if f"{_NTYPE}/{key}" not in node_feats:
+                raise SpecError(str(self.config), f"part-{i}.node_feats",
+                                f"has no {key!r} tensor", ", ".join(NDATA))
+        inner = local.ndata["inner_node"].bool()
+        inner_local = inner.nonzero().flatten()
+        inner_new = local.ndata[dgl.NID][inner].numpy().astype(np.int64)
+        feats = {k: node_feats[f"{_NTYPE}/{k}"] for k in NDATA}
+        return LocalPart(
+            part_id=i, graph=local, book=book, inner_local=inner_local,
+            inner_new_ids=inner_new, inner_orig_ids=self.orig_nids[inner_new],
+            features=feats["feat"], labels=feats["label"],
+            train_mask=feats["train_mask"].bool(), val_mask=feats["val_mask"].bool(),
+            test_mask=feats["test_mask"].bool(),
+        )
+
+    def full_graph(self) -> Graph:
+        """Reassemble the whole graph in original ids from the part files.
+
+        Edges come back sorted by (src, dst), the ``.npz`` convention, so a graph loaded from
+        a schema file round-trips exactly.
+        """
+        from gnnsched.compat import dgl
+
+        n, f = self.num_nodes, self.feature_dim
+        features = np.zeros((n, f), dtype=np.float32)
+        labels = np.zeros(n, dtype=np.int64)
+        masks = {k: np.zeros(n, dtype=bool) for k in MASK_KEYS}
+        keys: list[np.ndarray] = []
+        for i in range(self.num_parts):
+            part = self.load_part(i)
+            rows = part.inner_orig_ids
+            features[rows] = part.features.numpy()
+            labels[rows] = part.labels.numpy()
+            for k in MASK_KEYS:
+                masks[k][rows] = getattr(part, k).numpy()
+            g = part.graph
+            u, v = g.edges()
+            own = g.edata["inner_edge"].bool() if "inner_edge" in g.edata else None
+            if own is not None:
+                u, v = u[own], v[own]
+            gid = g.ndata[dgl.NID].numpy()
+            src = self.orig_nids[gid[u.numpy()]]
+            dst = self.orig_nids[gid[v.numpy()]]
+            keys.append(src * n + dst)
+        key = np.sort(np.concatenate(keys)) if keys else np.empty(0, np.int64)
+        if key.shape[0] != self.num_edges:
+            raise SpecError(str(self.root), "num_edges", f"parts hold {key.shape[0]} edges, "
+                            f"{META_FILE} says {self.num_edges}", "re-run gnnsched partition")
+        src, dst = np.divmod(key, n)
+        return Graph(
+            name=self.name, num_nodes=n, src=src, dst=dst, features=features, labels=labels,
+            train_mask=masks["train_mask"], val_mask=masks["val_mask"],
+            test_mask=masks["test_mask"], num_classes=self.num_classes,
+            meta={"source": str(self.root), "split": self.meta.get("split", 0),
+                  "partitioned": True},
+        )
+
+    def verify(self) -> None:
+        """Re-hash every file listed in ``gnnsched.json``; SpecError naming the first bad one."""
+        _verify_checksums(self.root, self.meta)
+
+
+def _verify_checksums(root: Path, meta: dict[str, Any]) -> None:
+    sums = meta.get("sha256")
+    if not isinstance(sums, dict) or not sums:
+        raise SpecError(str(root / META_FILE), "sha256", "is missing or empty",
+                        "re-run gnnsched partition")
+    for rel, expected in sums.items():
+        path = root / rel
+        if not path.is_file():
+            raise SpecError(str(path), "", "partition file is missing",
+                            f"listed in {META_FILE}; re-run gnnsched partition or restore it")
+        actual = sha256_file(path)
+        if actual != expected:
+            raise SpecError(str(path), "sha256", f"checksum mismatch: expected "
+                            f"{expected[:16]}..., got {actual[:16]}... (corrupted or changed "
+                            "after partitioning)", "re-run gnnsched partition")
+
+
+def open_partitions(path: str | Path, *, verify: bool = True) -> PartitionSet:
+    """Open a partition directory written by :func:`partition_graph`.
+
+    With ``verify`` every file is re-hashed against ``gnnsched.json`` first (about 1 s/GB),
+    so corruption is reported as a SpecError that names the file.
+    """
+    root = Path(path)
+    if root.is_file():  # accept the gnnsched.json or the DGL json path as well
+        root = root.parent
+    meta_path = root / META_FILE
+    if not meta_path.is_file():
+        raise SpecError(str(meta_path), "", "not found: not a gnnsched partition directory",
+                        "a directory written by `gnnsched partition`")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SpecError(str(meta_path), "", f"is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise SpecError(str(meta_path), "format", "not a gnnsched partition file", FORMAT)
+    for key in ("num_parts", "num_nodes", "num_edges", "feature_dim", "num_classes",
+                "dgl_config", "dataset", "method"):
+        if key not in meta:
+            raise SpecError(str(meta_path), key, "is missing (required)")
+    if verify:
+        _verify_checksums(root, meta)
+    config = root / str(meta["dgl_config"])
+    if not config.is_file():
+        raise SpecError(str(config), "", "DGL partition config is missing")
+    try:
+        dgl_meta = json.loads(config.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SpecError(str(config), "", f"is not valid JSON ({exc})") from None
+    for key in ("num_parts", "num_nodes", "num_edges"):
+        if dgl_meta.get(key) != meta[key]:
+            raise SpecError(str(config), key, f"is {dgl_meta.get(key)!r} but {META_FILE} says "
+                            f"{meta[key]!r}", "files from one partitioning run")
+    n = int(meta["num_nodes"])
+    arrays = {}
+    for key, default in (("node_part", NODE_PART_FILE), ("orig_nids", ORIG_NIDS_FILE)):
+        f = root / str(meta.get(key, default))
+        try:
+            arr = np.load(f, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise SpecError(str(f), "", f"cannot be read ({exc})") from None
+        if arr.shape != (n,) or arr.dtype.kind not in "iu":
+            raise SpecError(str(f), "", f"must be an integer array of shape [{n}], got "
+                            f"{arr.dtype} {arr.shape}")
+        arrays[key] = arr
+    orig_nids = arrays["orig_nids"].astype(np.int64, copy=False)
+    new_nids = np.empty(n, dtype=np.int64)
+    new_nids[orig_nids] = np.arange(n, dtype=np.int64)
+    return PartitionSet(root=root, meta=meta, config=config, node_part=arrays["node_part"],
+                        orig_nids=orig_nids, new_nids=new_nids)
+
+
+def run_partition(args: Any) -> int:
+    """CLI body of ``gnnsched partition``: load, partition, print the table (or JSON).
+
+    ``args`` needs ``dataset``, ``parts``, ``out``, ``method``, ``data_dir``, ``feature_dim``,
+    ``seed``, ``split`` and ``json``; missing attributes take the defaults.
+    """
+    from . import load_dataset
+
+    t0 = time.perf_counter()
+    graph = load_dataset(
+        args.dataset, data_dir=getattr(args, "data_dir", None),
+        split=getattr(args, "split", 0) or 0, feature_dim=getattr(args, "feature_dim", None),
+        seed=getattr(args, "seed", 0) or 0,
+    )
+    load_seconds = time.perf_counter() - t0
+    report = partition_graph(
+        graph, int(args.parts), args.out, method=getattr(args, "method", "metis") or "metis",
+        seed=getattr(args, "seed", 0) or 0,
+    )
+    report.load_seconds = load_seconds
+    if getattr(args, "json", False):
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report.table())
+    return 0
