@@ -114,11 +114,14 @@ def load_dataset(
                         "use name='synthetic'")
 
     path = Path(name).expanduser()
-    if path.suffix == ".npz" or path.is_file():
+    if path.is_file():
         return load_npz(path, split=split, feature_dim=feature_dim, seed=seed)
     found = available_datasets(data_dir)
-    if name in found:
-        return load_npz(found[name], split=split, feature_dim=feature_dim, seed=seed, name=name)
+    key = path.stem if path.suffix == ".npz" and path.name == name else name
+    if key in found:
+        return load_npz(found[key], split=split, feature_dim=feature_dim, seed=seed, name=key)
+    if path.suffix == ".npz":  # a path that does not exist: say so, naming the path
+        return load_npz(path, split=split, feature_dim=feature_dim, seed=seed)
     searched = ", ".join(str(d) for d in data_dirs(data_dir)) or "no data directory exists"
     raise SpecError(
         name, "dataset", f"unknown dataset (searched: {searched}; set --data-dir or "

@@ -130,6 +130,18 @@ def _graph_name(name: str) -> str:
     return clean
 
 
+def _seed_libc_rand(seed: int) -> None:
+    """Seed libc's ``rand()``: DGL's bundled METIS uses it when balancing several constraints
+    (nodes and training seeds), so without this the second METIS run in a process differs
+    from the first."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).srand(ctypes.c_uint(seed % 2**32))
+    except (OSError, AttributeError):  # no libc symbol table (non-glibc platforms)
+        pass
+
+
 def _only(type_map: dict[str, Any]) -> list[list[int]]:
     """The id ranges of the single node/edge type of a homogeneous graph."""
     return next(iter(type_map.values()))
@@ -178,9 +190,11 @@ def partition_graph(
 
     if method not in METHODS:
         raise SpecError("partition", "method", f"unknown method {method!r}", ", ".join(METHODS))
-    if not isinstance(num_parts, int) or num_parts < 1 or num_parts > max(graph.num_nodes, 1):
+    if (isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer))
+            or not 1 <= num_parts <= max(graph.num_nodes, 1)):
         raise SpecError("partition", "num_parts",
                         f"must be an integer in [1, num_nodes={graph.num_nodes}], got {num_parts}")
+    num_parts = int(num_parts)
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         if not overwrite:
@@ -200,17 +214,24 @@ def partition_graph(
         import torch
 
         balance_ntypes = torch.from_numpy(graph.train_mask.astype(np.int64))
-    dgl.seed(seed)
-    np.random.seed(seed % (2**32))
+    dgl.seed(seed)  # random assignment
+    _seed_libc_rand(seed)  # METIS multi-constraint refinement draws from libc rand()
     sink: Any = io.StringIO() if quiet else sys.stderr  # never pollute stdout (CLI --json)
     t_dgl = time.perf_counter()
-    with contextlib.redirect_stdout(sink):
-        orig_nids_t, _ = dgl.distributed.partition_graph(
-            g, name, num_parts, str(out), part_method=method,
-            balance_ntypes=balance_ntypes,
-            balance_edges=balance_edges and method == "metis",
-            return_mapping=True,
-        )
+    try:
+        with contextlib.redirect_stdout(sink):
+            orig_nids_t, _ = dgl.distributed.partition_graph(
+                g, name, num_parts, str(out), part_method=method,
+                balance_ntypes=balance_ntypes,
+                balance_edges=balance_edges and method == "metis",
+                return_mapping=True,
+            )
+    except (dgl.DGLError, AssertionError, IndexError, RuntimeError) as exc:
+        # e.g. METIS asked for more parts than the graph can be cut into.
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SpecError("partition", "num_parts", f"DGL could not partition {graph.name!r} "
+                        f"({graph.num_nodes} nodes) into {num_parts} parts with {method}: "
+                        f"{first}", "fewer parts or method='random'") from None
     dgl_seconds = time.perf_counter() - t_dgl
     del g
 
@@ -483,15 +504,24 @@ def run_partition(args: Any) -> int:
     """CLI body of ``gnnsched partition``: load, partition, print the table (or JSON).
 
     ``args`` needs ``dataset``, ``parts``, ``out``, ``method``, ``data_dir``, ``feature_dim``,
-    ``seed``, ``split`` and ``json``; missing attributes take the defaults.
+    ``seed``, ``split`` and ``json``; missing attributes take the defaults. An optional
+    ``synthetic`` (dict, or ``"num_nodes=100000,avg_degree=10"``) sets generator parameters
+    when ``dataset`` is ``synthetic``.
     """
     from . import load_dataset
+    from .synthetic import parse_params
 
+    synthetic = getattr(args, "synthetic", None)
+    if isinstance(synthetic, str):
+        try:
+            synthetic = parse_params(synthetic)
+        except ValueError as exc:
+            raise SpecError("--synthetic", "", str(exc), "KEY=VALUE,KEY=VALUE") from None
     t0 = time.perf_counter()
     graph = load_dataset(
         args.dataset, data_dir=getattr(args, "data_dir", None),
         split=getattr(args, "split", 0) or 0, feature_dim=getattr(args, "feature_dim", None),
-        seed=getattr(args, "seed", 0) or 0,
+        seed=getattr(args, "seed", 0) or 0, synthetic=synthetic or None,
     )
     load_seconds = time.perf_counter() - t0
     report = partition_graph(

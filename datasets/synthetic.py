@@ -167,6 +167,27 @@ def generate(
     )
 
 
+def parse_params(text: str) -> dict[str, int | float | str]:
+    """``"num_nodes=100000,avg_degree=10"`` -> keyword arguments for :func:`generate`
+    (for command lines; values become int, then float, else stay strings)."""
+    out: dict[str, int | float | str] = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"expected KEY=VALUE, got {item!r}")
+        value = value.strip()
+        parsed: int | float | str
+        try:
+            parsed = int(value)
+        except ValueError:
+            try:
+                parsed = float(value)
+            except ValueError:
+                parsed = value
+        out[key.strip()] = parsed
+    return out
+
+
 def _keys(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
     """Undirected pair keys min*n + max, self loops removed."""
     keep = a != b

@@ -1,25 +1,81 @@
 """Online scheduling policies: the same object drives the simulator and the live runtime.
 
-A policy sees only events (a mini-batch was sampled and its sizes are now known, a transfer
-finished, a trainer finished an iteration) and answers three questions:
+A policy is event-in / decision-out. It never sees a clock it does not get told about, never
+looks at simulator internals, and knows the size of a mini-batch only once it was sampled.
 
-* ``pick_batch``: a sampler is free — which pending mini-batch does it build next?
-* ``order``: a NIC has queued transfers — in which order are they sent? (``sharing`` says
-  whether the NIC sends them all at once, fairly shared, or in that order, one at a time with
-  leftover bandwidth going to the next: work-conserving priority transmission)
-* ``prefetch``: how many mini-batches ahead may a trainer's pipeline run?
+Contract (what a driver — :mod:`gnnsched.simulator` or the runtime's coordinator — must do)
+------------------------------------------------------------------------------------------
+Trainers are numbered ``0..W-1`` in the order of ``plan.trainers``; machines by their index in
+``cluster.machines``. ``now`` is seconds since the run started.
 
-A researcher adds a policy as one class with ``@register("name")``.
+1. ``reset(ctx)`` once, before anything runs, with the static :class:`PolicyContext`.
+2. ``prefetch(trainer) -> int``: read once per trainer after ``reset``. Batch ``k`` of a
+   trainer may start sampling only once batch ``k - prefetch`` started training (so at most
+   ``prefetch`` mini-batches are buffered ahead of the one on the device).
+3. ``pick_batch(candidates, now) -> BatchKey``: whenever a CPU core of a machine is free and
+   more than one sampler on it could start a mini-batch. ``candidates`` are the next batch of
+   each trainer whose sampler there is idle and whose prefetch window is open, listed in
+   arrival order (the order they became ready). With a single candidate the driver may skip
+   the call. Samplers of one trainer always build its batches in iteration order.
+4. ``priority(transfer) -> tuple``: once, when a transfer is queued on the network; a sort
+   key, smaller is more urgent. It may use anything learnt from earlier events, but the
+   driver caches it for the transfer's lifetime. ``order(queue, now)`` sorts a NIC's queue by
+   it; a live sender calls ``order`` on its own queue whenever it picks what to send next.
+5. ``sharing`` says how a NIC serves its queue: ``"fair"`` — everything at once, bandwidth
+   shared max-min fairly (what TCP gives); ``"priority"`` — in ``order``, each transfer gets
+   what is left of min(sender egress, receiver ingress) after the ones before it
+   (work-conserving strict priority).
+6. Events, as they happen: ``on_sampled(batch, info, now)`` when a mini-batch's sampling
+   finished (its sizes are now known; called before its transfers are queued),
+   ``on_transfer_done(transfer, now)``, ``on_trained(batch, now)`` when a trainer finished
+   forward/backward of a batch (before the all-reduce), ``on_barrier(iteration, now)`` when
+   the all-reduce of an iteration finished on every trainer.
+
+A researcher adds a policy as one class with ``@register("name")``; ``fifo`` and ``gnnsched``
+are built in.
+
+The ``gnnsched`` policy and what it guarantees
+----------------------------------------------
+Rules: (1) lower iteration first, everywhere (samplers' cores and every NIC); (2) within an
+iteration, the transfer whose mini-batch has the most work left after it (its relay and its
+training on its own device — the "tail") first; (3) NICs send in that order instead of sharing,
+leftover bandwidth going to the next transfer in order (work-conserving, so later iterations'
+prefetch uses what the current one cannot); (4) prefetch depth bounded by the buffer memory of
+the trainer's machine.
+
+Why (2) and not Johnson's rule: a transfer on a shared NIC followed by training on the
+trainer's *own* device is a two-stage flow shop whose second stage is dedicated per job, i.e.
+1|q_j|C_max, where largest-tail-first (Jackson's rule) is optimal; Johnson's rule is the
+optimum when the second stage is shared too. Within one trainer the fetch -> train pairs are a
+flow shop in a fixed order (the barrier fixes iteration order), so no rule has a choice there.
+
+Guarantee (iteration isolation). Let ``B_k`` be the end of iteration ``k``'s all-reduce,
+``A`` the all-reduce time, ``s_max`` the longest sampling task. Under ``gnnsched``, for every
+``k`` (with ``B_-1 = 0``)::
+
+    B_k - B_{k-1} <= A + s_max + max_w ( C_{w,k} + sum_{r in R(w)} L_{r,k} )
+
+where ``C_{w,k}`` is trainer ``w``'s batch-``k`` chain at full rate (sampling, remote hops,
+block / features / relay, latencies, training), ``R(w)`` the resources that chain uses and
+``L_{r,k}`` iteration ``k``'s total work on resource ``r`` (bytes / bandwidth, CPU seconds /
+cores). Proof sketch: at ``B_{k-1}`` every iteration below ``k`` is finished, so iteration
+``k`` has top priority everywhere; strict priority means its transfers' rates never depend on
+later iterations. Walk back the chain of the last trainer: at every instant a chain task either
+runs at its full rate, or one of its resources is saturated by iteration-``k`` work (a transfer
+gets less than its full rate only if its egress or ingress is used up by more urgent flows),
+or — CPU only, which is not preemptive — it waits for a core held by a later iteration, which
+happens for at most ``s_max`` since no core picks later work while iteration-``k`` work waits.
+``fifo`` has no such bound: prefetched iterations share the NICs with the current one.
+:func:`gnnsched.bounds.isolation_bound` computes the right-hand side; tests check it.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class BatchKey:
     """A mini-batch: iteration ``iteration`` of trainer ``trainer``."""
 
@@ -29,7 +85,7 @@ class BatchKey:
 
 @dataclass
 class Transfer:
-    """One transmission waiting on a NIC. ``kind``: struct | block | feat | relay | grad."""
+    """One transmission queued on the network. ``kind``: struct | block | feat | relay."""
 
     batch: BatchKey
     kind: str
@@ -40,6 +96,17 @@ class Transfer:
     seq: int = 0  # arrival order, tie-breaker
 
 
+@dataclass(frozen=True)
+class BatchInfo:
+    """What becomes known about a mini-batch when its sampling finishes."""
+
+    feat_bytes: float  # feature bytes to gather (all stores together)
+    block_bytes: float  # sampled structure sent to the trainer
+    train_s: float  # expected forward+backward seconds on the trainer's device
+    feat_from: tuple[tuple[int, float], ...] = ()  # (store machine, bytes)
+    sampler: int = -1  # machine that sampled it
+
+
 @dataclass
 class PolicyContext:
     """What is known before the run starts (static facts, no mini-batch sizes)."""
@@ -47,14 +114,18 @@ class PolicyContext:
     trainers: int
     iterations: int
     prefetch: int  # the job's buffer bound, in mini-batches per trainer
-    train_s: list[float] = field(default_factory=list)  # expected train seconds per trainer
-    fetch_s: list[float] = field(default_factory=list)  # expected fetch seconds per trainer
+    train_s: list[float] = field(default_factory=list)  # expected train s per trainer (device)
+    fetch_s: list[float] = field(default_factory=list)  # expected feature-gathering s per trainer
+    sample_s: list[float] = field(default_factory=list)  # expected sampling s per trainer
     egress: list[float] = field(default_factory=list)  # bytes/s per machine
     ingress: list[float] = field(default_factory=list)
+    trainer_machine: list[int] = field(default_factory=list)
+    fetch_machine: list[int] = field(default_factory=list)
+    buffer_batches: list[int] = field(default_factory=list)  # batches the buffer memory holds
 
 
-class Policy(ABC):
-    """Base class; subclasses override the decisions they care about."""
+class Policy:
+    """Base class: arrival order everywhere. Subclasses override the decisions they care about."""
 
     name: ClassVar[str] = "base"
     sharing: ClassVar[str] = "fair"  # "fair": NICs share bandwidth; "priority": in order
@@ -63,8 +134,8 @@ class Policy(ABC):
         self.ctx = ctx
 
     # -------------------------------------------------------------- events
-    def on_sampled(self, batch: BatchKey, feat_bytes: float, now: float) -> None:
-        """A mini-batch was sampled; its feature bytes (and so its fetch work) are now known."""
+    def on_sampled(self, batch: BatchKey, info: BatchInfo, now: float) -> None:
+        """A mini-batch was sampled; its sizes (and so its fetch work) are now known."""
 
     def on_transfer_done(self, transfer: Transfer, now: float) -> None:
         """A transfer finished."""
@@ -72,17 +143,28 @@ class Policy(ABC):
     def on_trained(self, batch: BatchKey, now: float) -> None:
         """A trainer finished training `batch` (before the all-reduce barrier)."""
 
-    # -------------------------------------------------------------- decisions
-    @abstractmethod
-    def pick_batch(self, candidates: list[BatchKey], now: float) -> BatchKey:
-        """Which of the pending mini-batches a free sampler builds next."""
+    def on_barrier(self, iteration: int, now: float) -> None:
+        """Every trainer finished the all-reduce of `iteration`."""
 
-    @abstractmethod
+    # -------------------------------------------------------------- decisions
+    def pick_batch(self, candidates: list[BatchKey], now: float) -> BatchKey:
+        """Which of the ready mini-batches a free core samples next (default: first arrived)."""
+        return candidates[0]
+
+    def priority(self, transfer: Transfer) -> tuple:
+        """Sort key of a queued transfer, smaller first (default: arrival order)."""
+        return (transfer.seq,)
+
     def order(self, queue: list[Transfer], now: float) -> list[Transfer]:
         """The order in which a NIC serves its queued transfers."""
+        return sorted(queue, key=self.priority)
 
     def prefetch(self, trainer: int) -> int:
-        return self.ctx.prefetch
+        """Mini-batches a trainer may buffer ahead: the job's depth, capped by memory."""
+        depth = self.ctx.prefetch
+        if self.ctx.buffer_batches:
+            depth = min(depth, self.ctx.buffer_batches[trainer])
+        return max(1, depth)
 
 
 POLICIES: dict[str, type[Policy]] = {}
@@ -99,9 +181,75 @@ def register(name: str):
     return deco
 
 
-def get_policy(name: str) -> Policy:
+def get_policy(name: str | Policy) -> Policy:
+    """A fresh policy object by name (a Policy instance is passed through)."""
+    if isinstance(name, Policy):
+        return name
     try:
         return POLICIES[name]()
     except KeyError:
         raise ValueError(f"unknown policy {name!r} (known: {', '.join(sorted(POLICIES))})") \
             from None
+
+
+# ------------------------------------------------------------------------------ built-ins
+
+
+@register("fifo")
+class Fifo(Policy):
+    """What TCP and DistDGL do: requests in arrival order, every transfer at once, fair share."""
+
+    sharing = "fair"
+
+
+@register("gnnsched")
+class GnnSched(Policy):
+    """Lowest iteration first; within it the largest tail first; NICs send in priority order."""
+
+    sharing = "priority"
+
+    def reset(self, ctx: PolicyContext) -> None:
+        super().reset(ctx)
+        self._train: dict[BatchKey, float] = {}
+        self._relay: dict[BatchKey, float] = {}
+
+    def on_sampled(self, batch: BatchKey, info: BatchInfo, now: float) -> None:
+        self._train[batch] = info.train_s
+        w = batch.trainer
+        ctx = self.ctx
+        if ctx.fetch_machine and ctx.fetch_machine[w] != ctx.trainer_machine[w]:
+            f, t = ctx.fetch_machine[w], ctx.trainer_machine[w]
+            self._relay[batch] = info.feat_bytes / min(ctx.egress[f], ctx.ingress[t])
+
+    def on_trained(self, batch: BatchKey, now: float) -> None:
+        self._train.pop(batch, None)
+        self._relay.pop(batch, None)
+
+    def _tail(self, transfer: Transfer) -> float:
+        """Seconds of work the batch still needs after this transfer, before its barrier."""
+        b, w = transfer.batch, transfer.batch.trainer
+        ctx = self.ctx
+        if transfer.kind == "struct":  # still sampling: everything downstream remains
+            return (ctx.fetch_s[w] if ctx.fetch_s else 0.0) + (ctx.train_s[w] if ctx.train_s
+                                                                 else 0.0)
+        train = self._train.get(b, ctx.train_s[w] if ctx.train_s else 0.0)
+        if transfer.kind == "feat":
+            return train + self._relay.get(b, 0.0)
+        return train
+
+    def priority(self, transfer: Transfer) -> tuple:
+        return (transfer.batch.iteration, -self._tail(transfer), transfer.seq)
+
+    def pick_batch(self, candidates: list[BatchKey], now: float) -> BatchKey:
+        ctx = self.ctx
+
+        def key(ib: tuple[int, BatchKey]) -> tuple:
+            i, b = ib
+            tail = (ctx.fetch_s[b.trainer] + ctx.train_s[b.trainer]) if ctx.train_s else 0.0
+            return (b.iteration, -tail, i)
+
+        return min(enumerate(candidates), key=key)[1]
+
+
+__all__ = ["POLICIES", "BatchInfo", "BatchKey", "Fifo", "GnnSched", "Policy", "PolicyContext",
+           "Transfer", "get_policy", "register"]

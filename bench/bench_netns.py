@@ -1,0 +1,120 @@
+"""Benchmark the emulated cluster: achieved TCP rate vs the shaped rate, and up/down time.
+
+Run (as root): ``python bench/bench_netns.py [--quick] [--seconds 2] [--out docs/bench/netns.json]``
+
+Why: every runtime number on the emulated cluster is only as honest as its NIC shaping. For
+each rate a 2-host cluster is brought up, a bulk TCP transfer runs between two real processes
+in the hosts' namespaces, and the steady goodput (after the first 10% of bytes) is compared
+with the shaped rate -- at wire rates (default: goodput ~95%, as a real NIC's) and with
+``payload_rates`` (goodput should match the file). Asymmetric egress/ingress and the time to
+bring clusters of 4 and 16 hosts up and down are measured too. Traffic stays inside the
+namespaces this script creates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _spec(name: str, hosts: dict[str, tuple[float, float]]) -> Any:
+    from gnnsched.spec import cluster_from_dict
+
+    machines = [{"name": h, "cpus": 1, "memory_gb": 1,
+                 "nic": {"egress_gbps": eg / 1e3, "ingress_gbps": ing / 1e3}}
+                for h, (eg, ing) in hosts.items()]
+    machines[0]["partitions"] = [0]
+    return cluster_from_dict({"name": name, "machines": machines}, "<bench>")
+
+
+def _transfer(name: str, hosts: dict[str, tuple[float, float]], src: str, dst: str,
+              seconds: float, **opts: Any) -> dict[str, Any]:
+    from gnnsched.runtime.netns import emulated
+
+    spec = _spec(name, hosts)
+    shaped = min(hosts[src][0], hosts[dst][1])  # Mbit/s
+    nbytes = int(shaped * 1e6 / 8 * seconds)
+    with emulated(spec, gateway=False, **opts) as ec:
+        r = ec.measure_rate(src, dst, nbytes)
+    return {"src": src, "dst": dst, "egress_mbit": hosts[src][0], "ingress_mbit": hosts[dst][1],
+            "shaped_mbit": shaped, "measured_mbit": r["rate_Bps"] * 8 / 1e6,
+            "ratio": r["ratio"], "bytes": r["bytes"], "seconds": r["seconds"],
+            "payload_rates": bool(opts.get("payload_rates"))}
+
+
+def _updown(name: str, n: int) -> dict[str, Any]:
+    from gnnsched.runtime.netns import EmulatedCluster
+
+    ec = EmulatedCluster(_spec(name, {f"h{i}": (100, 100) for i in range(n)}))
+    t0 = time.perf_counter()
+    try:
+        ec.up()
+        t_up = time.perf_counter() - t0
+        reach = all(ec.ping("h0", f"h{i}") is not None for i in range(n))
+    finally:
+        t1 = time.perf_counter()
+        ec.down()
+    return {"hosts": n, "up_s": t_up, "down_s": time.perf_counter() - t1, "all_reachable": reach}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer rates, shorter transfers")
+    ap.add_argument("--seconds", type=float, default=2.0, help="length of each transfer")
+    ap.add_argument("--rates", type=float, nargs="*", default=None, help="Mbit/s to test")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "bench" / "netns.json"))
+    args = ap.parse_args(argv)
+    from gnnsched.runtime.netns import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        print(f"bench_netns: cannot build an emulated cluster here: {reason}", file=sys.stderr)
+        return 2
+    rates = args.rates or ([50, 200] if args.quick else [10, 50, 100, 200, 500, 1000])
+    seconds = 1.0 if args.quick else args.seconds
+    tag = f"b{os.getpid() % 10000}"
+    rows: list[dict[str, Any]] = []
+    for rate in rates:
+        for payload in (False, True):
+            rows.append(_transfer(f"{tag}r", {"a": (rate, rate), "b": (rate, rate)}, "a", "b",
+                                  seconds, payload_rates=payload))
+            r = rows[-1]
+            print(f"  {rate:7.0f} Mbit/s  payload_rates={payload!s:5}  "
+                  f"measured {r['measured_mbit']:8.2f}  ratio {r['ratio']:.3f}", flush=True)
+    asym = {"a": (40.0, 80.0), "b": (100.0, 60.0)}  # a->b egress-bound, b->a ingress-bound
+    for src, dst in (("a", "b"), ("b", "a")):
+        rows.append(_transfer(f"{tag}a", asym, src, dst, seconds))
+    updown = [_updown(f"{tag}u{n}", n) for n in ((4,) if args.quick else (4, 16))]
+
+    print()
+    print(f"{'src->dst':9} {'egress':>7} {'ingress':>7} {'shaped':>7} {'measured':>9} "
+          f"{'ratio':>6}  goodput basis")
+    for r in rows:
+        print(f"{r['src'] + '->' + r['dst']:9} {r['egress_mbit']:7.0f} {r['ingress_mbit']:7.0f} "
+              f"{r['shaped_mbit']:7.0f} {r['measured_mbit']:9.2f} {r['ratio']:6.3f}  "
+              f"{'payload' if r['payload_rates'] else 'wire'}")
+    print("(Mbit/s; ratio = measured TCP goodput / shaped rate)")
+    for u in updown:
+        print(f"{u['hosts']:3d} hosts: up {u['up_s']:.2f} s, down {u['down_s']:.2f} s, "
+              f"all reachable: {u['all_reachable']}")
+    out = {"bench": "netns", "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+           "machine": {"kernel": platform.release(), "cpus": os.cpu_count(),
+                       "python": platform.python_version()},
+           "seconds_per_transfer": seconds, "mtu": 1500, "transfers": rows, "updown": updown,
+           "within_10pct": all(0.9 <= r["ratio"] <= 1.1 for r in rows)}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

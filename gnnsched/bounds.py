@@ -1,0 +1,372 @@
+"""Lower bounds and exact schedules: what no online policy can beat.
+
+* :func:`plan_bound` — per plan, from mean costs (``Workload.bound``): the most loaded
+  resource per iteration and the longest dependency chain. What placers optimise.
+* :func:`instance_bound` — the same two arguments on a drawn :class:`Instance` (the actual
+  mini-batch sizes the simulator runs), so it is a true lower bound of every simulated epoch.
+* :func:`isolation_bound` — the per-iteration *upper* bound the ``gnnsched`` policy guarantees
+  (see :mod:`gnnsched.policy`).
+* :func:`exact_schedule` — CP-SAT's optimal schedule of a small instance (<= 4 machines,
+  <= 24 mini-batches), for measuring each policy's gap to the optimum.
+
+The exact model mirrors the simulator step by step (cores, sampler processes, dispatch in
+iteration order, the prefetch window, struct -> block / features -> relay -> train, the
+barrier with the all-reduce reserving its rate on the trainer machines' NICs, latencies), with
+one restriction: every transfer runs at its full rate ``min(egress, ingress)`` from start to end
+(each NIC direction is a cumulative resource whose capacity is its bandwidth). Those are the
+schedules the simulator's ``priority`` sharing realises when the order leaves a transfer alone
+on its path; the fluid simulator may also split a NIC between transfers, so a policy can land
+slightly *below* this optimum — the model's optimum is an upper bound on the fluid optimum and
+both are above :func:`instance_bound`. Durations are rounded up to a time unit of
+``lower bound / 10000``, so the reported optimum is at most ~0.5% above the model's.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from gnnsched.plan import Plan
+from gnnsched.simulator import Instance
+from gnnsched.workload import Bound, Workload
+
+
+def plan_bound(workload: Workload, plan: Plan) -> Bound:
+    """Per-plan lower bound from mean costs (re-export of ``Workload.bound``)."""
+    return workload.bound(plan)
+
+
+def _min_over(choices: list[float]) -> float:
+    return min(choices) if choices else 0.0
+
+
+def instance_bound(inst: Instance) -> Bound:
+    """Lower bound of a drawn instance: most loaded resource and the barrier chain.
+
+    Work whose resource depends on which sampler machine builds a batch (a trainer with
+    samplers on several hosts) is counted at its minimum over those hosts.
+    """
+    M, W, K = inst.M, inst.W, inst.K
+    out, inn = [0.0] * M, [0.0] * M
+    cpu = [0.0] * M
+    slots_on = [0] * M
+    trainer_cpu = 0.0
+    for w in range(W):
+        S_all = [m for m, _ in inst.samplers[w]]
+        for m, c in inst.samplers[w]:
+            slots_on[m] += c
+        Tw, Fw = inst.T[w], inst.F[w]
+        single = len(S_all) == 1
+        tot_s = sum(inst.sample_s[w])
+        trainer_cpu = max(trainer_cpu, tot_s / sum(c for _, c in inst.samplers[w]))
+        if single:
+            cpu[S_all[0]] += tot_s
+        for k in range(K):
+            for m, b in inst.struct[w][k]:
+                out[m] += _min_over([0.0 if m == S else b for S in S_all])
+                if single and m != S_all[0]:
+                    inn[S_all[0]] += b
+            if single and S_all[0] != Tw:
+                out[S_all[0]] += inst.block[w][k]
+            inn[Tw] += _min_over([0.0 if S == Tw else inst.block[w][k] for S in S_all])
+            for m, b in inst.feat[w][k]:
+                if m != Fw:
+                    out[m] += b
+                    inn[Fw] += b
+            if Fw != Tw:
+                out[Fw] += inst.feat_total[w][k]
+                inn[Tw] += inst.feat_total[w][k]
+    A = inst.allreduce_s
+    for m, g in inst.grad_rate.items():
+        out[m] += K * g * A
+        inn[m] += K * g * A
+    best = ("nothing", 0.0)
+
+    def consider(name: str, v: float) -> None:
+        nonlocal best
+        if v > best[1]:
+            best = (name, v)
+
+    for m in range(M):
+        consider(f"egress of {inst.names[m]}", out[m] / inst.egress[m])
+        consider(f"ingress of {inst.names[m]}", inn[m] / inst.ingress[m])
+        if cpu[m] > 0:
+            consider(f"cpu of {inst.names[m]}", cpu[m] / max(min(inst.cores[m], slots_on[m]), 1))
+    usable = sum(min(inst.cores[m], slots_on[m]) for m in range(M))
+    consider("all sampler cores", sum(map(sum, inst.sample_s)) / max(usable, 1))
+    consider("samplers of one trainer", trainer_cpu)
+    for w in range(W):
+        consider(f"device of trainer {w}", sum(inst.train_s[w]) + K * A)
+    first = max(_first_data(inst, w) + inst.train_s[w][0] for w in range(W)) + A
+    chain = first + sum(max(inst.train_s[w][k] for w in range(W)) + A for k in range(1, K))
+    res = best[1]
+    return Bound(res / K, chain, max(res, chain),
+                 best[0] if res >= chain else "barrier chain")
+
+
+def _batch_chain(inst: Instance, w: int, k: int, S: int) -> tuple[float, list[tuple[str, int]]]:
+    """Batch (w, k) sampled on S, every transfer alone at full rate: time and resources."""
+    lat = inst.latency
+    Tw, Fw = inst.T[w], inst.F[w]
+    t = inst.sample_s[w][k]
+    res: list[tuple[str, int]] = [("cpu", S)]
+    st = 0.0
+    for m, b in inst.struct[w][k]:
+        if m != S and b > 0:
+            st = max(st, b / inst.rate(m, S) + lat)
+            res += [("out", m), ("in", S)]
+    t += st
+    blk = 0.0
+    if S != Tw and inst.block[w][k] > 0:
+        blk = inst.block[w][k] / inst.rate(S, Tw) + lat
+        res += [("out", S), ("in", Tw)]
+    ft = 0.0
+    for m, b in inst.feat[w][k]:
+        if m != Fw and b > 0:
+            ft = max(ft, b / inst.rate(m, Fw) + lat)
+            res += [("out", m), ("in", Fw)]
+    if Fw != Tw and inst.feat_total[w][k] > 0:
+        ft += inst.feat_total[w][k] / inst.rate(Fw, Tw) + lat
+        res += [("out", Fw), ("in", Tw)]
+    return t + max(blk, ft), res
+
+
+def _first_data(inst: Instance, w: int) -> float:
+    return min(_batch_chain(inst, w, 0, S)[0] for S, _ in inst.samplers[w])
+
+
+def iteration_loads(inst: Instance, k: int) -> dict[tuple[str, int], float]:
+    """Seconds of iteration-k work on every resource, counting sampler-dependent work on
+    every host it might run on (an over-estimate, as an upper bound needs)."""
+    L: dict[tuple[str, int], float] = {}
+
+    def add(key: tuple[str, int], v: float) -> None:
+        L[key] = L.get(key, 0.0) + v
+
+    for w in range(inst.W):
+        Tw, Fw = inst.T[w], inst.F[w]
+        for S, _ in inst.samplers[w]:
+            add(("cpu", S), inst.sample_s[w][k] / inst.cores[S])
+            for m, b in inst.struct[w][k]:
+                if m != S:
+                    add(("out", m), b / inst.egress[m])
+                    add(("in", S), b / inst.ingress[S])
+            if S != Tw:
+                add(("out", S), inst.block[w][k] / inst.egress[S])
+                add(("in", Tw), inst.block[w][k] / inst.ingress[Tw])
+        for m, b in inst.feat[w][k]:
+            if m != Fw:
+                add(("out", m), b / inst.egress[m])
+                add(("in", Fw), b / inst.ingress[Fw])
+        if Fw != Tw:
+            add(("out", Fw), inst.feat_total[w][k] / inst.egress[Fw])
+            add(("in", Tw), inst.feat_total[w][k] / inst.ingress[Tw])
+    return L
+
+
+def isolation_bound(inst: Instance, k: int) -> float:
+    """Right-hand side of the gnnsched guarantee: B_k - B_{k-1} never exceeds this."""
+    L = iteration_loads(inst, k)
+    s_max = max(max(row) for row in inst.sample_s)
+    worst = 0.0
+    for w in range(inst.W):
+        for S, _ in inst.samplers[w]:
+            c, res = _batch_chain(inst, w, k, S)
+            worst = max(worst, c + inst.train_s[w][k] + sum(L.get(r, 0.0) for r in set(res)))
+    return inst.allreduce_s + s_max + worst
+
+
+# ------------------------------------------------------------------------------ exact
+
+
+@dataclass
+class ExactResult:
+    status: str  # OPTIMAL | FEASIBLE | INFEASIBLE | UNKNOWN
+    makespan_s: float  # best schedule found (inf if none)
+    bound_s: float  # CP-SAT's proven lower bound on the model's optimum
+    unit_s: float  # time unit durations were rounded up to
+    wall_s: float
+    train_start: list[list[float]] | None = None  # [W][K] of the best schedule
+
+    @property
+    def optimal(self) -> bool:
+        return self.status == "OPTIMAL"
+
+
+MAX_EXACT_MACHINES = 4
+MAX_EXACT_BATCHES = 24
+
+
+def exact_schedule(inst: Instance, *, time_limit: float = 10.0, workers: int = 2,
+                   prefetch: int | None = None, resolution: int = 10000) -> ExactResult:
+    """Optimal schedule of a small instance with CP-SAT (intervals + cumulative NICs/cores)."""
+    if inst.M > MAX_EXACT_MACHINES or inst.W * inst.K > MAX_EXACT_BATCHES:
+        raise ValueError(f"exact schedules are for <= {MAX_EXACT_MACHINES} machines and <= "
+                         f"{MAX_EXACT_BATCHES} mini-batches (got {inst.M} machines, "
+                         f"{inst.W * inst.K} mini-batches)")
+    from ortools.sat.python import cp_model
+
+    t0 = time.perf_counter()
+    W, K, M = inst.W, inst.K, inst.M
+    pf = inst.prefetch_depths(prefetch)
+    lb = instance_bound(inst).epoch_s
+    unit = max(lb, 1e-12) / resolution
+
+    def dur(x: float) -> int:
+        return max(0, math.ceil(x / unit - 1e-9))
+
+    lat = dur(inst.latency) if inst.latency > 0 else 0
+    bws = [b for b in inst.egress + inst.ingress if b > 0]
+    bu = min(bws) / 1000.0
+    ecap = [max(1, round(b / bu)) for b in inst.egress]
+    icap = [max(1, round(b / bu)) for b in inst.ingress]
+    A = dur(inst.allreduce_s) if inst.allreduce_s > 0 else 0
+
+    # horizon: everything one after another is a feasible schedule
+    H = 0
+    for w in range(W):
+        for k in range(K):
+            c, _ = max((_batch_chain(inst, w, k, S) for S, _ in inst.samplers[w]),
+                       key=lambda x: x[0])
+            n_tr = 3 + len(inst.struct[w][k]) + len(inst.feat[w][k])
+            H += dur(c) + n_tr * (lat + 1) + dur(inst.train_s[w][k]) + 2
+        H += A + 1
+    H = int(H * 1.05) + 10
+
+    m = cp_model.CpModel()
+    egress: list[list[tuple]] = [[] for _ in range(M)]
+    ingress: list[list[tuple]] = [[] for _ in range(M)]
+    cpu_on: list[list] = [[] for _ in range(M)]
+    slots_on = [0] * M
+    slot_iv: dict[tuple[int, int], list] = {}
+
+    def transfer(src: int, dst: int, nbytes: float, ready, present) -> tuple:
+        d = dur(nbytes / inst.rate(src, dst))
+        s = m.NewIntVar(0, H, "")
+        if present is None:
+            iv = m.NewIntervalVar(s, d, s + d, "")
+            m.Add(s >= ready)
+        else:
+            iv = m.NewOptionalIntervalVar(s, d, s + d, present, "")
+            m.Add(s >= ready).OnlyEnforceIf(present)
+        dem = min(ecap[src], icap[dst])
+        egress[src].append((iv, dem))
+        ingress[dst].append((iv, dem))
+        return s, d
+
+    train_s: list[list] = [[None] * K for _ in range(W)]
+    samp_s: list[list] = [[None] * K for _ in range(W)]
+    for w in range(W):
+        for S, c in inst.samplers[w]:
+            slots_on[S] += c
+    for k in range(K):
+        for w in range(W):
+            Tw, Fw = inst.T[w], inst.F[w]
+            s_b = m.NewIntVar(0, H, f"s{w}_{k}")
+            samp_s[w][k] = s_b
+            sampled = m.NewIntVar(0, H, "")
+            block_ok = m.NewIntVar(0, H, "")
+            d_cpu = dur(inst.sample_s[w][k])
+            m.Add(sampled >= s_b + d_cpu)
+            choices = inst.samplers[w]
+            lits = [None] if len(choices) == 1 else [m.NewBoolVar("") for _ in choices]
+            if len(choices) > 1:
+                m.AddExactlyOne(lits)
+            for (S, _), x in zip(choices, lits):
+                if x is None:
+                    cpu = m.NewIntervalVar(s_b, d_cpu, s_b + d_cpu, "")
+                    size = m.NewIntVar(0, H, "")
+                    slot = m.NewIntervalVar(s_b, size, sampled, "")
+                else:
+                    cpu = m.NewOptionalIntervalVar(s_b, d_cpu, s_b + d_cpu, x, "")
+                    size = m.NewIntVar(0, H, "")
+                    slot = m.NewOptionalIntervalVar(s_b, size, sampled, x, "")
+                cpu_on[S].append(cpu)
+                slot_iv.setdefault((w, S), []).append(slot)
+                for src, b in inst.struct[w][k]:
+                    if src != S and b > 0:
+                        st, d = transfer(src, S, b, s_b + d_cpu, x)
+                        c = m.Add(sampled >= st + d + lat)
+                        if x is not None:
+                            c.OnlyEnforceIf(x)
+                if S != Tw and inst.block[w][k] > 0:
+                    bt, d = transfer(S, Tw, inst.block[w][k], sampled, x)
+                    c = m.Add(block_ok >= bt + d + lat)
+                else:
+                    c = m.Add(block_ok >= sampled)
+                if x is not None:
+                    c.OnlyEnforceIf(x)
+            feat_f = m.NewIntVar(0, H, "")
+            m.Add(feat_f >= sampled)
+            for src, b in inst.feat[w][k]:
+                if src != Fw and b > 0:
+                    ft, d = transfer(src, Fw, b, sampled, None)
+                    m.Add(feat_f >= ft + d + lat)
+            feat_ok = feat_f
+            if Fw != Tw and inst.feat_total[w][k] > 0:
+                feat_ok = m.NewIntVar(0, H, "")
+                rt, d = transfer(Fw, Tw, inst.feat_total[w][k], feat_f, None)
+                m.Add(feat_ok >= rt + d + lat)
+            tr = m.NewIntVar(0, H, f"t{w}_{k}")
+            m.Add(tr >= block_ok)
+            m.Add(tr >= feat_ok)
+            train_s[w][k] = tr
+    barrier = []
+    for k in range(K):
+        ends = [train_s[w][k] + dur(inst.train_s[w][k]) for w in range(W)]
+        last = m.NewIntVar(0, H, f"last{k}")
+        m.AddMaxEquality(last, ends)
+        B = m.NewIntVar(0, H, f"B{k}")
+        m.Add(B == last + A)
+        barrier.append(B)
+        if A > 0 and inst.grad_rate:
+            iv = m.NewIntervalVar(last, A, B, "")
+            for mm, g in inst.grad_rate.items():
+                egress[mm].append((iv, min(ecap[mm], math.ceil(g / bu))))
+                ingress[mm].append((iv, min(icap[mm], math.ceil(g / bu))))
+        if k + 1 < K:
+            for w in range(W):
+                m.Add(train_s[w][k + 1] >= B)
+    for w in range(W):
+        for k in range(1, K):
+            m.Add(samp_s[w][k] >= samp_s[w][k - 1])
+        for k in range(pf[w], K):
+            m.Add(samp_s[w][k] >= train_s[w][k - pf[w]])
+    for S in range(M):
+        if cpu_on[S] and slots_on[S] > inst.cores[S]:
+            m.AddCumulative(cpu_on[S], [1] * len(cpu_on[S]), inst.cores[S])
+    for w in range(W):
+        for S, c in inst.samplers[w]:
+            ivs = slot_iv.get((w, S), [])
+            if len(ivs) > c:
+                if c == 1:
+                    m.AddNoOverlap(ivs)
+                else:
+                    m.AddCumulative(ivs, [1] * len(ivs), c)
+    for res, caps in ((egress, ecap), (ingress, icap)):
+        for r in range(M):
+            items = res[r]
+            if len(items) < 2:
+                continue
+            if all(d >= caps[r] for _, d in items):
+                m.AddNoOverlap([iv for iv, _ in items])
+            else:
+                m.AddCumulative([iv for iv, _ in items], [d for _, d in items], caps[r])
+    m.Minimize(barrier[-1])
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = workers
+    solver.parameters.max_time_in_seconds = time_limit
+    solver.parameters.random_seed = 0
+    st = solver.Solve(m)
+    name = solver.StatusName(st)
+    wall = time.perf_counter() - t0
+    if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        starts = [[solver.Value(train_s[w][k]) * unit for k in range(K)] for w in range(W)]
+        return ExactResult(name, solver.Value(barrier[-1]) * unit,
+                           solver.BestObjectiveBound() * unit, unit, wall, starts)
+    return ExactResult(name, math.inf, solver.BestObjectiveBound() * unit, unit, wall)
+
+
+__all__ = ["ExactResult", "exact_schedule", "instance_bound", "isolation_bound",
+           "iteration_loads", "plan_bound"]

@@ -1,0 +1,319 @@
+"""Baseline placers: what gnnsched is measured against.
+
+* ``colocation`` — DistDGL: every store machine runs its own partitions' trainer and samplers;
+  where that is impossible (no device, no room) the trainer moves to the nearest machine with
+  a free device, and the plan says colocation was infeasible.
+* ``random`` — a seeded, feasible, uniformly drawn placement: the floor any placer must beat.
+* ``greedy`` — HEFT-style list placement: trainer tasks in order of work, each to the device
+  (and sampler host) where, given what is already placed, it finishes earliest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from gnnsched.placement.placer import (
+    MAX_SAMPLERS,
+    Placer,
+    Problem,
+    bundle_parts,
+    fill_samplers,
+    is_feasible,
+    main_store,
+    register,
+    transfers,
+)
+from gnnsched.plan import Plan, TrainerPlan
+from gnnsched.spec import SpecError
+
+
+class Ledger:
+    """Free devices, cores and host memory while a placer commits tasks one by one."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.pb = problem
+        self.cores = problem.cpus.copy()
+        self.memory = problem.free_memory()
+        gpu_free: dict[int, list[int]] = {}
+        for s in problem.slots:
+            gpu_free.setdefault(s.machine, []).extend(s.devices)
+        self.devices = {m: sorted(d) for m, d in gpu_free.items()}
+
+    def device_for(self, m: int, parts: Sequence[int]) -> int | None:
+        """A free GPU on machine `m` big enough for a trainer of `parts` (fastest first)."""
+        c = self.pb.cost(parts)
+        need = self.pb.trainer_gpu_bytes(c)
+        if self.cores[m] < 1 or self.memory[m] < self.pb.trainer_host_bytes(c):
+            return None
+        gpus = self.pb.cluster.machines[m].gpus
+        ok = [d for d in self.devices.get(m, []) if gpus[d].memory >= need]
+        return max(ok, key=lambda d: (gpus[d].speed, -d)) if ok else None
+
+    def take_trainer(self, m: int, d: int, parts: Sequence[int]) -> None:
+        self.devices[m].remove(d)
+        self.cores[m] -= 1
+        self.memory[m] -= self.pb.trainer_host_bytes(self.pb.cost(parts))
+
+    def can_sample(self, m: int, parts: Sequence[int], reserve: int = 0) -> bool:
+        c = self.pb.cost(parts)
+        return self.pb.can_sample[m] and self.cores[m] - reserve >= 1 and \
+            self.memory[m] >= self.pb.sampler_bytes(c)
+
+    def take_sampler(self, m: int, parts: Sequence[int]) -> None:
+        self.cores[m] -= 1
+        self.memory[m] -= self.pb.sampler_bytes(self.pb.cost(parts))
+
+
+def _trainer(i: int, problem: Problem, T: int, d: int, parts: Sequence[int], S: int,
+             F: int | None = None) -> TrainerPlan:
+    n = problem.names
+    return TrainerPlan(i, n[T], d, tuple(sorted(parts)), ((n[S], 1),), n[T if F is None else F])
+
+
+def _sampler_host(ledger: Ledger, problem: Problem, prefer: Sequence[int],
+                  parts: Sequence[int]) -> int:
+    """First machine of `prefer` (then any) with a free core for one more sampler."""
+    for m in list(prefer) + sorted(range(problem.M), key=lambda m: -ledger.cores[m]):
+        if ledger.can_sample(m, parts):
+            return m
+    raise SpecError(problem.cluster.source, "machines[*].cpus",
+                    "no core left for a sampler after placing the trainers",
+                    "more cores on machines that may sample, or fewer trainers")
+
+
+# ---------------------------------------------------------------------- colocation
+
+
+@register("colocation")
+class Colocation(Placer):
+    """DistDGL semantics: each store machine trains on its own partitions, with its samplers."""
+
+    def place_problem(self, problem: Problem, *, seed: int = 0,
+                      budget: float | None = None) -> Plan:
+        W, cl = problem.W, problem.cluster
+        stores = sorted({problem.store_of[p] for p in range(problem.P)})
+        parts_of = {s: sorted(cl.machines[s].partitions) for s in stores}
+        notes: list[str] = []
+        # trainers per store: round-robin, never more than the parts a store holds
+        groups: list[tuple[int, list[int]]] = []  # (home store, parts)
+        if W >= len(stores):
+            count = {s: 0 for s in stores}
+            left = W
+            while left:
+                moved = False
+                for s in stores:
+                    if left and count[s] < len(parts_of[s]):
+                        count[s] += 1
+                        left -= 1
+                        moved = True
+                if not moved:
+                    break
+            for s in stores:
+                chunks = np.array_split(np.array(parts_of[s]), count[s])
+                groups.extend((s, [int(p) for p in ch]) for ch in chunks)
+        else:
+            notes.append(f"{len(stores)} store machines but only {W} trainers: stores are "
+                         "grouped, so not every store trains on its own data")
+            for ch in np.array_split(np.array(stores), W):
+                groups.append((int(ch[0]), [p for s in ch for p in parts_of[int(s)]]))
+        ledger = Ledger(problem)
+        homes: list[tuple[int, int]] = []
+        # first pass: trainers that fit on their own store machine
+        placed: dict[int, tuple[int, int]] = {}
+        for i, (s, parts) in enumerate(groups):
+            d = ledger.device_for(s, parts)
+            if d is not None:
+                ledger.take_trainer(s, d, parts)
+                placed[i] = (s, d)
+        # second pass: the rest go to the nearest machine with a free device
+        for i, (s, parts) in enumerate(groups):
+            if i in placed:
+                continue
+            why = self._why(problem, s)
+            best = None
+            for m in range(problem.M):
+                d = ledger.device_for(m, parts)
+                if d is None:
+                    continue
+                st = cl.machines[s]
+                bw = min(st.egress, cl.machines[m].ingress)
+                key = (-bw, abs(m - s), m)
+                if best is None or key < best[0]:
+                    best = (key, m, d)
+            if best is None:
+                raise SpecError(problem.job.source, "trainers",
+                                f"no free device left for the trainer of partitions {parts}",
+                                "fewer trainers or more GPUs")
+            _, m, d = best
+            ledger.take_trainer(m, d, parts)
+            placed[i] = (m, d)
+            notes.append(f"colocation infeasible: store {problem.names[s]} {why}; its trainer "
+                         f"(partitions {_span(parts)}) runs on {problem.names[m]}")
+        trainers = []
+        for i, (s, parts) in enumerate(groups):
+            m, d = placed[i]
+            homes.append((s, m))
+            S = _sampler_host(ledger, problem, [s, m], parts)
+            ledger.take_sampler(S, parts)
+            trainers.append(_trainer(i, problem, m, d, parts, S))
+        feasible = W >= len(stores) and all(s == m for s, m in homes)
+        plan = problem.make_plan("colocation", trainers, notes, colocation_feasible=feasible)
+        return fill_samplers(problem, plan)
+
+    @staticmethod
+    def _why(problem: Problem, s: int) -> str:
+        m = problem.cluster.machines[s]
+        if not m.can("train"):
+            return "may not train (roles)"
+        if not m.gpus:
+            return "has no GPU"
+        return "has no free GPU with room (devices, memory or cores taken)"
+
+
+def _span(parts: Sequence[int]) -> str:
+    parts = sorted(parts)
+    if len(parts) > 2 and parts[-1] - parts[0] == len(parts) - 1:
+        return f"{parts[0]}-{parts[-1]}"
+    return ",".join(str(p) for p in parts)
+
+
+# ---------------------------------------------------------------------- random
+
+
+@register("random")
+class RandomPlacer(Placer):
+    """Uniform over feasible plans (by rejection): devices, part split, sampler hosts, gathers."""
+
+    def place_problem(self, problem: Problem, *, seed: int = 0,
+                      budget: float | None = None) -> Plan:
+        rng = np.random.default_rng(seed)
+        for _ in range(200):
+            plan = self._draw(problem, rng)
+            if plan is not None and is_feasible(problem, plan):
+                return plan
+        raise SpecError(problem.cluster.source, "machines",
+                        "random placement found no feasible plan in 200 draws",
+                        "more memory or cores, or use --placer greedy")
+
+    @staticmethod
+    def _draw(problem: Problem, rng: np.random.Generator) -> Plan | None:
+        W, P = problem.W, problem.P
+        order = rng.permutation(P)
+        cuts = np.sort(rng.choice(np.arange(1, P), size=W - 1, replace=False)) if W > 1 else []
+        groups = [sorted(int(p) for p in g) for g in np.split(order, cuts)]
+        ledger = Ledger(problem)
+        devices = [(s.machine, d) for s in problem.slots for d in s.devices]
+        picks = rng.permutation(len(devices))
+        trainers = []
+        k = 0
+        for i, parts in enumerate(groups):
+            while k < len(picks):
+                m, d = devices[picks[k]]
+                k += 1
+                if d in ledger.devices.get(m, []) and ledger.device_for(m, parts) is not None \
+                        and problem.cluster.machines[m].gpus[d].memory >= \
+                        problem.trainer_gpu_bytes(problem.cost(parts)):
+                    ledger.take_trainer(m, d, parts)
+                    break
+            else:
+                return None
+            trainers.append((i, m, d, parts))
+        out = []
+        hosts = [m for m in range(problem.M) if problem.can_sample[m]]
+        fetchers = [m for m in range(problem.M) if problem.can_fetch[m]]
+        for i, m, d, parts in trainers:
+            ok = [h for h in hosts if ledger.can_sample(h, parts)]
+            if not ok:
+                return None
+            S = int(rng.choice(ok))
+            n = int(rng.integers(1, max(1, min(MAX_SAMPLERS, ledger.cores[S])) + 1))
+            cnt = 0
+            while cnt < n and ledger.can_sample(S, parts):
+                ledger.take_sampler(S, parts)
+                cnt += 1
+            F = m if rng.random() < 0.5 or not fetchers else int(rng.choice(fetchers))
+            tp = TrainerPlan(i, problem.names[m], d, tuple(parts),
+                             ((problem.names[S], cnt),), problem.names[F])
+            out.append(tp)
+        return problem.make_plan("random", out)
+
+
+# ---------------------------------------------------------------------- greedy
+
+
+@register("greedy")
+class GreedyPlacer(Placer):
+    """HEFT-style: biggest trainer task first, each to the option where it finishes earliest.
+
+    "Finishes" is the most loaded resource it touches (its device, its samplers, the NICs
+    its mini-batches cross) after adding it to what is already placed.
+    """
+
+    def place_problem(self, problem: Problem, *, seed: int = 0,
+                      budget: float | None = None) -> Plan:
+        return greedy_plan(problem, bundle_parts(problem))
+
+
+def greedy_plan(problem: Problem, bundles: Sequence[Sequence[int]],
+                placer: str = "greedy") -> Plan:
+    """List placement of fixed part bundles (also CP-SAT's warm start)."""
+    cl = problem.cluster
+    eg = np.array([m.egress for m in cl.machines])
+    ig = np.array([m.ingress for m in cl.machines])
+    mean_bw = float(np.mean(np.minimum(eg, ig)))
+    out_s, in_s = np.zeros(problem.M), np.zeros(problem.M)
+    W = len(bundles)
+    ar_bytes = 2.0 * (W - 1) / W * problem.profile.grad_bytes if W > 1 else 0.0
+    gpus_on = np.zeros(problem.M, dtype=np.int64)
+    for s in problem.slots:
+        gpus_on[s.machine] += s.count
+
+    def work(parts: Sequence[int]) -> float:
+        c = problem.cost(parts)
+        return c.train_s + c.sample_s + (c.feat_bytes + c.block_bytes) / mean_bw
+
+    order = sorted(range(len(bundles)), key=lambda b: (-work(bundles[b]), b))
+    ledger = Ledger(problem)
+    chosen: dict[int, tuple[int, int, int]] = {}
+    for b in order:
+        parts = bundles[b]
+        c = problem.cost(parts)
+        home = main_store(problem, parts)
+        best = None
+        for T in sorted(ledger.devices):
+            d = ledger.device_for(T, parts)
+            if d is None:
+                continue
+            speed = cl.machines[T].gpus[d].speed
+            for S in dict.fromkeys([T, home]):
+                reserve = 1 if S == T else 0
+                if not ledger.can_sample(S, parts, reserve):
+                    continue
+                share = max(1, int(gpus_on[S]) if S == T else 2)
+                n = max(1, min(MAX_SAMPLERS, (ledger.cores[S] - reserve) // share))
+                o, i = out_s.copy(), in_s.copy()
+                for src, dst, v, _ in transfers(c, T, [(S, 1.0)], T):
+                    o[src] += v / eg[src]
+                    i[dst] += v / ig[dst]
+                o[T] += ar_bytes / eg[T]
+                i[T] += ar_bytes / ig[T]
+                finish = max(o.max(), i.max(), c.train_s / speed, c.sample_s / n)
+                key = (finish, -speed, S != T, T)
+                if best is None or key < best[0]:
+                    best = (key, T, d, S, o, i)
+        if best is None:
+            raise SpecError(problem.job.source, "trainers",
+                            f"greedy placement ran out of devices at the trainer of parts "
+                            f"{list(parts)}", "fewer trainers or more GPUs")
+        _, T, d, S, out_s, in_s = best
+        ledger.take_trainer(T, d, parts)
+        ledger.take_sampler(S, parts)
+        chosen[b] = (T, d, S)
+    trainers = [_trainer(b, problem, *chosen[b][:2], bundles[b], chosen[b][2])
+                for b in range(len(bundles))]
+    return fill_samplers(problem, problem.make_plan(placer, trainers))
+
+
+__all__ = ["Colocation", "GreedyPlacer", "Ledger", "RandomPlacer", "greedy_plan"]

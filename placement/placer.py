@@ -1,0 +1,488 @@
+"""The placer interface, its registry, and the resource rules every placer obeys.
+
+A placer turns (cluster, job, profile) into a :class:`~gnnsched.plan.Plan`: the device of every
+trainer, the partitions whose seeds it owns, where its samplers run (and how many) and where its
+feature gathering runs. All placers share :class:`Problem` (the resource rules and the cost
+model, :class:`~gnnsched.workload.Workload`), so a plan that one placer may produce is one that
+every other could have produced, and :func:`check_resources` is the single feasibility test.
+
+Resource rules (what a machine must hold, estimated from the profile's sizes):
+
+* cores: every trainer and every sampler process takes one core
+  (``trainers + samplers <= cpus``); gathering and the store server are I/O-bound and share;
+* host memory: the partitions it stores (when the profile says how big they are), and per
+  trainer a model copy plus ``prefetch`` buffered mini-batches, per sampler two blocks, per
+  relay ``prefetch`` gathered feature messages, plus ``PROCESS_BYTES`` per process;
+* GPU memory: the model plus two mini-batches (the one training and the next);
+* roles: trainers only where ``train`` is allowed, samplers where ``sample`` is, relays where
+  ``fetch`` is.
+
+Pure logic: no torch, no DGL, no runtime.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, ClassVar
+
+import numpy as np
+
+from gnnsched.plan import Plan, TrainerPlan
+from gnnsched.profile import CostProfile
+from gnnsched.spec import GB, ClusterSpec, JobSpec, SpecError, check_compatible
+from gnnsched.workload import PartCost, Workload
+
+Scorer = Callable[[Plan], float]  # a plan's predicted epoch seconds (lower is better)
+
+PROCESS_BYTES = 0.25 * GB  # resident size of one Python worker process (trainer or sampler)
+MAX_SAMPLERS = 8  # samplers per trainer; more only queue behind the prefetch bound
+
+
+@dataclass(frozen=True)
+class Slot:
+    """GPUs of one kind on one machine: trainers placed on them are interchangeable."""
+
+    machine: int
+    devices: tuple[int, ...]
+    speed: float
+    gpu_memory: float
+
+    @property
+    def count(self) -> int:
+        return len(self.devices)
+
+
+class Problem:
+    """What every placer needs: the cost model, the devices, and the resource limits.
+
+    Construction checks that the job can fit at all and raises a :class:`SpecError` naming
+    the shortage (devices, GPU memory, host memory, cores) otherwise.
+    """
+
+    def __init__(self, cluster: ClusterSpec, job: JobSpec, profile: CostProfile) -> None:
+        check_compatible(cluster, job)
+        if profile.num_parts != cluster.num_parts:
+            raise SpecError("cost profile", "num_parts",
+                            f"profile has {profile.num_parts} partitions, cluster "
+                            f"{cluster.source} stores {cluster.num_parts}",
+                            "a profile of this job's partitions")
+        self.cluster, self.job, self.profile = cluster, job, profile
+        self.wl = Workload(cluster, job, profile)
+        self.M = len(cluster.machines)
+        self.W = job.trainers
+        self.P = cluster.num_parts
+        self.names = [m.name for m in cluster.machines]
+        self.cpus = np.array([m.cpus for m in cluster.machines], dtype=np.int64)
+        self.can_sample = [m.can("sample") for m in cluster.machines]
+        self.can_fetch = [m.can("fetch") for m in cluster.machines]
+        self.store_of = list(cluster.part_stores)
+        self.notes: list[str] = []
+        self._costs: dict[tuple[int, ...], PartCost] = {}
+        self.part_bytes = self._part_bytes()
+        self.resident = np.zeros(self.M)
+        for p, b in enumerate(self.part_bytes):
+            self.resident[self.store_of[p]] += b
+        self.slots = self._slots()
+        self._check_fits()
+
+    # ------------------------------------------------------------------ sizes
+    def _part_bytes(self) -> list[float]:
+        """Bytes each stored partition keeps in memory, when the profile can tell."""
+        meta = self.profile.meta or {}
+        if isinstance(meta.get("part_bytes"), list) and len(meta["part_bytes"]) == self.P:
+            return [float(b) for b in meta["part_bytes"]]
+        if "num_nodes" in meta and "num_edges" in meta:
+            seeds = np.array([pp.train_seeds for pp in self.profile.parts], dtype=float)
+            share = seeds / seeds.sum() if seeds.sum() > 0 else np.full(self.P, 1 / self.P)
+            per_node = self.profile.feature_bytes + 8
+            total = meta["num_nodes"] * per_node + meta["num_edges"] * 16
+            return [float(total * s) for s in share]
+        self.notes.append("partition sizes unknown (synthetic profile): the memory check "
+                          "covers buffers, samplers and model copies only")
+        return [0.0] * self.P
+
+    def cost(self, parts: Sequence[int]) -> PartCost:
+        """Mean mini-batch of a trainer owning `parts` (cached: placers ask repeatedly)."""
+        key = tuple(sorted(parts))
+        c = self._costs.get(key)
+        if c is None:
+            c = self._costs[key] = self.wl.trainer_cost(key)
+        return c
+
+    @cached_property
+    def max_batch(self) -> tuple[float, float]:
+        """Largest mean (feature bytes, block bytes) of one partition's mini-batch."""
+        return (max(c.feat_bytes for c in self.wl.parts), max(c.block_bytes for c in self.wl.parts))
+
+    def trainer_host_bytes(self, c: PartCost) -> float:
+        return PROCESS_BYTES + self.profile.model_bytes + \
+            self.job.prefetch * (c.feat_bytes + c.block_bytes)
+
+    def trainer_gpu_bytes(self, c: PartCost) -> float:
+        return self.profile.model_bytes + 2 * (c.feat_bytes + c.block_bytes)
+
+    def sampler_bytes(self, c: PartCost) -> float:
+        return PROCESS_BYTES + 2 * c.block_bytes
+
+    def relay_bytes(self, c: PartCost) -> float:
+        return self.job.prefetch * c.feat_bytes
+
+    # ------------------------------------------------------------------ devices
+    def _slots(self) -> list[Slot]:
+        slots = []
+        for i, m in enumerate(self.cluster.machines):
+            if not m.can("train") or not m.gpus:
+                continue
+            groups: dict[tuple[float, float], list[int]] = {}
+            for d, g in enumerate(m.gpus):
+                groups.setdefault((g.speed, g.memory), []).append(d)
+            for (speed, mem), devs in sorted(groups.items(), key=lambda kv: kv[1][0]):
+                slots.append(Slot(i, tuple(devs), speed, mem))
+        return slots
+
+    def usable_slots(self, c: PartCost | None = None) -> list[Slot]:
+        """Slots whose GPU memory holds a trainer of mini-batch `c` (default: the largest)."""
+        need = self.trainer_gpu_bytes(c) if c is not None else \
+            self.profile.model_bytes + 2 * sum(self.max_batch)
+        return [s for s in self.slots if s.gpu_memory >= need]
+
+    def _check_fits(self) -> None:
+        """Refuse jobs no placement can run, naming the resource that is short."""
+        src = self.job.source
+        W = self.W
+        devices = sum(s.count for s in self.slots)
+        if devices < W:
+            raise SpecError(src, "trainers", f"{W} trainers but cluster {self.cluster.name!r} "
+                            f"has only {devices} GPU(s) on machines that may train",
+                            f"trainers <= {devices}, or add GPUs to {self.cluster.source}")
+        smallest = min((self.cost([p]) for p in range(self.P)),
+                       key=lambda c: c.feat_bytes + c.block_bytes)
+        roomy = [s for s in self.slots if s.gpu_memory >= self.trainer_gpu_bytes(smallest)]
+        if sum(s.count for s in roomy) < W:
+            need = self.trainer_gpu_bytes(smallest) / GB
+            raise SpecError(src, "trainers",
+                            f"{W} trainers need {need:.2f} GB of GPU memory each (model + two "
+                            f"mini-batches) but only {sum(s.count for s in roomy)} GPU(s) "
+                            "have that much", "fewer trainers, a smaller batch_size or "
+                            "bigger GPUs")
+        if not any(self.can_sample):
+            raise SpecError(self.cluster.source, "machines[*].roles",
+                            "no machine may run samplers", "add 'sample' to some roles")
+        host_need = self.trainer_host_bytes(smallest)
+        free = self.free_memory()
+        cap = 0
+        for s in roomy:
+            m = s.machine
+            fit = min(s.count, int(free[m] // host_need), int(self.cpus[m]))
+            cap += max(fit, 0)
+        if cap < W:
+            raise SpecError(src, "trainers",
+                            f"{W} trainers but only {cap} GPU(s) sit on machines with a free "
+                            f"core and {host_need / GB:.2f} GB of free host memory each "
+                            "(model copy + prefetch buffers)",
+                            "fewer trainers, a smaller prefetch or batch_size, or more memory")
+        if int(self.cpus.sum()) < 2 * W:
+            raise SpecError(self.cluster.source, "machines[*].cpus",
+                            f"{W} trainers and at least {W} samplers need {2 * W} cores, the "
+                            f"cluster has {int(sum(self.cpus))}", "more cores or fewer trainers")
+
+    def free_memory(self) -> np.ndarray:
+        """Host memory left after the stored partitions."""
+        return np.array([m.memory for m in self.cluster.machines]) - self.resident
+
+    # ------------------------------------------------------------------ plans
+    def make_plan(self, placer: str, trainers: Sequence[TrainerPlan],
+                  notes: Sequence[str] = (), **predicted: Any) -> Plan:
+        ts = tuple(sorted(trainers, key=lambda t: t.id))
+        return Plan(placer, self.cluster.name, self.cluster.fingerprint(), ts,
+                    self.job.name, dict(predicted), tuple(notes))
+
+    def seconds_per_iteration(self, plan: Plan) -> tuple[float, str]:
+        """The bottleneck model's load of a plan: most loaded resource per iteration."""
+        name, v = self.wl.loads(plan).bottleneck()
+        return v, name
+
+
+# ---------------------------------------------------------------------- feasibility
+
+
+@dataclass
+class Usage:
+    """Cores and memory a plan takes on each machine."""
+
+    cores: np.ndarray
+    memory: np.ndarray
+    problems: list[str] = field(default_factory=list)
+
+
+def usage(problem: Problem, plan: Plan) -> Usage:
+    """Cores and host memory a plan uses per machine, and any GPU-memory overflow."""
+    M = problem.M
+    cores = np.zeros(M, dtype=np.int64)
+    mem = problem.resident.copy()
+    probs: list[str] = []
+    idx = problem.cluster.machine_index
+    for t in plan.trainers:
+        c = problem.cost(t.parts)
+        T = idx(t.machine)
+        cores[T] += 1
+        mem[T] += problem.trainer_host_bytes(c)
+        gpu = problem.cluster.machines[T].gpus[t.device] if \
+            0 <= t.device < len(problem.cluster.machines[T].gpus) else None
+        if gpu is not None and gpu.memory < problem.trainer_gpu_bytes(c):
+            probs.append(f"trainer {t.id}: GPU {t.device} of {t.machine} has "
+                         f"{gpu.memory / GB:.1f} GB, needs {problem.trainer_gpu_bytes(c) / GB:.2f}")
+        for m, n in t.samplers:
+            S = idx(m)
+            cores[S] += n
+            mem[S] += n * problem.sampler_bytes(c)
+        if t.fetch_at != t.machine:
+            mem[idx(t.fetch_at)] += problem.relay_bytes(c)
+    for m in range(M):
+        mach = problem.cluster.machines[m]
+        if cores[m] > mach.cpus:
+            probs.append(f"{mach.name}: {cores[m]} processes (trainers + samplers) on "
+                         f"{mach.cpus} cores")
+        if mem[m] > mach.memory:
+            probs.append(f"{mach.name}: needs {mem[m] / GB:.2f} GB of {mach.memory / GB:.2f} GB")
+    return Usage(cores, mem, probs)
+
+
+def check_resources(problem: Problem, plan: Plan, source: str = "plan") -> None:
+    """Plan.validate plus cores, memory and GPU memory; raises SpecError naming the overflow."""
+    plan.validate(problem.cluster, problem.job, source)
+    u = usage(problem, plan)
+    if u.problems:
+        raise SpecError(source, "resources", u.problems[0],
+                        "fewer processes or less data on that machine")
+
+
+def is_feasible(problem: Problem, plan: Plan) -> bool:
+    try:
+        check_resources(problem, plan)
+    except SpecError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------- shared heuristics
+
+
+def bundle_parts(problem: Problem, W: int | None = None) -> list[tuple[int, ...]]:
+    """Split the partitions into W seed-balanced groups of parts stored side by side.
+
+    Parts stored on the same machine (and, after METIS, ring neighbours) share most of their
+    mini-batches' inputs, so a trainer owning them pulls from few stores; balanced seeds keep
+    every part's sampling rate close to its share of the epoch.
+    """
+    W = problem.W if W is None else W
+    P = problem.P
+    if W >= P:
+        return [(p,) for p in range(P)]
+    order = sorted(range(P), key=lambda p: (problem.store_of[p], p))
+    seeds = np.array([max(problem.profile.parts[p].train_seeds, 1) for p in order], float)
+    total = seeds.sum()
+    bundles: list[tuple[int, ...]] = []
+    cur: list[int] = []
+    acc = 0.0
+    for i, p in enumerate(order):
+        cur.append(p)
+        acc += seeds[i]
+        left_parts = P - i - 1
+        left_bundles = W - len(bundles) - 1
+        target = total * (len(bundles) + 1) / W
+        if left_bundles == 0:
+            continue
+        if left_parts == left_bundles or (acc >= target - seeds[i] / 2 and left_parts
+                                          >= left_bundles):
+            bundles.append(tuple(sorted(cur)))
+            cur = []
+    bundles.append(tuple(sorted(cur)))
+    assert len(bundles) == W and all(bundles)
+    return bundles
+
+
+def main_store(problem: Problem, parts: Sequence[int]) -> int:
+    """The machine that sends a trainer of `parts` the most feature bytes."""
+    c = problem.cost(parts)
+    return max(c.feat_from, key=lambda m: (c.feat_from[m], -m))
+
+
+def fill_samplers(problem: Problem, plan: Plan, cap: int = MAX_SAMPLERS) -> Plan:
+    """Give every machine's spare cores to the trainers sampling there, slowest first.
+
+    More samplers only lower a trainer's sampling time per mini-batch, so spare cores are
+    never wasted; memory is checked per added sampler.
+    """
+    u = usage(problem, plan)
+    idx = problem.cluster.machine_index
+    samplers = {t.id: dict(t.samplers) for t in plan.trainers}
+    by_id = {t.id: t for t in plan.trainers}
+    hosts: dict[int, list[int]] = {}
+    for t in plan.trainers:
+        for m, _ in t.samplers:
+            hosts.setdefault(idx(m), []).append(t.id)
+    for m, tids in sorted(hosts.items()):
+        mach = problem.cluster.machines[m]
+        while u.cores[m] < mach.cpus:
+            best, worst = None, -1.0
+            for tid in tids:
+                n = sum(samplers[tid].values())
+                if n >= cap:
+                    continue
+                s = problem.cost(by_id[tid].parts).sample_s / n
+                if s > worst:
+                    best, worst = tid, s
+            if best is None:
+                break
+            need = problem.sampler_bytes(problem.cost(by_id[best].parts))
+            if u.memory[m] + need > mach.memory:
+                break
+            samplers[best][mach.name] = samplers[best].get(mach.name, 0) + 1
+            u.cores[m] += 1
+            u.memory[m] += need
+    out = []
+    for t in plan.trainers:
+        s = tuple(sorted(samplers[t.id].items(), key=lambda kv: idx(kv[0])))
+        out.append(TrainerPlan(t.id, t.machine, t.device, t.parts, s, t.fetch_at))
+    return Plan(plan.placer, plan.cluster, plan.cluster_fingerprint, tuple(out), plan.job,
+                dict(plan.predicted), plan.notes)
+
+
+def transfers(c: PartCost, T: int, samplers: Sequence[tuple[int, float]], F: int
+              ) -> list[tuple[int, int, float, str]]:
+    """(src, dst, bytes, kind) one mini-batch of cost `c` moves across the network.
+
+    Mirrors :meth:`Workload.loads`: remote hops from stores to samplers, blocks from samplers
+    to the trainer at `T`, features from stores to the gatherer `F`, and (relay) from `F` to
+    `T`. `samplers` is (machine, share of the trainer's mini-batches).
+    """
+    out: list[tuple[int, int, float, str]] = []
+    for S, f in samplers:
+        for m, v in c.struct_from.items():
+            if m != S:
+                out.append((m, S, f * v, "struct"))
+        if S != T:
+            out.append((S, T, f * c.block_bytes, "block"))
+    for m, v in c.feat_from.items():
+        if m != F:
+            out.append((m, F, v, "feat"))
+    if F != T:
+        out.append((F, T, c.feat_bytes, "relay"))
+    return out
+
+
+def plan_transfers(problem: Problem, plan: Plan) -> dict[tuple[int, int], float]:
+    """Mini-batch bytes per iteration between machine pairs (the all-reduce is separate)."""
+    idx = problem.cluster.machine_index
+    out: dict[tuple[int, int], float] = {}
+    for t in plan.trainers:
+        n = t.num_samplers
+        shares = [(idx(m), k / n) for m, k in t.samplers]
+        for src, dst, b, _ in transfers(problem.cost(t.parts), idx(t.machine), shares,
+                                        idx(t.fetch_at)):
+            out[(src, dst)] = out.get((src, dst), 0.0) + b
+    return out
+
+
+def bound_scorer(problem: Problem) -> Scorer:
+    """The cost model's lower bound on a plan's epoch time (no simulator needed)."""
+    return lambda plan: problem.wl.bound(plan).epoch_s
+
+
+def simulator_scorer(problem: Problem, policy: str = "gnnsched", seed: int = 0
+                     ) -> Scorer | None:
+    """The simulator running `policy`, or None when the simulator is not installed."""
+    try:
+        from gnnsched import simulator  # noqa: F401  (optional: built by another issue)
+    except ImportError:
+        return None
+    sim = getattr(simulator, "simulate", None)
+    if sim is None:
+        return None
+    try:
+        from gnnsched.policy import get_policy
+
+        get_policy(policy)
+    except (ImportError, ValueError):
+        return None
+
+    def score(plan: Plan) -> float:
+        from gnnsched.policy import get_policy
+
+        res = sim(problem.cluster, problem.job, plan, problem.profile, get_policy(policy),
+                  seed=seed)
+        return float(res.epoch_time_s)
+
+    return score
+
+
+def default_scorer(problem: Problem, seed: int = 0) -> tuple[Scorer, str]:
+    """Simulator with the gnnsched policy when available, else the cost model's bound."""
+    s = simulator_scorer(problem, "gnnsched", seed)
+    if s is not None:
+        return s, "simulator (gnnsched policy)"
+    return bound_scorer(problem), "cost-model bound (simulator not installed)"
+
+
+# ---------------------------------------------------------------------- registry
+
+
+class Placer(ABC):
+    """Base class: ``place`` returns a feasible plan or raises a SpecError saying why not."""
+
+    name: ClassVar[str] = "base"
+
+    def __init__(self, scorer: Scorer | None = None) -> None:
+        self.scorer = scorer  # used by placers that evaluate candidates (gnnsched)
+
+    def place(self, cluster: ClusterSpec, job: JobSpec, profile: CostProfile, *,
+              seed: int = 0, budget: float | None = None) -> Plan:
+        """Plan for (cluster, job, profile); `budget` caps planning seconds."""
+        return self.place_problem(Problem(cluster, job, profile), seed=seed, budget=budget)
+
+    @abstractmethod
+    def place_problem(self, problem: Problem, *, seed: int = 0,
+                      budget: float | None = None) -> Plan:
+        """Plan for a prepared problem (lets callers share one Problem across placers)."""
+
+
+PLACERS: dict[str, type[Placer]] = {}
+
+
+def register(name: str) -> Callable[[type[Placer]], type[Placer]]:
+    """Class decorator: make a placer available as ``--placer name``."""
+
+    def deco(cls: type[Placer]) -> type[Placer]:
+        cls.name = name
+        PLACERS[name] = cls
+        return cls
+
+    return deco
+
+
+def get_placer(name: str, **kwargs: Any) -> Placer:
+    """An instance of the placer registered as `name`."""
+    import importlib
+
+    for mod in ("baselines", "cpsat", "search"):  # registering is importing
+        try:
+            importlib.import_module(f"gnnsched.placement.{mod}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"gnnsched.placement.{mod}":
+                raise
+
+    try:
+        return PLACERS[name](**kwargs)
+    except KeyError:
+        raise SpecError("--placer", "", f"unknown placer {name!r}",
+                        ", ".join(sorted(PLACERS))) from None
+
+
+__all__ = ["MAX_SAMPLERS", "PLACERS", "PROCESS_BYTES", "Placer", "Problem", "Scorer", "Slot",
+           "Usage", "bound_scorer", "plan_transfers", "transfers", "bundle_parts", "check_resources", "default_scorer",
+           "fill_samplers", "get_placer", "is_feasible", "main_store", "register",
+           "simulator_scorer", "usage"]

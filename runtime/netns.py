@@ -1,0 +1,778 @@
+"""Emulated cluster on one Linux box: a network namespace per host, NICs shaped with ``tc``.
+
+Why: bandwidth is what placement and scheduling trade in, so the runtime must meet honest NIC
+limits without a rack of machines. Per cluster ``C`` (names from the cluster file):
+
+* ``gs-C`` -- the *switch* namespace: a bridge ``br0`` (non-blocking, like the brief's switch)
+  and one veth port per host. A port's egress (traffic *toward* the host) is shaped with
+  ``tbf`` to the host's **ingress** rate.
+* ``gs-C-<host>`` -- one namespace per host: ``lo`` and ``eth0`` (the veth peer) with the host's
+  address; ``eth0``'s egress is shaped with ``tbf`` to the host's **egress** rate, behind a
+  ``netem`` delay of the cluster's ``latency_ms`` when it has one (one way, host to host).
+* optionally a *gateway* veth in the root namespace (``gs-C``, address ``x.y.z.254``), an
+  unshaped switch port so processes left in the root namespace (the CLI, a coordinator) reach
+  every host. Nothing routes further: namespaces have no default route.
+
+Everything created is listed in a state file (``/run/gnnsched/netns/C.json``) before it is
+created, so :meth:`EmulatedCluster.down` -- from any process -- removes exactly that, also after
+a crash half-way through :meth:`EmulatedCluster.up`. ``down_all`` removes every ``gs-*``
+namespace and root link. Deleting a namespace deletes its veths, bridge and qdiscs with it.
+
+Run a process on host ``h``: ``cluster.exec_prefix(h) + [sys.executable, ...]`` (needs root;
+the environment, virtual environment included, is inherited).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import hashlib
+import ipaddress
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from gnnsched.spec import ClusterSpec
+
+PREFIX = "gs-"
+BRIDGE = "br0"
+HOST_IF = "eth0"
+GATEWAY_PORT = "gw"
+IFNAMSIZ = 15  # Linux interface names: at most 15 characters
+_CLONE_NEWNET = 0x40000000
+_AUTO_NET = ipaddress.ip_network("10.77.0.0/16")
+
+
+class NetnsError(RuntimeError):
+    """The emulated cluster cannot be built, used or removed; the message says why and the fix."""
+
+
+# --------------------------------------------------------------------------------------
+# Privileges and availability
+
+
+def _has_caps(*bits: int) -> bool:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                eff = int(line.split()[1], 16)
+                return all(eff >> b & 1 for b in bits)
+    except OSError:
+        pass
+    return False
+
+
+def require_root() -> None:
+    """Fail early with the fix, instead of an EPERM from deep inside ``ip``."""
+    if os.geteuid() != 0 and not _has_caps(12, 21):  # CAP_NET_ADMIN, CAP_SYS_ADMIN
+        raise NetnsError(
+            "the netns launcher needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) to create network "
+            "namespaces, veths and tc qdiscs: run it as root (`sudo gnnsched cluster up "
+            "--cluster C`, `sudo gnnsched train ... --launcher netns`), or run without "
+            "namespaces with `--launcher local` (every role a process on 127.0.0.1, no NIC "
+            "shaping)")
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            raise NetnsError(f"`{tool}` not found: the netns launcher needs iproute2 "
+                             "(apt-get install iproute2), or use `--launcher local`")
+
+
+def unavailable_reason() -> str | None:
+    """Why an emulated cluster cannot be built here (None: it can); tests skip with this."""
+    try:
+        require_root()
+    except NetnsError as exc:
+        return str(exc)
+    probe = f"{PREFIX}probe-{os.getpid()}"
+    steps = [["ip", "netns", "add", probe],
+             ["ip", "-n", probe, "link", "add", "p0", "type", "veth", "peer", "name", "p1"],
+             ["tc", "-n", probe, "qdisc", "add", "dev", "p0", "root", "tbf", "rate", "10mbit",
+              "burst", "16kb", "latency", "20ms"],
+             ["ip", "-n", probe, "link", "add", BRIDGE, "type", "bridge"]]
+    try:
+        for argv in steps:
+            r = subprocess.run(argv, capture_output=True, text=True)
+            if r.returncode:
+                return f"`{' '.join(argv)}` failed: {r.stderr.strip() or r.returncode}"
+        return None
+    finally:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+
+
+# --------------------------------------------------------------------------------------
+# Names and addresses
+
+
+def _clean(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "_"
+
+
+def _short(base: str, limit: int) -> str:
+    """`base` if it fits, else a prefix plus a hash, so long names stay unique and legal."""
+    if len(base) <= limit:
+        return base
+    digest = hashlib.sha1(base.encode()).hexdigest()[:6]
+    return f"{base[:limit - 7]}-{digest}"
+
+
+def namespace_name(cluster: str, host: str | None = None) -> str:
+    """``gs-<cluster>`` (the switch) or ``gs-<cluster>-<host>``."""
+    base = f"{PREFIX}{_clean(cluster)}" + (f"-{_clean(host)}" if host is not None else "")
+    return _short(base, 64)
+
+
+def _check_private(addr: ipaddress.IPv4Address, where: str) -> None:
+    if not addr.is_private or addr.is_loopback or addr.is_link_local or addr.is_multicast:
+        raise NetnsError(f"{where}: address {addr} is not a private unicast address; the "
+                         "emulated cluster only uses private ranges (e.g. 10.77.0.0/16) so no "
+                         "traffic can leave the box")
+
+
+def _plan_addresses(spec: ClusterSpec, gateway: bool) -> tuple[dict[str, str], str | None, int]:
+    """Host addresses (from the file, else 10.77.X.Y), the gateway's, and the prefix length."""
+    given: dict[str, ipaddress.IPv4Address] = {}
+    for m in spec.machines:
+        if m.address:
+            try:
+                addr = ipaddress.IPv4Address(m.address)
+            except ValueError:
+                raise NetnsError(f"{spec.source}: machines[{m.name}].address: {m.address!r} is "
+                                 "not an IPv4 address (e.g. 10.77.0.1)") from None
+            _check_private(addr, f"{spec.source}: machines[{m.name}].address")
+            if addr in given.values():
+                raise NetnsError(f"{spec.source}: machines[{m.name}].address: {addr} is used "
+                                 "by two machines (each needs its own)")
+            given[m.name] = addr
+    if given:
+        base = ipaddress.ip_network(f"{next(iter(given.values()))}/24", strict=False)
+    else:  # a /24 per cluster name, so two auto-addressed clusters rarely overlap
+        third = 100 + int(hashlib.sha1(spec.name.encode()).hexdigest(), 16) % 100
+        base = ipaddress.ip_network(f"10.77.{third}.0/24")
+    used = set(given.values())
+
+    def fresh() -> Iterator[ipaddress.IPv4Address]:
+        cur = int(base.network_address)
+        while True:
+            cur += 1
+            addr = ipaddress.IPv4Address(cur)
+            if cur & 0xFF in (0, 254, 255) or addr in used:
+                continue
+            if not addr.is_private:
+                raise NetnsError(f"{spec.source}: ran out of private addresses for "
+                                 f"{len(spec.machines)} machines; give each an `address`")
+            yield addr
+
+    gen = fresh()
+    addrs = {m.name: given.get(m.name) or next(gen) for m in spec.machines}
+    gw = None
+    if gateway:
+        gw = base.network_address + 254
+        if gw in addrs.values():
+            gw = next(gen)
+    everything = [int(a) for a in addrs.values()] + ([int(gw)] if gw is not None else [])
+    plen = min(24, 32 - (min(everything) ^ max(everything)).bit_length())
+    net = ipaddress.ip_network(f"{ipaddress.IPv4Address(min(everything))}/{plen}", strict=False)
+    if plen < 8 or not net.is_private:
+        raise NetnsError(f"{spec.source}: machine addresses span {net}, too wide for one "
+                         "emulated switch; keep them in one private /16 (e.g. 10.77.0.0/16)")
+    for name, a in addrs.items():
+        if a in (net.network_address, net.broadcast_address):
+            raise NetnsError(f"{spec.source}: machines[{name}].address: {a} is the network or "
+                             f"broadcast address of {net}")
+    return {k: str(v) for k, v in addrs.items()}, (str(gw) if gw else None), plen
+
+
+@dataclass(frozen=True)
+class HostNet:
+    """One emulated host: where its processes run and what its NIC is shaped to."""
+
+    name: str
+    ns: str  # network namespace
+    address: str
+    prefix: int
+    egress: float  # bytes/s, shaped on eth0 in `ns`
+    ingress: float  # bytes/s, shaped on `port` in the switch namespace
+    port: str  # the host's veth port on the switch
+
+
+def _state_dir() -> Path:
+    env = os.environ.get("GNNSCHED_NETNS_STATE")
+    if env:
+        return Path(env)
+    run = Path("/run")
+    if os.access(run, os.W_OK):
+        return run / "gnnsched" / "netns"
+    return Path("/tmp/gnnsched-netns")
+
+
+def state_path(cluster: str) -> Path:
+    return _state_dir() / f"{_clean(cluster)}.json"
+
+
+# --------------------------------------------------------------------------------------
+# Running ip/tc
+
+
+def _run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if check and r.returncode:
+        raise NetnsError(f"`{' '.join(argv)}` failed: {r.stderr.strip() or r.returncode}")
+    return r
+
+
+def list_namespaces() -> list[str]:
+    r = _run(["ip", "netns", "list"], check=False)
+    return [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
+
+
+def list_root_links() -> list[str]:
+    r = _run(["ip", "-o", "link", "show"], check=False)
+    return [line.split(":")[1].strip().split("@")[0] for line in r.stdout.splitlines()
+            if line.count(":") >= 2]
+
+
+def _kill_namespace_pids(ns: str, grace: float = 3.0) -> list[int]:
+    """Stop what still runs in `ns`: a namespace with a live process outlives `ip netns del`."""
+    r = _run(["ip", "netns", "pids", ns], check=False)
+    pids = [int(p) for p in r.stdout.split() if p.isdigit() and int(p) != os.getpid()]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        live = []
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+                live.append(pid)
+        deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 1.0)
+        while live and time.monotonic() < deadline:
+            live = [p for p in live if Path(f"/proc/{p}").exists()
+                    and "zombie" not in _proc_state(p)]
+            time.sleep(0.05)
+        pids = live
+        if not pids:
+            break
+    return pids
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0]
+    except (OSError, IndexError):
+        return "zombie"
+
+
+def _shape_args(rate: float, mtu: int) -> list[str]:
+    """tbf arguments for `rate` bytes/s: a burst of ~4 ms (>= a few frames) and ~20 ms of queue.
+
+    The burst must exceed one frame and one timer tick's worth of tokens, else tbf undershoots;
+    it is kept small so a 1-second transfer sees the configured rate, not the burst.
+    """
+    burst = max(int(rate * 0.004), 4 * (mtu + 14), 16 * 1024)
+    limit = max(int(rate * 0.02), 2 * burst, 64 * 1024)
+    return ["tbf", "rate", f"{int(round(rate * 8))}bit", "burst", str(burst), "limit", str(limit)]
+
+
+# --------------------------------------------------------------------------------------
+# The emulated cluster
+
+
+class EmulatedCluster:
+    """A cluster file made real as network namespaces; ``up``/``down`` are idempotent.
+
+    ``gateway`` adds an unshaped root-namespace port (``gateway_address``) so processes outside
+    the namespaces can reach hosts. ``mtu`` is the NIC MTU: at 1500, as on a plain Ethernet
+    NIC, TCP goodput is ~95% of the shaped (wire) rate, as on real hardware. ``payload_rates``
+    raises the wire rate by the TCP/IP/Ethernet header share so that *goodput* equals the file's
+    rate (for comparing with a simulator that divides bytes by bandwidth).
+    """
+
+    def __init__(self, cluster: ClusterSpec, *, gateway: bool = True, mtu: int = 1500,
+                 payload_rates: bool = False, ignore_latency: bool = False) -> None:
+        if not 576 <= mtu <= 65535:
+            raise NetnsError(f"mtu {mtu} out of range (576..65535)")
+        self.spec = cluster
+        self.name = _clean(cluster.name)
+        self.mtu = mtu
+        # Ethernet header 14 bytes; IPv4 20 + TCP 20 + timestamps 12 = 52 bytes per segment.
+        self.wire_scale = (mtu + 14) / (mtu - 52) if payload_rates else 1.0
+        self.switch_ns = namespace_name(self.name)
+        addrs, self.gateway_address, plen = _plan_addresses(cluster, gateway)
+        self.gateway_if = _short(f"{PREFIX}{self.name}", IFNAMSIZ) if gateway else None
+        self.hosts: dict[str, HostNet] = {}
+        for i, m in enumerate(cluster.machines):
+            ns = namespace_name(self.name, m.name)
+            if ns == self.switch_ns or any(h.ns == ns for h in self.hosts.values()):
+                raise NetnsError(f"{cluster.source}: machines[{m.name}]: namespace name {ns} "
+                                 "collides with another; rename the machine")
+            port = _short(f"h{i}-{_clean(m.name)}", IFNAMSIZ)
+            self.hosts[m.name] = HostNet(m.name, ns, addrs[m.name], plen, m.egress,
+                                         m.ingress, port)
+        self.latency = 0.0 if ignore_latency else cluster.latency
+        self.fingerprint = hashlib.sha1(json.dumps(
+            [cluster.to_dict(), gateway, mtu, payload_rates, ignore_latency], sort_keys=True,
+            default=str).encode()
+        ).hexdigest()[:16]
+
+    # -- lookups the launcher uses
+
+    def host(self, name: str) -> HostNet:
+        try:
+            return self.hosts[name]
+        except KeyError:
+            raise NetnsError(f"host {name!r} is not in cluster {self.spec.name!r} "
+                             f"({', '.join(self.hosts)})") from None
+
+    def exec_prefix(self, host: str) -> list[str]:
+        """argv prefix running a command inside `host`'s namespace (as root)."""
+        return ["ip", "netns", "exec", self.host(host).ns]
+
+    def address(self, host: str) -> str:
+        return self.host(host).address
+
+    @property
+    def namespaces(self) -> list[str]:
+        return [self.switch_ns] + [h.ns for h in self.hosts.values()]
+
+    @property
+    def state_file(self) -> Path:
+        return state_path(self.name)
+
+    # -- lifecycle
+
+    def is_up(self) -> bool:
+        """True when this exact cluster (same file, options) is up and complete."""
+        state = read_state(self.name)
+        if not state or state.get("fingerprint") != self.fingerprint or not state.get("complete"):
+            return False
+        present = set(list_namespaces())
+        if not all(ns in present for ns in self.namespaces):
+            return False
+        return self.gateway_if is None or self.gateway_if in list_root_links()
+
+    def up(self) -> EmulatedCluster:
+        """Create namespaces, veths, bridge and qdiscs; on any failure remove all, then raise."""
+        require_root()
+        with _lock():
+            if self.is_up():
+                return self
+            self._down_locked()
+            present = set(list_namespaces())
+            taken = [ns for ns in self.namespaces if ns in present]
+            if taken:
+                raise NetnsError(f"namespace(s) {', '.join(taken)} already exist and are not "
+                                 f"this cluster's: run `gnnsched cluster down --all` or rename "
+                                 f"cluster {self.spec.name!r}")
+            if self.gateway_if and self.gateway_if in list_root_links():
+                _run(["ip", "link", "del", self.gateway_if], check=False)
+            self._check_routes()
+            if self.latency > 0 and not qdisc_available("netem"):
+                raise NetnsError(
+                    f"cluster {self.spec.name!r} has latency_ms "
+                    f"{self.latency * 1e3:g} but this kernel has no netem qdisc (sch_netem) "
+                    "to delay packets: load it (`modprobe sch_netem`), or run without the "
+                    "delay (`gnnsched cluster up --ignore-latency`, "
+                    "EmulatedCluster(..., ignore_latency=True))")
+            self._write_state(complete=False)  # before creating anything: `down` finds it all
+            try:
+                self._create()
+                self._write_state(complete=True)
+            except BaseException:
+                self._down_locked()
+                raise
+        return self
+
+    def down(self) -> list[str]:
+        """Remove everything this cluster created (also half-built); returns what was removed."""
+        with _lock():
+            return self._down_locked()
+
+    def __enter__(self) -> EmulatedCluster:
+        return self.up()
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    # -- internals
+
+    def _check_routes(self) -> None:
+        """A gateway must not shadow a route the box already uses (a real 10.77.x network)."""
+        if not self.gateway_if:
+            return
+        ours = ipaddress.ip_network(f"{self.gateway_address}/{self._prefix}", strict=False)
+        r = _run(["ip", "-j", "-4", "route", "show"], check=False)
+        for route in json.loads(r.stdout or "[]"):
+            dst = route.get("dst", "")
+            if dst == "default" or not dst:
+                continue
+            with contextlib.suppress(ValueError):
+                if ipaddress.ip_network(dst, strict=False).overlaps(ours):
+                    raise NetnsError(
+                        f"the root namespace already routes {dst} via {route.get('dev')}, which "
+                        f"overlaps this cluster's {ours}: bring the other cluster down, give "
+                        "the machines other addresses, or use gateway=False / --no-gateway")
+
+    @property
+    def _prefix(self) -> int:
+        return next(iter(self.hosts.values())).prefix
+
+    def _write_state(self, complete: bool) -> None:
+        path = self.state_file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = {
+            "cluster": self.spec.name, "name": self.name, "source": self.spec.source,
+            "fingerprint": self.fingerprint, "complete": complete, "pid": os.getpid(),
+            "created": time.time(), "switch_ns": self.switch_ns, "mtu": self.mtu,
+            "wire_scale": self.wire_scale,
+            "latency_s": self.latency, "gateway_if": self.gateway_if,
+            "gateway_address": self.gateway_address,
+            "hosts": [asdict(h) for h in self.hosts.values()],
+        }
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        tmp.replace(path)
+
+    def _create(self) -> None:
+        sw = self.switch_ns
+        _run(["ip", "netns", "add", sw])
+        _run(["ip", "-n", sw, "link", "set", "lo", "up"])
+        _run(["ip", "-n", sw, "link", "add", BRIDGE, "mtu", str(self.mtu), "type", "bridge",
+              "forward_delay", "0", "stp_state", "0"])
+        _run(["ip", "-n", sw, "link", "set", BRIDGE, "up"])
+        for h in self.hosts.values():
+            _run(["ip", "netns", "add", h.ns])
+            _run(["ip", "-n", h.ns, "link", "set", "lo", "up"])
+            # Both veth ends are born inside namespaces: nothing appears in the root namespace.
+            _run(["ip", "-n", sw, "link", "add", h.port, "mtu", str(self.mtu), "type", "veth",
+                  "peer", "name", HOST_IF, "mtu", str(self.mtu), "netns", h.ns])
+            _run(["ip", "-n", sw, "link", "set", h.port, "master", BRIDGE, "up"])
+            _run(["ip", "-n", h.ns, "addr", "add", f"{h.address}/{h.prefix}", "dev", HOST_IF])
+            _run(["ip", "-n", h.ns, "link", "set", HOST_IF, "up"])
+            # Egress: the host's own NIC queue (plus the one-way latency, if any).
+            if self.latency > 0:
+                delay = f"{self.latency * 1e3:.3f}ms"
+                _run(["tc", "-n", h.ns, "qdisc", "replace", "dev", HOST_IF, "root", "handle",
+                      "1:", "netem", "delay", delay, "limit", "100000"])
+                _run(["tc", "-n", h.ns, "qdisc", "add", "dev", HOST_IF, "parent", "1:1",
+                      "handle", "10:", *_shape_args(h.egress * self.wire_scale, self.mtu)])
+            else:
+                _run(["tc", "-n", h.ns, "qdisc", "replace", "dev", HOST_IF, "root", "handle",
+                      "1:", *_shape_args(h.egress * self.wire_scale, self.mtu)])
+            # Ingress: what the switch sends toward the host.
+            _run(["tc", "-n", sw, "qdisc", "replace", "dev", h.port, "root", "handle", "1:",
+                  *_shape_args(h.ingress * self.wire_scale, self.mtu)])
+        if self.gateway_if:
+            _run(["ip", "link", "add", self.gateway_if, "mtu", str(self.mtu), "type", "veth",
+                  "peer", "name", GATEWAY_PORT, "mtu", str(self.mtu), "netns", sw])
+            _run(["ip", "-n", sw, "link", "set", GATEWAY_PORT, "master", BRIDGE, "up"])
+            _run(["ip", "addr", "add", f"{self.gateway_address}/{self._prefix}", "dev",
+                  self.gateway_if])
+            _run(["ip", "link", "set", self.gateway_if, "up"])
+
+    def _down_locked(self) -> list[str]:
+        state = read_state(self.name) or {}
+        names = [h["ns"] for h in state.get("hosts", [])] + [h.ns for h in self.hosts.values()]
+        names += [state.get("switch_ns") or self.switch_ns, self.switch_ns]
+        links = [x for x in (state.get("gateway_if"), self.gateway_if) if x]
+        removed = _remove(list(dict.fromkeys(names)), list(dict.fromkeys(links)))
+        with contextlib.suppress(FileNotFoundError):
+            self.state_file.unlink()
+        return removed
+
+    # -- reporting and measuring
+
+    def status(self, live: bool = True) -> list[dict[str, Any]]:
+        """One row per host: namespace, address, shaped rates (from the kernel when `live`)."""
+        present = set(list_namespaces()) if live else set()
+        rows = []
+        for h in self.hosts.values():
+            row: dict[str, Any] = {"host": h.name, "namespace": h.ns, "address": h.address,
+                                   "egress_Bps": h.egress, "ingress_Bps": h.ingress}
+            if live:
+                row["up"] = h.ns in present
+                row["tc_egress_Bps"] = _tbf_rate(h.ns, HOST_IF) if row["up"] else None
+                row["tc_ingress_Bps"] = (_tbf_rate(self.switch_ns, h.port)
+                                         if self.switch_ns in present else None)
+            rows.append(row)
+        return rows
+
+    def ping(self, src: str, dst: str, timeout: float = 2.0) -> float | None:
+        """ICMP round-trip time in seconds from host `src` to host (or address) `dst`."""
+        target = self.hosts[dst].address if dst in self.hosts else dst
+        return ping(self.host(src).ns, target, timeout)
+
+    def measure_rate(self, src: str, dst: str, nbytes: int, timeout: float = 60.0,
+                     warmup: float = 0.1) -> dict[str, float]:
+        """Bulk TCP from `src` to `dst` in real processes; steady bytes/s after `warmup` of bytes.
+
+        Only the two hosts' namespace addresses are used, so nothing leaves the cluster.
+        """
+        dst_addr = self.address(dst)
+        recv = subprocess.Popen(
+            self.exec_prefix(dst) + [sys.executable, "-c", _RECV, dst_addr, str(timeout),
+                                     str(int(nbytes * warmup))],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        send = None
+        try:
+            line = recv.stdout.readline() if recv.stdout else ""
+            if not line.strip().isdigit():
+                _, err = recv.communicate(timeout=5)
+                raise NetnsError(f"receiver on {dst} did not start: {err.strip()}")
+            send = subprocess.Popen(
+                self.exec_prefix(src) + [sys.executable, "-c", _SEND, dst_addr, line.strip(),
+                                         str(nbytes), str(timeout)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            out, err = recv.communicate(timeout=timeout)
+            _, serr = send.communicate(timeout=timeout)
+            if recv.returncode or send.returncode:
+                raise NetnsError(f"transfer {src}->{dst} failed: {err.strip()} {serr.strip()}")
+            result = json.loads(out.strip().splitlines()[-1])
+        finally:
+            for p in (recv, send):
+                if p is not None and p.poll() is None:
+                    p.kill()
+                    p.wait()
+        shaped = min(self.host(src).egress, self.host(dst).ingress)
+        result["shaped_Bps"] = shaped
+        result["ratio"] = result["rate_Bps"] / shaped
+        return result
+
+
+def qdisc_available(kind: str, *args: str) -> bool:
+    """Whether the kernel has qdisc `kind` (tried in a throw-away namespace)."""
+    probe = f"{PREFIX}probe-q{os.getpid()}"
+    try:
+        _run(["ip", "netns", "add", probe])
+        return not _run(["tc", "-n", probe, "qdisc", "add", "dev", "lo", "root", kind, *args],
+                        check=False).returncode
+    finally:
+        _run(["ip", "netns", "del", probe], check=False)
+
+
+def _tbf_rate(ns: str, dev: str) -> float | None:
+    r = _run(["tc", "-j", "-n", ns, "qdisc", "show", "dev", dev], check=False)
+    with contextlib.suppress(ValueError, TypeError):
+        for q in json.loads(r.stdout or "[]"):
+            if q.get("kind") == "tbf":
+                return float(q["options"]["rate"])
+    return None
+
+
+@contextlib.contextmanager
+def _lock() -> Iterator[None]:
+    """Serialise up/down across processes (one lock for all clusters: they share the box)."""
+    d = _state_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / "netns.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _remove(namespaces: list[str], links: list[str]) -> list[str]:
+    """Delete root links and namespaces that exist (killing what runs inside them first)."""
+    removed: list[str] = []
+    root = set(list_root_links())
+    present = set(list_namespaces())
+    if any(x in root for x in links) or any(ns in present for ns in namespaces):
+        require_root()
+    for link in links:
+        if link in root:
+            _run(["ip", "link", "del", link], check=False)
+            removed.append(f"link {link}")
+    stuck: dict[str, list[int]] = {}
+    for ns in namespaces:
+        if ns in present:
+            if pids := _kill_namespace_pids(ns):
+                stuck[ns] = pids
+            _run(["ip", "netns", "del", ns])
+            removed.append(f"netns {ns}")
+    if stuck:
+        raise NetnsError(f"processes survived SIGKILL ({stuck}); their namespaces are unnamed "
+                         "but live on, with their veths, until those processes exit")
+    return removed
+
+
+def read_state(cluster: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(state_path(cluster).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def list_states() -> list[dict[str, Any]]:
+    d = _state_dir()
+    out = []
+    for p in sorted(d.glob("*.json")) if d.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError):
+            out.append(json.loads(p.read_text()))
+    return out
+
+
+def down_cluster(name: str) -> list[str]:
+    """Remove cluster `name` as its state file records it (no cluster file needed)."""
+    with _lock():
+        state = read_state(name)
+        if state is None:
+            ns = namespace_name(name)
+            hosts = [n for n in list_namespaces() if n.startswith(ns + "-")]
+            removed = _remove(hosts + [ns], [_short(f"{PREFIX}{_clean(name)}", IFNAMSIZ)])
+        else:
+            removed = _remove([h["ns"] for h in state.get("hosts", [])] + [state["switch_ns"]],
+                              [state["gateway_if"]] if state.get("gateway_if") else [])
+        with contextlib.suppress(FileNotFoundError):
+            state_path(name).unlink()
+        return removed
+
+
+def down_all() -> list[str]:
+    """Remove every ``gs-*`` namespace and root link and every state file (any cluster)."""
+    with _lock():
+        removed = _remove([n for n in list_namespaces() if n.startswith(PREFIX)],
+                          [x for x in list_root_links() if x.startswith(PREFIX)])
+        d = _state_dir()
+        for p in list(d.glob("*.json")) if d.is_dir() else []:
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+    return removed
+
+
+@contextlib.contextmanager
+def emulated(cluster: ClusterSpec, **kwargs: Any) -> Iterator[EmulatedCluster]:
+    """``with emulated(spec) as ec:`` -- up on entry, everything removed on exit (tests)."""
+    ec = EmulatedCluster(cluster, **kwargs)
+    try:
+        yield ec.up()
+    finally:
+        ec.down()
+
+
+# --------------------------------------------------------------------------------------
+# Probes: ping and bulk transfer
+
+
+@contextlib.contextmanager
+def entered(ns: str) -> Iterator[None]:
+    """Move the *calling thread* into namespace `ns`; sockets made inside stay there."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    own = os.open(f"/proc/self/task/{threading.get_native_id()}/ns/net", os.O_RDONLY)
+    try:
+        target = os.open(f"/run/netns/{ns}", os.O_RDONLY)
+    except FileNotFoundError:
+        os.close(own)
+        raise NetnsError(f"namespace {ns} does not exist (is the cluster up?)") from None
+    try:
+        if libc.setns(target, _CLONE_NEWNET) != 0:
+            raise NetnsError(f"setns({ns}): {os.strerror(ctypes.get_errno())}")
+        try:
+            yield
+        finally:
+            if libc.setns(own, _CLONE_NEWNET) != 0:
+                raise NetnsError(f"could not return from {ns}: "
+                                 f"{os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(target)
+        os.close(own)
+
+
+def _checksum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    s = (s >> 16) + (s & 0xFFFF)
+    s += s >> 16
+    return ~s & 0xFFFF
+
+
+def ping(ns: str, address: str, timeout: float = 2.0) -> float | None:
+    """One ICMP echo from namespace `ns` to `address` (no `ping` binary needed); RTT or None."""
+    ident = (os.getpid() ^ threading.get_native_id()) & 0xFFFF
+    with entered(ns):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    try:
+        payload = struct.pack("!d", time.perf_counter()) + b"gnnsched"
+        header = struct.pack("!BBHHH", 8, 0, 0, ident, 1)
+        packet = struct.pack("!BBHHH", 8, 0, _checksum(header + payload), ident, 1) + payload
+        t0 = time.perf_counter()
+        sock.sendto(packet, (address, 0))
+        deadline = t0 + timeout
+        while (left := deadline - time.perf_counter()) > 0:
+            sock.settimeout(left)
+            try:
+                data, (peer, _) = sock.recvfrom(2048)
+            except TimeoutError:
+                break
+            ihl = (data[0] & 0x0F) * 4
+            kind, _, _, rid, _ = struct.unpack("!BBHHH", data[ihl:ihl + 8])
+            if kind == 0 and rid == ident and peer == address:
+                return time.perf_counter() - t0
+        return None
+    finally:
+        sock.close()
+
+
+# Receiver and sender of `measure_rate`: tiny stdlib-only scripts, run in the hosts' namespaces.
+# A small receive buffer bounds how many bytes a briefly descheduled receiver can read "late"
+# (which would inflate the rate); a higher priority keeps other load on the box from starving
+# the probes.
+_RECV = r"""
+import json, os, socket, sys, time
+addr, timeout, warm = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+try:
+    os.nice(-10)
+except OSError:
+    pass
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 * 1024)
+srv.bind((addr, 0)); srv.listen(1); srv.settimeout(timeout)
+print(srv.getsockname()[1], flush=True)
+conn, _ = srv.accept(); conn.settimeout(timeout)
+buf = memoryview(bytearray(1 << 20))
+total, t_first, t_warm, b_warm, now = 0, None, None, 0, 0.0
+while True:
+    n = conn.recv_into(buf)
+    if not n:
+        break
+    now = time.perf_counter()
+    t_first = t_first or now
+    total += n
+    if t_warm is None and total >= warm:
+        t_warm, b_warm = now, total
+t_last = now
+t_first, t_warm = t_first or now, t_warm or now
+span = max(t_last - t_warm, 1e-9)
+print(json.dumps({"bytes": total, "seconds": t_last - t_first,
+                  "rate_Bps": (total - b_warm) / span if total > b_warm else 0.0,
+                  "raw_rate_Bps": total / max(t_last - t_first, 1e-9)}))
+"""
+
+_SEND = r"""
+import os, socket, sys
+addr, port, nbytes, timeout = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+try:
+    os.nice(-10)
+except OSError:
+    pass
+s = socket.create_connection((addr, port), timeout=timeout)
+chunk = memoryview(bytes(1 << 20))
+left = nbytes
+while left > 0:
+    k = min(left, len(chunk))
+    s.sendall(chunk[:k])
+    left -= k
+s.shutdown(socket.SHUT_WR)
+s.recv(1)
+s.close()
+"""

@@ -1,0 +1,486 @@
+"""Graph-store server: one process per store machine, serving all partitions that machine holds.
+
+It answers two requests from samplers and fetchers (``SAMPLE_REQ``: sample in-neighbours of
+these nodes; ``FEAT_REQ``: feature rows of these nodes) and sends every response through one
+:class:`NicQueue`, because the machine's NIC is the contended resource and only one queue per
+NIC can order it. Priority transmission is real, not a label:
+
+* responses are cut into chunks (``chunk_bytes``, 256 KiB by default);
+* a chunk leaves only while the bytes sent but not yet acknowledged by their receiver stay
+  under ``window_bytes``, so data waits in *this* queue, not in socket buffers nobody can
+  reorder (sockets also get a small ``SNDHWM`` and ``SO_SNDBUF``);
+* with ``sharing == "priority"`` the next chunk always comes from the first transfer in the
+  policy's order (the coordinator runs the policy and sends the order; transfers it has not
+  ranked yet go last, in arrival order, so the NIC never idles waiting for a decision); with
+  ``"fair"`` active transfers take turns chunk by chunk, like TCP flows sharing a link.
+
+So a high-priority transfer queued behind a large low-priority one overtakes it after at most
+one window of bytes. The store tells the coordinator when a transfer is queued and when its
+last chunk is acknowledged (the policy's ``on_transfer_done``).
+
+:class:`StoreClient` is the other side (used by samplers and fetchers): one DEALER per store,
+request ids, chunk reassembly with size checks before any allocation, and acks.
+:class:`PartGraph` wraps one loaded partition for sampling and feature look-ups in original
+node ids; samplers on a store's machine use it for local hops.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zmq
+
+from gnnsched.runtime.role import Role
+from gnnsched.runtime.transport import (
+    BULK,
+    Channel,
+    Kind,
+    Message,
+    MessageError,
+    SocketOptions,
+    bind_random,
+    ctrl,
+    make_socket,
+)
+
+CHUNK_BYTES = 256 << 10
+WINDOW_BYTES = 512 << 10
+STORE_SOCKET = SocketOptions(sndhwm=8, rcvhwm=256, sndbuf=128 << 10, rcvbuf=1 << 20)
+
+
+# --------------------------------------------------------------------------------------
+# A partition, addressed in original node ids
+
+
+class PartGraph:
+    """One partition's structure and features, looked up by original node id.
+
+    ``sample`` runs DGL's ``sample_neighbors`` on the partition's local graph (which holds
+    every in-edge of its inner nodes) with DGL's RNG seeded per request, so the same request
+    gives the same edges in a store, a sampler or the single-process reference.
+    """
+
+    def __init__(self, part: Any, orig_nids: np.ndarray, new_nids: np.ndarray,
+                 keep_features: bool = True) -> None:
+        from gnnsched.compat import dgl
+
+        self.part_id = int(part.part_id)
+        g = part.graph
+        inner_new = np.asarray(part.inner_new_ids, dtype=np.int64)
+        self.lo = int(inner_new.min()) if len(inner_new) else 0
+        span = int(inner_new.max()) - self.lo + 1 if len(inner_new) else 0
+        self.new_nids = new_nids
+        self.local_of = np.full(span, -1, dtype=np.int64)
+        self.local_of[inner_new - self.lo] = part.inner_local.numpy()
+        self.row_of = np.full(span, -1, dtype=np.int64)
+        self.row_of[inner_new - self.lo] = np.arange(len(inner_new))
+        self.local_orig = orig_nids[g.ndata[dgl.NID].numpy()]
+        self.graph = g.formats(["csc"])  # in-edge sampling needs CSC: build it once
+        self.features = part.features.numpy() if keep_features else None
+        self.labels = part.labels.numpy()
+        self.inner_orig = np.asarray(part.inner_orig_ids, dtype=np.int64)
+        self.masks = {k: getattr(part, f"{k}_mask").numpy().astype(bool)
+                      for k in ("train", "val", "test")}
+
+    def _index(self, nodes: np.ndarray, table: np.ndarray) -> np.ndarray:
+        new = self.new_nids[nodes] - self.lo if len(nodes) else np.zeros(0, np.int64)
+        ok = (new >= 0) & (new < len(table))
+        idx = np.where(ok, table[np.clip(new, 0, max(len(table) - 1, 0))], -1) \
+            if len(table) else np.full(len(nodes), -1)
+        if (idx < 0).any():
+            bad = int(nodes[np.argmax(idx < 0)])
+            raise MessageError(f"node {bad} is not owned by partition {self.part_id}")
+        return idx
+
+    def sample(self, nodes: np.ndarray, fanout: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """In-neighbours of ``nodes`` (original ids), at most ``fanout`` each (-1: all)."""
+        from gnnsched.compat import dgl
+        import torch
+
+        if len(nodes) == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        local = torch.from_numpy(self._index(nodes, self.local_of))
+        dgl.seed(int(seed))
+        sg = dgl.sampling.sample_neighbors(self.graph, local, int(fanout), edge_dir="in",
+                                           copy_ndata=False, copy_edata=False)
+        u, v = sg.edges()
+        return self.local_orig[u.numpy()], self.local_orig[v.numpy()]
+
+    def rows(self, nodes: np.ndarray) -> np.ndarray:
+        """Feature rows of ``nodes`` (original ids), a new contiguous float32 array."""
+        return self.features[self._index(nodes, self.row_of)]
+
+    def split(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(original ids, labels) of this part's train / val / test nodes."""
+        m = self.masks[name]
+        return self.inner_orig[m], self.labels[m]
+
+
+def load_parts(partitions: str, parts: list[int], keep_features: bool = True
+               ) -> dict[int, PartGraph]:
+    from gnnsched.datasets import open_partitions
+
+    pset = open_partitions(partitions, verify=False)
+    return {p: PartGraph(pset.load_part(p), pset.orig_nids, pset.new_nids, keep_features)
+            for p in parts}
+
+
+# --------------------------------------------------------------------------------------
+# The NIC queue
+
+
+@dataclass
+class OutTransfer:
+    """One queued response: its chunks, who receives it, and what the policy knows of it."""
+
+    tid: int
+    peer: bytes
+    req: int
+    kind: str  # "struct" | "feat" (the policy's Transfer.kind)
+    trainer: int
+    seq: int
+    dst_machine: int
+    chunks: list[Message]
+    sizes: list[int]
+    created: float
+    next_chunk: int = 0
+    acked: int = 0
+    sent_bytes: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.sizes)
+
+    @property
+    def pending(self) -> bool:
+        return self.next_chunk < len(self.chunks)
+
+
+class NicQueue:
+    """Chooses the next chunk a NIC sends: policy order (priority) or round robin (fair)."""
+
+    def __init__(self, sharing: str = "fair", window_bytes: int = WINDOW_BYTES) -> None:
+        if sharing not in ("fair", "priority"):
+            raise ValueError(f"sharing must be 'fair' or 'priority', got {sharing!r}")
+        self.sharing, self.window = sharing, window_bytes
+        self.active: OrderedDict[int, OutTransfer] = OrderedDict()  # arrival order
+        self.rank: dict[int, int] = {}
+        self.in_flight: dict[tuple[bytes, int, int], tuple[int, int]] = {}  # -> (tid, bytes)
+        self.in_flight_bytes = 0
+        self._rr = 0
+
+    def add(self, t: OutTransfer) -> None:
+        self.active[t.tid] = t
+
+    def set_order(self, tids: list[int]) -> None:
+        self.rank = {tid: i for i, tid in enumerate(tids)}
+
+    def _pick(self) -> OutTransfer | None:
+        ready = [t for t in self.active.values() if t.pending]
+        if not ready:
+            return None
+        if self.sharing == "priority":
+            big = len(self.rank) + 1
+            return min(ready, key=lambda t: (self.rank.get(t.tid, big), t.tid))
+        self._rr = (self._rr + 1) % len(ready)
+        return ready[self._rr]
+
+    def next_chunk(self) -> tuple[OutTransfer, Message, int] | None:
+        """The next (transfer, chunk, bytes) to send if the window allows, else None."""
+        if self.in_flight_bytes >= self.window and self.in_flight:
+            return None
+        t = self._pick()
+        if t is None:
+            return None
+        i = t.next_chunk
+        size = t.sizes[i]
+        if self.in_flight and self.in_flight_bytes + size > self.window:
+            return None
+        t.next_chunk += 1
+        self.in_flight[(t.peer, t.req, i)] = (t.tid, size)
+        self.in_flight_bytes += size
+        msg = t.chunks[i]
+        t.chunks[i] = None  # type: ignore[call-overload]  # free it once sent
+        return t, msg, size
+
+    def ack(self, peer: bytes, req: int, chunk: int) -> OutTransfer | None:
+        """Record an acknowledged chunk; returns the transfer if that completed it."""
+        entry = self.in_flight.pop((peer, req, chunk), None)
+        if entry is None:
+            raise MessageError(f"ACK for unknown chunk {chunk} of request {req}")
+        tid, size = entry
+        self.in_flight_bytes -= size
+        t = self.active[tid]
+        t.acked += 1
+        t.sent_bytes += size
+        if t.acked == len(t.chunks):
+            del self.active[tid]
+            self.rank.pop(tid, None)
+            return t
+        return None
+
+    def drop_peer(self, peer: bytes) -> None:
+        for tid in [t.tid for t in self.active.values() if t.peer == peer]:
+            del self.active[tid]
+        for key in [k for k in self.in_flight if k[0] == peer]:
+            self.in_flight_bytes -= self.in_flight.pop(key)[1]
+
+
+def chunked(kind: Kind, req: int, arrays: dict[str, np.ndarray], row_bytes: int,
+            chunk_bytes: int) -> tuple[list[Message], list[int]]:
+    """Split row-aligned arrays into messages of about ``chunk_bytes`` (at least one)."""
+    total = len(next(iter(arrays.values())))
+    rows = max(1, chunk_bytes // max(row_bytes, 1))
+    starts = list(range(0, total, rows)) or [0]
+    msgs, sizes = [], []
+    for i, s in enumerate(starts):
+        part = {k: v[s:s + rows] for k, v in arrays.items()}
+        msgs.append(Message(kind, {"req": req, "chunk": i, "chunks": len(starts), "start": s,
+                                   "total": total}, part))
+        sizes.append(max(sum(v.nbytes for v in part.values()), 1))
+    return msgs, sizes
+
+
+# --------------------------------------------------------------------------------------
+# The server
+
+
+class Store(Role):
+    """The store role: load partitions, serve requests, send in the policy's order."""
+
+    role = "store"
+
+    def setup(self) -> None:
+        me = self.args.machine
+        cfg = self.config
+        self.machine_index = cfg["machines"].index(me)
+        self.my_parts = [p for p, m in enumerate(cfg["part_store"]) if m == self.machine_index]
+        self.parts = load_parts(cfg["partitions"], self.my_parts)
+        self.node_part = np.load(cfg["node_part_file"], allow_pickle=False)
+        self.sock = make_socket(self.ctx, zmq.ROUTER, STORE_SOCKET)
+        self.endpoint = bind_random(self.sock, self.args.host)
+        self.data = Channel(self.sock, f"store {me} data")
+
+    def ready_fields(self) -> dict[str, Any]:
+        return {"endpoint": self.endpoint, "parts": self.my_parts}
+
+    def announce(self) -> None:
+        """Tell the coordinator the seeds and labels of each partition (they live here)."""
+        for p, pg in self.parts.items():
+            arrays = {}
+            for name in ("train", "val", "test"):
+                ids, labels = pg.split(name)
+                arrays[name], arrays[f"{name}_labels"] = ids, labels
+            self.control.send(Message(Kind.PART_INFO, {
+                "part": p, "num_classes": int(self.config["num_classes"]),
+                "feature_dim": int(pg.features.shape[1]), "num_nodes": len(pg.inner_orig)},
+                arrays))
+
+    def run(self) -> None:
+        cfg = self.config
+        self.nic = NicQueue(cfg["sharing"], int(cfg.get("window_bytes", WINDOW_BYTES)))
+        self.chunk_bytes = int(cfg.get("chunk_bytes", CHUNK_BYTES))
+        self.tids = itertools.count()
+        self.queued: list[list[Any]] = []
+        self.done: list[int] = []
+        self.peer_machine: dict[bytes, int] = {}
+        self.local_bytes = self.remote_bytes = 0
+        self.served = {"sample": 0, "feat": 0}
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        poller.register(self.control.sock, zmq.POLLIN)
+        while not self.stopping:
+            busy = bool(self.nic.active) and self.nic.in_flight_bytes < self.nic.window
+            events = dict(poller.poll(0 if busy else 50))
+            if self.sock in events:
+                for _ in range(64):  # drain a burst before sending more
+                    got = self.data.recv_now()
+                    if got is None:
+                        break
+                    self.handle(*got)
+            if self.control.sock in events:
+                self.poll_control()
+            self.pump()
+            self.flush_events()
+
+    def handle(self, peer: bytes | None, msg: Message) -> None:
+        assert peer is not None
+        if msg.kind == Kind.ACK:
+            t = self.nic.ack(peer, msg["req"], msg["chunk"])
+            if t is not None:
+                self.done.append(t.tid)
+            return
+        if msg.kind not in (Kind.SAMPLE_REQ, Kind.FEAT_REQ):
+            raise MessageError(f"store: unexpected {msg.kind.name} from {peer!r}")
+        nodes = msg.arrays["nodes"]
+        now = time.monotonic()
+        if msg.kind == Kind.SAMPLE_REQ:
+            part = msg["part"]
+            if part not in self.parts:
+                raise MessageError(f"SAMPLE_REQ.part: partition {part} is not on this store")
+            src, dst = self.parts[part].sample(nodes, msg["fanout"], msg["seed"])
+            chunks, sizes = chunked(Kind.SAMPLE_CHUNK, msg["req"], {"src": src, "dst": dst},
+                                    16, self.chunk_bytes)
+            kind = "struct"
+            self.served["sample"] += 1
+        else:
+            rows = self.gather(nodes)
+            chunks, sizes = chunked(Kind.FEAT_CHUNK, msg["req"], {"feats": rows},
+                                    rows.shape[1] * rows.itemsize, self.chunk_bytes)
+            kind = "feat"
+            self.served["feat"] += 1
+        t = OutTransfer(next(self.tids), peer, msg["req"], kind, msg["trainer"], msg["seq"],
+                        msg["src_machine"], chunks, sizes, now)
+        self.peer_machine[peer] = msg["src_machine"]
+        self.nic.add(t)
+        self.queued.append([t.tid, t.trainer, t.seq, kind, t.dst_machine, t.nbytes])
+
+    def gather(self, nodes: np.ndarray) -> np.ndarray:
+        """Feature rows of ``nodes`` in request order (they may span this store's parts)."""
+        owner = self.node_part[nodes] if len(nodes) else np.zeros(0, np.int64)
+        if len(self.parts) == 1:
+            (p, pg), = self.parts.items()
+            if len(nodes) and (owner != p).any():
+                raise MessageError(f"FEAT_REQ.nodes: node {int(nodes[np.argmax(owner != p)])} "
+                                   f"is not stored here")
+            return pg.rows(nodes)
+        dim = next(iter(self.parts.values())).features.shape[1]
+        out = np.empty((len(nodes), dim), dtype=np.float32)
+        seen = np.zeros(len(nodes), dtype=bool)
+        for p, pg in self.parts.items():
+            sel = owner == p
+            if sel.any():
+                out[sel] = pg.rows(nodes[sel])
+                seen |= sel
+        if not seen.all():
+            raise MessageError(f"FEAT_REQ.nodes: node {int(nodes[np.argmax(~seen)])} is not "
+                               "stored here")
+        return out
+
+    def pump(self) -> None:
+        while True:
+            nxt = self.nic.next_chunk()
+            if nxt is None:
+                return
+            t, msg, size = nxt
+            try:
+                self.data.send(msg, t.peer)
+            except zmq.ZMQError as exc:  # the receiver is gone: drop what was for it
+                self.log(f"dropping transfers to {t.peer!r}: {exc}")
+                self.nic.drop_peer(t.peer)
+                continue
+            if t.dst_machine == self.machine_index:
+                self.local_bytes += size
+            else:
+                self.remote_bytes += size
+
+    def flush_events(self) -> None:
+        if self.queued:
+            self.control.send(ctrl("queued", machine=self.machine_index, transfers=self.queued))
+            self.queued = []
+        if self.done:
+            self.control.send(ctrl("sent", machine=self.machine_index, tids=self.done))
+            self.done = []
+
+    def on_control(self, body: dict[str, Any]) -> None:
+        if body["op"] == "order":
+            self.nic.set_order([int(t) for t in body["tids"]])
+
+    def stats(self) -> dict[str, Any]:
+        return {"local_bytes": self.local_bytes, "network_bytes": self.remote_bytes,
+                "served": self.served}
+
+
+# --------------------------------------------------------------------------------------
+# The client side
+
+
+@dataclass
+class _Pending:
+    kind: Kind
+    expect_rows: int
+    max_total: int
+    on_chunk: Callable[[Message], None]
+    received: int = 0
+    chunks: int = -1
+    started: float = field(default_factory=time.monotonic)
+
+
+class StoreClient:
+    """Requests to every store over one DEALER each; reassembles chunked answers.
+
+    ``poll_sockets`` lists the sockets to register with the caller's poller; ``handle``
+    processes one ready socket. Each answer is validated (known request, chunk index, sizes
+    within what was asked) before it is written anywhere, then acknowledged.
+    """
+
+    def __init__(self, ctx: zmq.Context, stores: dict[int, str], name: str,
+                 identity: bytes) -> None:
+        self.channels: dict[int, Channel] = {}
+        for m, endpoint in stores.items():
+            sock = make_socket(ctx, zmq.DEALER, BULK, identity=identity)
+            sock.connect(endpoint)
+            self.channels[m] = Channel(sock, f"{name}->store{m}")
+        self.by_sock = {ch.sock: m for m, ch in self.channels.items()}
+        self.pending: dict[int, _Pending] = {}
+        self.ids = itertools.count(1)
+
+    @property
+    def poll_sockets(self) -> list[zmq.Socket]:
+        return [ch.sock for ch in self.channels.values()]
+
+    def request(self, machine: int, kind: Kind, ints: dict[str, int], nodes: np.ndarray,
+                expect_rows: int, max_total: int, on_chunk: Callable[[Message], None]) -> int:
+        req = next(self.ids)
+        self.pending[req] = _Pending(
+            Kind.SAMPLE_CHUNK if kind == Kind.SAMPLE_REQ else Kind.FEAT_CHUNK,
+            expect_rows, max_total, on_chunk)
+        self.channels[machine].send(Message(kind, {"req": req, **ints}, {"nodes": nodes}))
+        return req
+
+    def handle(self, sock: zmq.Socket) -> list[int]:
+        """Process queued answers on ``sock``; returns the request ids now complete."""
+        ch = self.channels[self.by_sock[sock]]
+        done = []
+        while True:
+            got = ch.recv_now()
+            if got is None:
+                return done
+            _, msg = got
+            req = msg["req"] if msg.kind in (Kind.SAMPLE_CHUNK, Kind.FEAT_CHUNK) else -1
+            p = self.pending.get(req)
+            if p is None or msg.kind != p.kind:
+                raise MessageError(f"{ch.name}: {msg.kind.name} for unknown request {req}")
+            total, start, chunk, chunks = msg["total"], msg["start"], msg["chunk"], msg["chunks"]
+            rows = len(next(iter(msg.arrays.values())))
+            if p.chunks < 0:
+                if not 0 <= total <= p.max_total or (p.expect_rows >= 0 and total != p.expect_rows):
+                    raise MessageError(f"{ch.name}: {msg.kind.name}.total: {total} rows, asked "
+                                       f"for {p.expect_rows if p.expect_rows >= 0 else p.max_total}")
+                if not 1 <= chunks <= max(total, 1):
+                    raise MessageError(f"{ch.name}: {msg.kind.name}.chunks: {chunks}")
+                p.chunks = chunks
+            if chunks != p.chunks or not 0 <= chunk < chunks or start < 0 or \
+                    start + rows > total:
+                raise MessageError(f"{ch.name}: {msg.kind.name}: chunk {chunk}/{chunks} rows "
+                                   f"{start}..{start + rows} outside 0..{total}")
+            p.on_chunk(msg)
+            ch.send(Message(Kind.ACK, {"req": req, "chunk": chunk}))
+            p.received += 1
+            if p.received == p.chunks:
+                del self.pending[req]
+                done.append(req)
+
+    def close(self) -> None:
+        for ch in self.channels.values():
+            ch.close()
+
+
+__all__ = ["CHUNK_BYTES", "NicQueue", "OutTransfer", "PartGraph", "Store", "StoreClient",
+           "WINDOW_BYTES", "chunked", "load_parts"]

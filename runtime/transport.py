@@ -1,0 +1,465 @@
+"""ZeroMQ transport: typed binary messages, bounded and validated, never pickle.
+
+Wire format of one message (a ZeroMQ multipart message):
+
+* frame 0, the header (little endian, ``struct``-packed)::
+
+      magic "GNSH" | version u8 | kind u8 | n_ints u16 | n_bufs u16
+      n_ints  x int64                      (ids and scalars; names come from the kind's schema)
+      n_bufs  x (dtype u8 | ndim u8 | ndim x int64 shape)
+
+* frames 1..n_bufs: the raw buffers (C-contiguous), sent with ``copy=False``.
+
+Every kind has a :class:`Schema` (names of its ints, dtype and rank of its buffers, an
+optional repeated group such as one (src, dst) pair per GNN layer). :func:`decode` checks the
+header against it before building any array -- magic, version, kind, counts, dtypes, ranks,
+shapes, that each buffer's byte length matches its shape, and the size limits -- and raises
+:class:`MessageError` naming the offending field. Arrays are zero-copy views of the received
+frames. Control messages are JSON objects in a ``CTRL`` message (JSON, not pickle: decoding
+cannot run code).
+
+Sockets are made by :func:`make_socket` with high-water marks, kernel buffer sizes,
+``MAXMSGSIZE`` (libzmq drops a peer that announces a bigger frame, so no huge allocation
+happens on our side) and ``LINGER`` set; :class:`Channel` wraps one socket, counts every
+payload byte it sends, and its receives always take a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+import zmq
+
+MAGIC = b"GNSH"
+VERSION = 1
+_HEAD = struct.Struct("<4sBBHH")
+_BUF = struct.Struct("<BB")
+
+MAX_INTS = 64
+MAX_BUFS = 64
+MAX_NDIM = 4
+MAX_LAYERS = 8
+MAX_HEADER = _HEAD.size + 8 * MAX_INTS + MAX_BUFS * (_BUF.size + 8 * MAX_NDIM)
+MAX_CTRL_BYTES = 4 << 20
+DEFAULT_MAX_MESSAGE = 1 << 31  # 2 GiB per message unless the caller lowers it
+
+
+class MessageError(ValueError):
+    """A message that is malformed, of an unexpected kind, or too big; names the field."""
+
+
+class TransportTimeout(TimeoutError):
+    """No message arrived within the receive timeout; says from whom and what was awaited."""
+
+
+class Kind(IntEnum):
+    """Message kinds; the values are on the wire, so never renumber them."""
+
+    CTRL = 1  # JSON control object {"op": ...}
+    BATCH = 2  # coordinator -> sampler: build this mini-batch
+    SAMPLE_REQ = 3  # sampler -> store: sample in-neighbours of these nodes
+    SAMPLE_CHUNK = 4  # store -> sampler: (part of) the sampled edges
+    FEAT_REQ = 5  # fetcher -> store: feature rows of these nodes
+    FEAT_CHUNK = 6  # store -> fetcher: (part of) the rows
+    ACK = 7  # receiver -> store: a chunk arrived (frees the store's send window)
+    BLOCK = 8  # sampler -> trainer: the sampled blocks of a mini-batch
+    FETCH_REQ = 9  # sampler -> relay fetcher: gather these input nodes for a trainer
+    FEATS = 10  # relay fetcher -> trainer: the gathered input features
+    PART_INFO = 11  # store -> coordinator: train/val/test nodes and labels of a partition
+
+
+# dtype codes on the wire
+DTYPES: dict[int, np.dtype] = {
+    1: np.dtype("<i8"), 2: np.dtype("<i4"), 3: np.dtype("<f4"), 4: np.dtype("<f2"),
+    5: np.dtype("u1"), 6: np.dtype("<f8"),
+}
+_CODES = {dt: code for code, dt in DTYPES.items()}
+I64, I32, F32, F16, U8, F64 = (DTYPES[i] for i in range(1, 7))
+
+
+@dataclass(frozen=True)
+class Schema:
+    """What a kind carries: named ints, typed buffers, and an optional repeated group.
+
+    The group (``rep_ints``, ``rep_bufs``) appears ``ints[rep_count]`` times (at most
+    ``MAX_LAYERS``); repeated names get the repetition index appended (``src0``, ``src1``).
+    """
+
+    ints: tuple[str, ...]
+    bufs: tuple[tuple[str, tuple[np.dtype, ...], int], ...]
+    rep_ints: tuple[str, ...] = ()
+    rep_bufs: tuple[tuple[str, tuple[np.dtype, ...], int], ...] = ()
+    rep_count: str = ""
+
+
+_IDS = (I64,)
+_FEAT = (F32, F16)
+SCHEMAS: dict[Kind, Schema] = {
+    Kind.CTRL: Schema((), (("json", (U8,), 1),)),
+    Kind.BATCH: Schema(("trainer", "seq", "epoch", "phase", "index"),
+                       (("seeds", _IDS, 1), ("labels", _IDS, 1))),
+    Kind.SAMPLE_REQ: Schema(("req", "trainer", "seq", "layer", "part", "fanout", "seed",
+                             "src_machine"), (("nodes", _IDS, 1),)),
+    Kind.SAMPLE_CHUNK: Schema(("req", "chunk", "chunks", "start", "total"),
+                              (("src", _IDS, 1), ("dst", _IDS, 1))),
+    Kind.FEAT_REQ: Schema(("req", "trainer", "seq", "src_machine"), (("nodes", _IDS, 1),)),
+    Kind.FEAT_CHUNK: Schema(("req", "chunk", "chunks", "start", "total"),
+                            (("feats", _FEAT, 2),)),
+    Kind.ACK: Schema(("req", "chunk"), ()),
+    Kind.BLOCK: Schema(("trainer", "seq", "epoch", "phase", "index", "sampler", "sample_us",
+                        "layers"),
+                       (("seeds", _IDS, 1), ("labels", _IDS, 1), ("input_nodes", _IDS, 1)),
+                       ("num_src", "num_dst"), (("src", _IDS, 1), ("dst", _IDS, 1)), "layers"),
+    Kind.FETCH_REQ: Schema(("trainer", "seq"), (("nodes", _IDS, 1),)),
+    Kind.FEATS: Schema(("trainer", "seq", "fetch_us"), (("feats", _FEAT, 2),)),
+    Kind.PART_INFO: Schema(("part", "num_classes", "feature_dim", "num_nodes"),
+                           (("train", _IDS, 1), ("train_labels", _IDS, 1),
+                            ("val", _IDS, 1), ("val_labels", _IDS, 1),
+                            ("test", _IDS, 1), ("test_labels", _IDS, 1))),
+}
+
+
+@dataclass
+class Message:
+    """A decoded (or to-be-encoded) message: its kind, named ints and named arrays."""
+
+    kind: Kind
+    ints: dict[str, int] = field(default_factory=dict)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> int:
+        return self.ints[name]
+
+    def __repr__(self) -> str:  # short: arrays as dtype[shape]
+        arrs = ", ".join(f"{k}={v.dtype}{list(v.shape)}" for k, v in self.arrays.items())
+        return f"Message({self.kind.name}, {self.ints}, {arrs})"
+
+
+def _expand(schema: Schema, count: int) -> tuple[list[str], list[tuple]]:
+    ints = list(schema.ints)
+    bufs = list(schema.bufs)
+    for i in range(count):
+        ints += [f"{n}{i}" for n in schema.rep_ints]
+        bufs += [(f"{n}{i}", dts, nd) for n, dts, nd in schema.rep_bufs]
+    return ints, bufs
+
+
+def encode(msg: Message) -> list[Any]:
+    """Header frame + raw buffers for ``send_multipart(..., copy=False)``; validates first."""
+    schema = SCHEMAS[msg.kind]
+    count = int(msg.ints.get(schema.rep_count, 0)) if schema.rep_count else 0
+    if not 0 <= count <= MAX_LAYERS:
+        raise MessageError(f"{msg.kind.name}.{schema.rep_count}: {count} not in 0..{MAX_LAYERS}")
+    int_names, buf_specs = _expand(schema, count)
+    try:
+        ints = [int(msg.ints[n]) for n in int_names]
+    except KeyError as exc:
+        raise MessageError(f"{msg.kind.name}: int field {exc.args[0]!r} missing") from None
+    parts = [_HEAD.pack(MAGIC, VERSION, int(msg.kind), len(ints), len(buf_specs)),
+             struct.pack(f"<{len(ints)}q", *ints)]
+    frames: list[Any] = []
+    for name, dtypes, ndim in buf_specs:
+        arr = msg.arrays.get(name)
+        if arr is None:
+            raise MessageError(f"{msg.kind.name}: buffer {name!r} missing")
+        arr = np.ascontiguousarray(arr)
+        if arr.dtype not in dtypes:
+            arr = arr.astype(dtypes[0])  # e.g. int32 ids -> int64 on the wire
+        if arr.ndim != ndim:
+            raise MessageError(f"{msg.kind.name}.{name}: rank {arr.ndim}, schema says {ndim}")
+        parts.append(_BUF.pack(_CODES[arr.dtype], arr.ndim))
+        parts.append(struct.pack(f"<{arr.ndim}q", *arr.shape))
+        frames.append(memoryview(arr).cast("B") if arr.size else b"")
+    return [b"".join(parts), *frames]
+
+
+def _frame_bytes(frame: Any) -> memoryview:
+    if isinstance(frame, zmq.Frame):
+        return frame.buffer
+    return memoryview(frame)
+
+
+def decode(frames: list[Any], *, max_bytes: int = DEFAULT_MAX_MESSAGE,
+           expect: tuple[Kind, ...] | None = None, peer: str = "peer") -> Message:
+    """Validate and decode frames (header first); arrays are views of the frames (no copy).
+
+    Raises :class:`MessageError` naming the field on anything unexpected.
+    """
+    if not frames:
+        raise MessageError(f"message from {peer}: no frames")
+    head = _frame_bytes(frames[0])
+    if len(head) < _HEAD.size:
+        raise MessageError(f"message from {peer}: header: {len(head)} bytes, need >= "
+                           f"{_HEAD.size}")
+    if len(head) > MAX_HEADER:
+        raise MessageError(f"message from {peer}: header: {len(head)} bytes > {MAX_HEADER}")
+    magic, version, kind_v, n_ints, n_bufs = _HEAD.unpack_from(head, 0)
+    if magic != MAGIC:
+        raise MessageError(f"message from {peer}: magic: {bytes(magic)!r}, expected {MAGIC!r} "
+                           "(not a gnnsched peer)")
+    if version != VERSION:
+        raise MessageError(f"message from {peer}: version: {version}, this build speaks "
+                           f"{VERSION}")
+    try:
+        kind = Kind(kind_v)
+    except ValueError:
+        raise MessageError(f"message from {peer}: kind: unknown kind {kind_v}") from None
+    if expect is not None and kind not in expect:
+        raise MessageError(f"message from {peer}: kind: {kind.name} where "
+                           f"{'/'.join(k.name for k in expect)} was expected")
+    schema = SCHEMAS[kind]
+    if n_ints > MAX_INTS or n_bufs > MAX_BUFS:
+        raise MessageError(f"{kind.name} from {peer}: counts: {n_ints} ints, {n_bufs} buffers "
+                           f"(max {MAX_INTS}, {MAX_BUFS})")
+    off = _HEAD.size
+    if len(head) < off + 8 * n_ints:
+        raise MessageError(f"{kind.name} from {peer}: ints: header truncated")
+    values = struct.unpack_from(f"<{n_ints}q", head, off)
+    off += 8 * n_ints
+    count = 0
+    if schema.rep_count:
+        base = len(schema.ints)
+        if n_ints < base:
+            raise MessageError(f"{kind.name} from {peer}: ints: {n_ints}, need >= {base}")
+        count = values[schema.ints.index(schema.rep_count)]
+        if not 0 <= count <= MAX_LAYERS:
+            raise MessageError(f"{kind.name} from {peer}: {schema.rep_count}: {count} not in "
+                               f"0..{MAX_LAYERS}")
+    int_names, buf_specs = _expand(schema, count)
+    if n_ints != len(int_names):
+        raise MessageError(f"{kind.name} from {peer}: ints: {n_ints}, schema has "
+                           f"{len(int_names)} ({', '.join(int_names)})")
+    if n_bufs != len(buf_specs):
+        raise MessageError(f"{kind.name} from {peer}: buffers: {n_bufs}, schema has "
+                           f"{len(buf_specs)}")
+    if len(frames) != 1 + n_bufs:
+        raise MessageError(f"{kind.name} from {peer}: frames: {len(frames)}, header announces "
+                           f"{1 + n_bufs}")
+    total = len(head)
+    arrays: dict[str, np.ndarray] = {}
+    for i, (name, dtypes, ndim) in enumerate(buf_specs):
+        if len(head) < off + _BUF.size:
+            raise MessageError(f"{kind.name}.{name} from {peer}: header truncated")
+        code, nd = _BUF.unpack_from(head, off)
+        off += _BUF.size
+        dt = DTYPES.get(code)
+        if dt is None or dt not in dtypes:
+            raise MessageError(f"{kind.name}.{name} from {peer}: dtype code {code} "
+                               f"({dt}), expected {'/'.join(str(d) for d in dtypes)}")
+        if nd != ndim:
+            raise MessageError(f"{kind.name}.{name} from {peer}: ndim {nd}, expected {ndim}")
+        if len(head) < off + 8 * nd:
+            raise MessageError(f"{kind.name}.{name} from {peer}: shape truncated")
+        shape = struct.unpack_from(f"<{nd}q", head, off)
+        off += 8 * nd
+        if any(s < 0 for s in shape):
+            raise MessageError(f"{kind.name}.{name} from {peer}: negative shape {shape}")
+        nbytes = dt.itemsize
+        for s in shape:
+            nbytes *= s
+        total += nbytes
+        if nbytes > max_bytes or total > max_bytes:
+            raise MessageError(f"{kind.name}.{name} from {peer}: {total} bytes exceed the "
+                               f"limit of {max_bytes}")
+        buf = _frame_bytes(frames[1 + i])
+        if len(buf) != nbytes:
+            raise MessageError(f"{kind.name}.{name} from {peer}: frame has {len(buf)} bytes, "
+                               f"shape {list(shape)} of {dt} needs {nbytes}")
+        arrays[name] = np.frombuffer(buf, dtype=dt).reshape(shape) if nbytes else \
+            np.zeros(shape, dtype=dt)
+    if off != len(head):
+        raise MessageError(f"{kind.name} from {peer}: header: {len(head) - off} trailing bytes")
+    return Message(kind, dict(zip(int_names, values)), arrays)
+
+
+# --------------------------------------------------------------------------------------
+# Control messages: JSON objects with an "op"
+
+
+def ctrl(op: str, **fields: Any) -> Message:
+    """A control message: a JSON object ``{"op": op, **fields}``."""
+    blob = json.dumps({"op": op, **fields}, separators=(",", ":")).encode()
+    if len(blob) > MAX_CTRL_BYTES:
+        raise MessageError(f"CTRL {op}: {len(blob)} bytes > {MAX_CTRL_BYTES}")
+    return Message(Kind.CTRL, {}, {"json": np.frombuffer(blob, dtype=np.uint8)})
+
+
+def ctrl_body(msg: Message, peer: str = "peer") -> dict[str, Any]:
+    """The JSON object of a CTRL message, validated to be an object with a string ``op``."""
+    raw = msg.arrays["json"]
+    if raw.nbytes > MAX_CTRL_BYTES:
+        raise MessageError(f"CTRL from {peer}: json: {raw.nbytes} bytes > {MAX_CTRL_BYTES}")
+    try:
+        body = json.loads(raw.tobytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MessageError(f"CTRL from {peer}: json: not valid JSON ({exc})") from None
+    if not isinstance(body, dict) or not isinstance(body.get("op"), str):
+        raise MessageError(f"CTRL from {peer}: json: must be an object with a string 'op'")
+    return body
+
+
+# --------------------------------------------------------------------------------------
+# Sockets
+
+
+@dataclass(frozen=True)
+class SocketOptions:
+    """Bounds on what a socket may hold: messages queued per peer and kernel buffer bytes.
+
+    Bulk senders use a small ``sndhwm`` and ``sndbuf`` so that data waits in the sender's
+    own (policy-ordered) queue, not in buffers no scheduler can reorder.
+    """
+
+    sndhwm: int = 64
+    rcvhwm: int = 64
+    sndbuf: int = -1  # -1: OS default
+    rcvbuf: int = -1
+    max_message: int = DEFAULT_MAX_MESSAGE
+    linger_ms: int = 0
+
+
+CONTROL = SocketOptions(sndhwm=1000, rcvhwm=1000, max_message=64 << 20)
+BULK = SocketOptions(sndhwm=4, rcvhwm=16, sndbuf=256 << 10, rcvbuf=1 << 20)
+
+
+def make_socket(ctx: zmq.Context, kind: int, opts: SocketOptions = CONTROL,
+                identity: bytes | None = None) -> zmq.Socket:
+    sock = ctx.socket(kind)
+    sock.setsockopt(zmq.LINGER, opts.linger_ms)
+    sock.setsockopt(zmq.SNDHWM, opts.sndhwm)
+    sock.setsockopt(zmq.RCVHWM, opts.rcvhwm)
+    if opts.sndbuf > 0:
+        sock.setsockopt(zmq.SNDBUF, opts.sndbuf)
+    if opts.rcvbuf > 0:
+        sock.setsockopt(zmq.RCVBUF, opts.rcvbuf)
+    sock.setsockopt(zmq.MAXMSGSIZE, opts.max_message)
+    if identity is not None:
+        sock.setsockopt(zmq.IDENTITY, identity)
+    if kind == zmq.ROUTER:
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # unknown peer: an error, not a silent drop
+    return sock
+
+
+def bind_random(sock: zmq.Socket, host: str) -> str:
+    """Bind to an ephemeral port on ``host``; returns the connectable endpoint."""
+    port = sock.bind_to_random_port(f"tcp://{host}", min_port=20000, max_port=60000,
+                                    max_tries=200)
+    return f"tcp://{host}:{port}"
+
+
+class Stats:
+    """Payload bytes and messages sent, per message kind (the process's NIC usage)."""
+
+    def __init__(self) -> None:
+        self.bytes: Counter[str] = Counter()
+        self.messages: Counter[str] = Counter()
+
+    def add(self, kind: Kind, nbytes: int) -> None:
+        self.bytes[kind.name] += nbytes
+        self.messages[kind.name] += 1
+
+    @property
+    def total(self) -> int:
+        return int(sum(self.bytes.values()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bytes_sent": self.total, "by_kind": dict(self.bytes),
+                "messages": dict(self.messages)}
+
+
+STATS = Stats()  # one per process: every Channel of the process adds to it
+
+
+class Channel:
+    """One ZeroMQ socket with typed send/recv, byte accounting and receive timeouts.
+
+    On a ROUTER socket ``send`` needs the peer identity and ``recv`` returns it; on other
+    sockets the identity is ``None``.
+    """
+
+    def __init__(self, sock: zmq.Socket, name: str, *, max_bytes: int | None = None,
+                 stats: Stats = STATS) -> None:
+        self.sock, self.name, self.stats = sock, name, stats
+        self.router = sock.type == zmq.ROUTER
+        self.max_bytes = max_bytes or sock.getsockopt(zmq.MAXMSGSIZE)
+        if self.max_bytes <= 0:
+            self.max_bytes = DEFAULT_MAX_MESSAGE
+
+    def send(self, msg: Message, identity: bytes | None = None, *, flags: int = 0) -> int:
+        frames = encode(msg)
+        if self.router:
+            if identity is None:
+                raise ValueError(f"{self.name}: ROUTER send needs a peer identity")
+            frames = [identity, *frames]
+        self.sock.send_multipart(frames, flags=flags, copy=False)
+        nbytes = sum(_nbytes(f) for f in (frames[1:] if self.router else frames))
+        self.stats.add(msg.kind, nbytes)
+        return nbytes
+
+    def recv_frames(self, timeout: float | None) -> list[zmq.Frame]:
+        if timeout is not None and not self.sock.poll(int(max(timeout, 0) * 1000), zmq.POLLIN):
+            raise TransportTimeout(f"{self.name}: no message within {timeout:.1f} s")
+        return self.sock.recv_multipart(copy=False)
+
+    def recv(self, timeout: float | None, expect: tuple[Kind, ...] | None = None
+             ) -> tuple[bytes | None, Message]:
+        """Next message (waiting at most ``timeout`` seconds; ``None`` only for tests)."""
+        frames = self.recv_frames(timeout)
+        return self.decode(frames, expect)
+
+    def decode(self, frames: list[Any], expect: tuple[Kind, ...] | None = None
+               ) -> tuple[bytes | None, Message]:
+        ident = None
+        if self.router:
+            if len(frames) < 2:
+                raise MessageError(f"{self.name}: ROUTER message without identity")
+            ident = bytes(_frame_bytes(frames[0]))
+            frames = frames[1:]
+        peer = f"{self.name}[{ident.decode(errors='replace')}]" if ident else self.name
+        return ident, decode(frames, max_bytes=self.max_bytes, expect=expect, peer=peer)
+
+    def recv_now(self) -> tuple[bytes | None, Message] | None:
+        """A message if one is queued, else None (never blocks)."""
+        try:
+            frames = self.sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return None
+        return self.decode(frames)
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
+
+
+def _nbytes(frame: Any) -> int:
+    if isinstance(frame, (bytes, bytearray)):
+        return len(frame)
+    if isinstance(frame, memoryview):
+        return frame.nbytes
+    return len(frame)
+
+
+class Deadline:
+    """A wall-clock budget shared by several receives (``left()`` never negative)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return max(0.0, self.end - time.monotonic())
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.end
+
+
+__all__ = [
+    "BULK", "CONTROL", "Channel", "Deadline", "Kind", "Message", "MessageError", "SCHEMAS",
+    "STATS", "Schema", "SocketOptions", "Stats", "TransportTimeout", "bind_random", "ctrl",
+    "ctrl_body", "decode", "encode", "make_socket",
+]

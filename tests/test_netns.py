@@ -1,0 +1,218 @@
+"""The emulated cluster: namespaces reach each other, shaping is honest, ``down`` is complete.
+
+Needs root and ``ip netns``; skipped with the reason otherwise. Traffic only goes to addresses
+inside namespaces these tests create (10.77.x.x) or to loopback.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import pytest
+from gnnsched.runtime import netns
+
+from gnnsched.spec import GBIT, cluster_from_dict
+
+REASON = netns.unavailable_reason()
+needs_netns = pytest.mark.skipif(REASON is not None,
+                                 reason=f"emulated cluster unavailable: {REASON}")
+pytestmark = pytest.mark.netns
+
+
+def _spec(tag: str, hosts: dict[str, tuple[float, float]], **extra: Any):
+    """A cluster named per test process (so parallel runs never share namespaces)."""
+    machines = [{"name": h, "cpus": 1, "memory_gb": 1,
+                 "nic": {"egress_gbps": eg / 1e3, "ingress_gbps": ing / 1e3}}
+                for h, (eg, ing) in hosts.items()]
+    machines[0]["partitions"] = [0]
+    return cluster_from_dict({"name": f"t{os.getpid() % 100000}{tag}", "machines": machines,
+                              **extra}, "<test>")
+
+
+def _leftovers(ec: netns.EmulatedCluster) -> list[str]:
+    left = [n for n in netns.list_namespaces() if n in ec.namespaces]
+    if ec.gateway_if:
+        left += [x for x in netns.list_root_links() if x == ec.gateway_if]
+    if ec.state_file.exists():
+        left.append(str(ec.state_file))
+    return left
+
+
+# --------------------------------------------------------------------------------------
+# Pure planning (no root needed)
+
+
+def test_addresses_and_names_from_file_and_auto() -> None:
+    spec = cluster_from_dict({"name": "a-cluster-with-a-long-name", "machines": [
+        {"name": "store0", "cpus": 1, "memory_gb": 1, "nic_gbps": 0.1, "partitions": [0],
+         "address": "10.77.0.1"},
+        {"name": "a-very-long-host-name-indeed", "cpus": 1, "memory_gb": 1, "nic_gbps": 0.1},
+    ]}, "<test>")
+    ec = netns.EmulatedCluster(spec)
+    assert ec.address("store0") == "10.77.0.1"
+    assert ec.address("a-very-long-host-name-indeed") == "10.77.0.2"
+    assert ec.gateway_address == "10.77.0.254"
+    assert ec.exec_prefix("store0") == ["ip", "netns", "exec", "gs-a-cluster-with-a-long-name-store0"]
+    assert all(len(h.port) <= netns.IFNAMSIZ for h in ec.hosts.values())
+    assert ec.gateway_if is not None and len(ec.gateway_if) <= netns.IFNAMSIZ
+    assert ec.gateway_if.startswith("gs-")
+    auto = netns.EmulatedCluster(_spec("x", {"a": (10, 10), "b": (10, 10)}), gateway=False)
+    addrs = [auto.address("a"), auto.address("b")]
+    assert all(a.startswith("10.77.") for a in addrs) and len(set(addrs)) == 2
+    with pytest.raises(netns.NetnsError, match="host 'zz' is not in cluster"):
+        auto.exec_prefix("zz")
+
+
+def test_public_address_rejected() -> None:
+    spec = cluster_from_dict({"name": "pub", "machines": [
+        {"name": "a", "cpus": 1, "memory_gb": 1, "nic_gbps": 1, "partitions": [0],
+         "address": "8.8.8.8"}]}, "c.yaml")
+    with pytest.raises(netns.NetnsError, match=r"c.yaml: machines\[a\].address: .*private"):
+        netns.EmulatedCluster(spec)
+
+
+def test_require_root_says_how_to_run_without(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(netns, "_has_caps", lambda *bits: False)
+    with pytest.raises(netns.NetnsError, match="needs root") as info:
+        netns.require_root()
+    assert "--launcher local" in str(info.value)
+    assert netns.unavailable_reason() is not None
+
+
+# --------------------------------------------------------------------------------------
+# Real namespaces
+
+
+@needs_netns
+def test_up_namespaces_ping_each_other_and_down_removes_all() -> None:
+    spec = _spec("p", {"a": (100, 100), "b": (100, 100), "c": (50, 50)})
+    ec = netns.EmulatedCluster(spec, gateway=False)
+    try:
+        ec.up()
+        assert ec.is_up() and ec.up() is ec  # idempotent
+        present = netns.list_namespaces()
+        assert all(ns in present for ns in ec.namespaces)
+        for src in ec.hosts:
+            for dst in ec.hosts:
+                assert ec.ping(src, dst) is not None, f"{src} cannot reach {dst}"
+            assert netns.ping(ec.host(src).ns, "127.0.0.1") is not None  # loopback is up
+        out = subprocess.run(ec.exec_prefix("a") + ["ip", "-br", "addr"], capture_output=True,
+                             text=True, check=True).stdout
+        assert ec.address("a") in out
+        rows = {r["host"]: r for r in ec.status()}
+        assert rows["c"]["tc_egress_Bps"] == pytest.approx(50e6 / 8)
+        assert rows["c"]["tc_ingress_Bps"] == pytest.approx(50e6 / 8)
+    finally:
+        ec.down()
+    assert _leftovers(ec) == []
+    assert ec.down() == []  # idempotent
+
+
+@needs_netns
+def test_shaped_rate_and_asymmetric_egress_ingress() -> None:
+    # a sends at most 40 Mbit/s, b receives at most 60: a->b is egress-bound at 40;
+    # b sends 100, a receives 80: b->a is ingress-bound at 80.
+    spec = _spec("r", {"a": (40, 80), "b": (100, 60)})
+    with netns.emulated(spec, gateway=False) as ec:
+        ab = ec.measure_rate("a", "b", nbytes=int(40e6 / 8 * 1.2))
+        ba = ec.measure_rate("b", "a", nbytes=int(80e6 / 8 * 1.2))
+    assert ab["shaped_Bps"] == pytest.approx(40 * GBIT / 1e3)
+    assert ba["shaped_Bps"] == pytest.approx(80 * GBIT / 1e3)
+    assert 0.9 <= ab["ratio"] <= 1.02, ab
+    assert 0.9 <= ba["ratio"] <= 1.02, ba
+    assert _leftovers(ec) == []
+
+
+@needs_netns
+def test_failure_mid_up_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _spec("f", {"a": (10, 10), "b": (10, 10), "c": (10, 10)})
+    ec = netns.EmulatedCluster(spec)
+    real_run = netns._run
+
+    def failing(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
+        if "addr" in argv and ec.host("b").ns in argv:
+            raise netns.NetnsError("injected failure")
+        return real_run(argv, check)
+
+    monkeypatch.setattr(netns, "_run", failing)
+    with pytest.raises(netns.NetnsError, match="injected"):
+        ec.up()
+    monkeypatch.undo()
+    assert _leftovers(ec) == []
+
+
+@needs_netns
+def test_down_from_another_process_kills_and_removes_everything() -> None:
+    spec = _spec("d", {"a": (10, 10), "b": (10, 10)})
+    ec = netns.EmulatedCluster(spec)  # with the root-namespace gateway link
+    proc = None
+    try:
+        ec.up()
+        assert ec.gateway_if in netns.list_root_links()
+        proc = subprocess.Popen(ec.exec_prefix("b") + ["sleep", "60"])
+        r = subprocess.run([sys.executable, "-m", "gnnsched", "cluster", "down", "--cluster",
+                            spec.name], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert proc.wait(timeout=10) != 0  # the process left in the namespace was stopped
+        assert _leftovers(ec) == []
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        ec.down()
+
+
+@needs_netns
+def test_down_without_state_file_and_gateway_reaches_hosts() -> None:
+    spec = _spec("g", {"a": (50, 50), "b": (50, 50)})
+    ec = netns.EmulatedCluster(spec)
+    try:
+        ec.up()
+        # The root namespace reaches a host through the unshaped gateway port.
+        with netns.entered(ec.host("a").ns):
+            srv = socket.create_server((ec.address("a"), 0))
+        got: list[bytes] = []
+
+        def serve() -> None:
+            conn, _ = srv.accept()
+            with conn:
+                got.append(conn.recv(16))
+
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        with socket.create_connection((ec.address("a"), srv.getsockname()[1]), timeout=5) as c:
+            c.sendall(b"hello")
+        t.join(5)
+        srv.close()
+        assert got == [b"hello"]
+        ec.state_file.unlink()  # a crashed `up` before its state write: names are derived
+    finally:
+        ec.down()
+    assert _leftovers(ec) == []
+
+
+@needs_netns
+def test_latency_is_emulated_or_refused_clearly() -> None:
+    spec = _spec("l", {"a": (100, 100), "b": (100, 100)}, latency_ms=10)
+    ec = netns.EmulatedCluster(spec, gateway=False)
+    try:
+        if not netns.qdisc_available("netem"):
+            with pytest.raises(netns.NetnsError, match="no netem qdisc.*--ignore-latency"):
+                ec.up()
+            assert _leftovers(ec) == []
+            ec = netns.EmulatedCluster(spec, gateway=False, ignore_latency=True)
+            ec.up()
+            assert ec.ping("a", "b") is not None
+            return
+        ec.up()
+        ec.ping("a", "b")  # ARP
+        rtt = min(ec.ping("a", "b") or 1.0 for _ in range(3))
+        assert 0.018 <= rtt <= 0.035, rtt  # 10 ms on each host's egress
+    finally:
+        ec.down()
+    assert _leftovers(ec) == []

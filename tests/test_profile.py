@@ -1,0 +1,80 @@
+"""The cost profile: measured from real sampling, bytes add up, and it is tied to its job."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gnnsched.profile import CostProfile, profile_for, synthetic_profile
+from gnnsched.spec import SpecError, load_job
+
+
+@pytest.fixture(scope="module")
+def cora_profile(examples: Path) -> tuple:
+    from gnnsched.datasets import open_partitions
+    from gnnsched.datasets.cache import partitions_for
+    from gnnsched.runtime.profiler import profile_partitions
+
+    job = replace(load_job(examples / "lab4" / "job.yaml"), batch_size=32)
+    pset = open_partitions(partitions_for(job, quiet=True))
+    return job, pset, profile_partitions(pset, job, samples=4, seed=1)
+
+
+def test_bytes_add_up_to_input_features(cora_profile: tuple) -> None:
+    """Every input node is owned by exactly one partition: per-part counts sum to the batch."""
+    job, pset, prof = cora_profile
+    assert prof.feature_bytes == pset.feature_dim * 4
+    for pp in prof.parts:
+        assert pp.n == 4 and pp.train_seeds > 0
+        for ids, counts, edges in zip(pp.input_parts, pp.input_nodes, pp.edges):
+            assert counts.sum() >= min(job.batch_size, pp.train_seeds)  # seeds are inputs
+            assert set(ids.tolist()) <= set(range(pset.num_parts))
+        assert (pp.sample_s > 0).all() and (pp.train_s > 0).all()
+        # edges counted per expanded partition add up to the block sizes
+        assert np.allclose([c.sum() for c in pp.edge_counts], pp.edges)
+    assert prof.total_train_seeds == 140  # Cora's public split
+
+
+def test_profile_roundtrip_and_job_check(cora_profile: tuple, tmp_path: Path) -> None:
+    job, _, prof = cora_profile
+    path = tmp_path / "cost.json"
+    prof.save(path)
+    back = CostProfile.load(path)
+    assert back.num_parts == prof.num_parts
+    assert np.allclose(back.parts[2].mean_input_nodes(4), prof.parts[2].mean_input_nodes(4))
+    back.check_job(job)
+    other = replace(job, fanouts=(5, 5))
+    with pytest.raises(SpecError, match=r"job.fanouts: profile was measured for fanouts="):
+        back.check_job(other, str(path))
+    assert profile_for(job, str(path)).num_parts == 4
+
+
+def test_bad_profile_files(tmp_path: Path) -> None:
+    p = tmp_path / "cost.json"
+    p.write_text("{not json")
+    with pytest.raises(SpecError, match="cost.json: line 1: not valid JSON"):
+        CostProfile.load(p)
+    p.write_text('{"num_parts": 2}')
+    with pytest.raises(SpecError, match="cost.json: job_key: is missing"):
+        CostProfile.load(p)
+    d = synthetic_profile(2, samples=2).to_dict()
+    d["parts"][1]["samples"][0]["input_nodes"] = {"7": 3}
+    import json
+
+    p.write_text(json.dumps(d))
+    with pytest.raises(SpecError, match=r"parts\[1\]: malformed sample: input_nodes names"):
+        CostProfile.load(p)
+
+
+def test_synthetic_profile_shape() -> None:
+    prof = synthetic_profile(16, skew=1.0, locality=0.5, neighbours=4, samples=4, seed=3)
+    assert prof.num_parts == 16 and prof.synthetic
+    sizes = [pp.train_seeds for pp in prof.parts]
+    assert max(sizes) > 3 * min(sizes)  # skewed
+    nodes = prof.parts[5].mean_input_nodes(16)
+    assert nodes[5] / nodes.sum() == pytest.approx(0.5, abs=0.02)
+    assert synthetic_profile(16, seed=3, samples=4).parts[0].sample_s.tolist() == \
+        synthetic_profile(16, seed=3, samples=4).parts[0].sample_s.tolist()
