@@ -50,6 +50,35 @@ def _transfer(name: str, hosts: dict[str, tuple[float, float]], src: str, dst: s
             "payload_rates": bool(opts.get("payload_rates"))}
 
 
+def _fan(name: str, kind: str, rate: float, seconds: float) -> dict[str, Any]:
+    """Two concurrent flows through one shaped NIC: into it (incast) or out of it (outcast)."""
+    import threading
+
+    from gnnsched.runtime.netns import emulated
+
+    fast = rate * 2
+    if kind == "incast":  # a, b -> c: c's ingress is the bottleneck
+        hosts = {"a": (fast, fast), "b": (fast, fast), "c": (fast, rate)}
+        pairs = [("a", "c"), ("b", "c")]
+    else:  # a -> b, a -> c: a's egress is the bottleneck
+        hosts = {"a": (rate, fast), "b": (fast, fast), "c": (fast, fast)}
+        pairs = [("a", "b"), ("a", "c")]
+    nbytes = int(rate * 1e6 / 8 * seconds / 2)
+    results: list[dict[str, float]] = []
+    with emulated(_spec(name, hosts), gateway=False) as ec:
+        threads = [threading.Thread(target=lambda s=s, d=d: results.append(
+            ec.measure_rate(s, d, nbytes))) for s, d in pairs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    span = max(r["t_last"] for r in results) - min(r["t_first"] for r in results)
+    total = sum(r["bytes"] for r in results) / span * 8 / 1e6  # aggregate, first byte to last
+    return {"kind": kind, "flows": len(pairs), "shaped_mbit": rate, "measured_mbit": total,
+            "per_flow_steady_mbit": [r["rate_Bps"] * 8 / 1e6 for r in results],
+            "ratio": total / rate}
+
+
 def _updown(name: str, n: int) -> dict[str, Any]:
     from gnnsched.runtime.netns import EmulatedCluster
 
@@ -92,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     asym = {"a": (40.0, 80.0), "b": (100.0, 60.0)}  # a->b egress-bound, b->a ingress-bound
     for src, dst in (("a", "b"), ("b", "a")):
         rows.append(_transfer(f"{tag}a", asym, src, dst, seconds))
+    fans = [_fan(f"{tag}f", kind, 100.0, seconds) for kind in ("incast", "outcast")]
     updown = [_updown(f"{tag}u{n}", n) for n in ((4,) if args.quick else (4, 16))]
 
     print()
@@ -102,14 +132,18 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['shaped_mbit']:7.0f} {r['measured_mbit']:9.2f} {r['ratio']:6.3f}  "
               f"{'payload' if r['payload_rates'] else 'wire'}")
     print("(Mbit/s; ratio = measured TCP goodput / shaped rate)")
+    for f in fans:
+        print(f"{f['kind']:8} {f['flows']} concurrent flows through one {f['shaped_mbit']:.0f} "
+              f"Mbit/s NIC: {f['measured_mbit']:.2f} Mbit/s together, ratio {f['ratio']:.3f}")
     for u in updown:
         print(f"{u['hosts']:3d} hosts: up {u['up_s']:.2f} s, down {u['down_s']:.2f} s, "
               f"all reachable: {u['all_reachable']}")
     out = {"bench": "netns", "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
            "machine": {"kernel": platform.release(), "cpus": os.cpu_count(),
                        "python": platform.python_version()},
-           "seconds_per_transfer": seconds, "mtu": 1500, "transfers": rows, "updown": updown,
-           "within_10pct": all(0.9 <= r["ratio"] <= 1.1 for r in rows)}
+           "seconds_per_transfer": seconds, "mtu": 1500, "transfers": rows, "fan": fans,
+           "updown": updown,
+           "within_10pct": all(0.9 <= r["ratio"] <= 1.1 for r in rows + fans)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.out}")

@@ -130,18 +130,6 @@ def _graph_name(name: str) -> str:
     return clean
 
 
-def _seed_libc_rand(seed: int) -> None:
-    """Seed libc's ``rand()``: DGL's bundled METIS uses it when balancing several constraints
-    (nodes and training seeds), so without this the second METIS run in a process differs
-    from the first."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).srand(ctypes.c_uint(seed % 2**32))
-    except (OSError, AttributeError):  # no libc symbol table (non-glibc platforms)
-        pass
-
-
 def _only(type_map: dict[str, Any]) -> list[list[int]]:
     """The id ranges of the single node/edge type of a homogeneous graph."""
     return next(iter(type_map.values()))
@@ -183,8 +171,12 @@ def partition_graph(
     ``method`` is ``"metis"`` (min edge cut; with ``balance_edges`` it also balances
     in-degrees, with ``balance_train`` the training seeds, so each trainer's share of seeds
     is even) or ``"random"`` (uniform node assignment: the worst-case baseline).
-    ``seed`` seeds DGL's RNG (random assignment). DGL's progress prints are swallowed
-    unless ``quiet=False``.
+    ``seed`` seeds DGL's RNG, so random assignment is reproducible. DGL's bundled METIS is
+    not bit-reproducible: repeated runs on the same graph occasionally return a different
+    (equally good: edge cut within ~0.01) assignment, with or without vertex weights and
+    whatever libc/OpenMP seeding is done. So partition once and reuse the directory; the
+    checksums in ``gnnsched.json`` make sure later runs see exactly those files. DGL's
+    progress prints are swallowed unless ``quiet=False``.
     """
     from gnnsched.compat import dgl
 
@@ -214,8 +206,7 @@ def partition_graph(
         import torch
 
         balance_ntypes = torch.from_numpy(graph.train_mask.astype(np.int64))
-    dgl.seed(seed)  # random assignment
-    _seed_libc_rand(seed)  # METIS multi-constraint refinement draws from libc rand()
+    dgl.seed(seed)  # seeds random assignment; METIS ignores it (see the docstring)
     sink: Any = io.StringIO() if quiet else sys.stderr  # never pollute stdout (CLI --json)
     t_dgl = time.perf_counter()
     try:
@@ -313,6 +304,7 @@ class PartitionSet:
     node_part: np.ndarray
     orig_nids: np.ndarray
     new_nids: np.ndarray = field(repr=False)
+    dgl_meta: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def name(self) -> str:
@@ -349,8 +341,9 @@ class PartitionSet:
 
     def node_range(self, i: int) -> tuple[int, int]:
         """The contiguous range of new ids that part ``i`` owns."""
-        dgl_meta = json.loads(self.config.read_text())
-        lo, hi = _only(dgl_meta["node_map"])[i]
+        if not self.dgl_meta:
+            self.dgl_meta = json.loads(self.config.read_text())
+        lo, hi = _only(self.dgl_meta["node_map"])[i]
         return int(lo), int(hi)
 
     def load_part(self, i: int) -> LocalPart:
@@ -494,10 +487,17 @@ def open_partitions(path: str | Path, *, verify: bool = True) -> PartitionSet:
                             f"{arr.dtype} {arr.shape}")
         arrays[key] = arr
     orig_nids = arrays["orig_nids"].astype(np.int64, copy=False)
+    node_part = arrays["node_part"]
+    if n and (node_part.min() < 0 or node_part.max() >= int(meta["num_parts"])):
+        raise SpecError(str(root / NODE_PART_FILE), "", "part ids out of range",
+                        f"0..{int(meta['num_parts']) - 1}")
+    if n and (orig_nids.min() < 0 or orig_nids.max() >= n
+              or not np.all(np.bincount(orig_nids, minlength=n) == 1)):
+        raise SpecError(str(root / ORIG_NIDS_FILE), "", "is not a permutation of the node ids")
     new_nids = np.empty(n, dtype=np.int64)
     new_nids[orig_nids] = np.arange(n, dtype=np.int64)
-    return PartitionSet(root=root, meta=meta, config=config, node_part=arrays["node_part"],
-                        orig_nids=orig_nids, new_nids=new_nids)
+    return PartitionSet(root=root, meta=meta, config=config, node_part=node_part,
+                        orig_nids=orig_nids, new_nids=new_nids, dgl_meta=dgl_meta)
 
 
 def run_partition(args: Any) -> int:

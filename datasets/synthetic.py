@@ -17,15 +17,19 @@ Construction (all vectorised numpy, deterministic per ``seed``):
 * endpoints are drawn as multinomial per-node counts expanded with ``np.repeat`` and one side
   shuffled: the same law as iid weighted draws, but linear time and cache friendly (a
   searchsorted per endpoint was 4x slower at 20M edges);
-* self loops are dropped and duplicate pairs merged (a simple graph, like the real datasets),
-  then top-up rounds replace what dedup removed, so the count lands within 0.1% of
-  ``num_nodes * avg_degree`` directed edges; the graph is symmetrised and edges are sorted by
-  (src, dst) as in the ``.npz`` schema;
+* self loops are dropped and duplicate pairs always merged (a simple graph, like the real
+  datasets; multi-edges would only inflate sampling fan-in), then top-up rounds replace what
+  dedup removed, separately for intra and inter edges, so there are exactly
+  ``round(num_nodes * avg_degree / 2)`` undirected edges and the measured edge homophily
+  equals ``homophily`` to rounding (dedup would otherwise remove more intra edges, as
+  communities are denser). Only when communities are too small to hold their quota (tiny,
+  dense graphs) do counts fall short;
+* the graph is symmetrised and edges are sorted by (src, dst) as in the ``.npz`` schema;
 * features = class mean (a standard normal vector per class) + ``feature_noise`` * N(0, 1);
 * masks: a random ``train_frac`` / ``val_frac`` / rest split.
 
-Measured edge homophily tracks ``homophily`` closely (dedup removes slightly more intra edges
-because communities are denser).
+Cost: about 6 s and 1.4 GB peak for 1M nodes / 20M directed edges / 128 features on one
+core; memory is ~40 bytes per directed edge plus the features.
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ class SimResult:
     epoch_time_s: float  # end of the last all-reduce (extrapolated if fewer iterations ran)
     iteration_time_s: float  # steady state: mean barrier-to-barrier time after warm-up
     iterations: int  # iterations simulated
-    lower_bound_s: float  # lower bound of this instance (drawn sizes), see bounds.py
+    lower_bound_s: float  # bound of the drawn instance (bounds.py), scaled if extrapolated
     barriers: np.ndarray  # [K] end of each iteration's all-reduce
     times: dict[str, np.ndarray]  # per batch [W, K]: sample_start, sampled, ready, train_*
     utilisation: dict[str, float]  # resource -> busy fraction of the epoch
@@ -95,6 +95,11 @@ class SimResult:
     wall_s: float = 0.0
     extrapolated: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def makespan_s(self) -> float:
+        """End of the last simulated iteration (no extrapolation)."""
+        return float(self.barriers[-1])
 
     @property
     def events_per_s(self) -> float:
@@ -939,7 +944,8 @@ def _result(inst: Instance, pol: Policy, pf: list[int], barrier: np.ndarray,
     for s in path:
         share[s.stage] = share.get(s.stage, 0.0) + (s.end - s.start)
     bound = instance_bound(inst)
-    return SimResult(pol.name, epoch, it, K, bound.epoch_s, barrier, times, util, stages, path,
+    lower = bound.epoch_s * (inst.full_iterations / K if extrapolated else 1.0)
+    return SimResult(pol.name, epoch, it, K, lower, barrier, times, util, stages, path,
                      share, cap, spans, nevents, wall, extrapolated,
                      {"bottleneck": bound.bottleneck, "sharing": pol.sharing,
                       "prefetch": max(pf)})

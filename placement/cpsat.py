@@ -34,9 +34,9 @@ import math
 import time
 from dataclasses import dataclass, field
 from itertools import combinations
+from typing import Any
 
-from ortools.sat.python import cp_model
-
+import numpy as np
 from gnnsched.placement.placer import (
     MAX_SAMPLERS,
     Placer,
@@ -47,9 +47,14 @@ from gnnsched.placement.placer import (
     register,
     transfers,
 )
+from ortools.sat.python import cp_model
+
 from gnnsched.plan import Plan, TrainerPlan
+from gnnsched.spec import SpecError
 
 ENUM_SUBSETS = 256  # enumerate part bundles exactly while there are at most this many
+BALANCE = 0.5  # a multi-part bundle's seeds stay within 50% of the per-trainer average
+AGGREGATE_OPTIONS = 3000  # beyond this many (bundle, slot) pairs, merge identical machines
 KB = 1024.0
 
 
@@ -57,18 +62,42 @@ KB = 1024.0
 
 
 @dataclass(frozen=True)
+class Host:
+    """Where the model puts trainers: one machine, or a class of interchangeable machines.
+
+    Machines with the same cores, memory, NICs, GPUs and roles are interchangeable for every
+    bundle that stores nothing on them; at scale the model assigns such bundles to the class
+    and constrains the class's *average* load (which never exceeds its most loaded member's,
+    so the bound stays valid), then :func:`to_plan` spreads them over the members.
+    """
+
+    id: int
+    machines: tuple[int, ...]
+    kinds: tuple[tuple[float, float], ...]  # (speed, GPU memory) of the slots on each member
+
+    @property
+    def size(self) -> int:
+        return len(self.machines)
+
+
+@dataclass(frozen=True)
 class Option:
-    """One way to run a bundle: its slot (trainer machine + GPU kind) and sampler host."""
+    """One way to run a bundle: a GPU kind on a host, and where its samplers run."""
 
     bundle: int
-    slot: int
-    machine: int
-    sampler: int
-    device_s: float  # training seconds per mini-batch on this slot's GPU
+    host: int
+    kind: int  # index into the host's kinds
+    machine: int  # the trainer's machine, or -1 for "some member of the class"
+    sampler: int  # the sampler machine, or -1 for "the trainer's machine" (class options)
+    device_s: float  # training seconds per mini-batch on this GPU kind
     sample_lb_s: float  # sampling seconds with every core of the sampler host
-    delta: dict[tuple[str, int], float]  # ("e"|"i", machine) -> seconds beyond the base
+    terms: dict[tuple[str, int], float]  # seconds beyond the bundle's base, see `_key`
     host_bytes: float  # on the trainer machine
-    sampler_bytes: float  # per sampler process on the sampler host
+    sampler_bytes: float  # per sampler process
+
+    @property
+    def is_class(self) -> bool:
+        return self.machine < 0
 
 
 @dataclass
@@ -78,12 +107,14 @@ class Instance:
     problem: Problem
     bundles: list[tuple[int, ...]]
     exact_parts: bool  # bundles enumerated: the model also chooses the part split
+    aggregated: bool  # identical machines merged into classes
+    hosts: list[Host]
+    host_of: list[int]  # machine -> host id (-1: no GPU a trainer may use)
     options: list[Option]
     by_bundle: list[list[int]]
-    base: list[dict[tuple[str, int], float]]  # per bundle: NIC seconds whatever the option
+    base: list[dict[tuple[str, int], float]]  # per bundle: store NIC seconds whatever happens
     sample_s: list[float]
-    ar_s: dict[int, float]  # machine -> all-reduce seconds per trainer hosted there
-    ar_nic: dict[int, tuple[float, float]]  # machine -> (egress, ingress) s per trainer there
+    vol: float  # all-reduce bytes through each trainer's NIC per iteration
     latency_s: float
     single_hosts: list[int]  # machines whose GPUs alone could host every trainer
 
@@ -91,81 +122,138 @@ class Instance:
     def W(self) -> int:
         return self.problem.W
 
+    def slot_of(self, machine: int, host: Host, kind: int) -> int:
+        """The problem slot of GPU kind `kind` on member `machine` of `host`."""
+        want = host.kinds[kind]
+        for i, s in enumerate(self.problem.slots):
+            if s.machine == machine and (s.speed, s.gpu_memory) == want:
+                return i
+        raise KeyError((machine, want))
 
-def _subsets(P: int, W: int) -> list[tuple[int, ...]] | None:
-    """All part subsets a trainer could own, or None if there are too many to enumerate."""
-    if W in (1, P):
+
+def _subsets(problem: Problem) -> list[tuple[int, ...]] | None:
+    """Part subsets a trainer could own (seed-balanced), or None if too many to enumerate.
+
+    A trainer's seeds stay within ``BALANCE`` of the average (or it owns one part): every
+    trainer runs the same number of iterations, so an unbalanced split would skip seeds.
+    """
+    P, W = problem.P, problem.W
+    if W in (1, P) or W > P:
         return None
     hi = P - W + 1
-    total = sum(math.comb(P, k) for k in range(1, hi + 1))
-    if total > ENUM_SUBSETS:
+    if sum(math.comb(P, k) for k in range(1, hi + 1)) > ENUM_SUBSETS:
         return None
-    return [c for k in range(1, hi + 1) for c in combinations(range(P), k)]
+    seeds = [max(pp.train_seeds, 1) for pp in problem.profile.parts]
+    avg = sum(seeds) / W
+    out = [c for k in range(1, hi + 1) for c in combinations(range(P), k)
+           if k == 1 or abs(sum(seeds[p] for p in c) - avg) <= BALANCE * avg]
+    for b in bundle_parts(problem):
+        if b not in out:
+            out.append(b)
+    return out
 
 
-def build_instance(problem: Problem, bundles: list[tuple[int, ...]] | None = None
-                   ) -> Instance:
+def _classes(problem: Problem) -> list[tuple[int, ...]]:
+    """Machines with GPUs grouped by everything the model can see of them."""
+    free = problem.free_memory()
+    groups: dict[tuple, list[int]] = {}
+    for m in sorted({s.machine for s in problem.slots}):
+        mach = problem.cluster.machines[m]
+        kinds = tuple((s.speed, s.gpu_memory, s.count) for s in problem.slots if s.machine == m)
+        sig = (mach.cpus, round(free[m] / KB), mach.egress, mach.ingress, kinds,
+               problem.can_sample[m], problem.can_fetch[m])
+        groups.setdefault(sig, []).append(m)
+    return [tuple(g) for g in groups.values()]
+
+
+def build_instance(problem: Problem, bundles: list[tuple[int, ...]] | None = None,
+                   aggregate: bool | None = None) -> Instance:
     """Options and constant loads of every bundle (the subsets, or the heuristic groups)."""
     cl = problem.cluster
     eg = [m.egress for m in cl.machines]
     ig = [m.ingress for m in cl.machines]
     exact = False
     if bundles is None:
-        subs = _subsets(problem.P, problem.W)
+        subs = _subsets(problem)
         exact = subs is not None
         bundles = subs if subs is not None else bundle_parts(problem)
     gpus_on: dict[int, int] = {}
     for s in problem.slots:
         gpus_on[s.machine] = gpus_on.get(s.machine, 0) + s.count
+    W = problem.W
+    single = [T for T, g in gpus_on.items() if g >= W] if W > 1 else list(gpus_on)
+    if aggregate is None:
+        aggregate = not exact and not single and \
+            len(bundles) * len(problem.slots) > AGGREGATE_OPTIONS
+    groups = _classes(problem) if aggregate else [(m,) for m in sorted(gpus_on)]
+    hosts: list[Host] = []
+    host_of = [-1] * problem.M
+    for g in groups:
+        kinds = tuple((s.speed, s.gpu_memory) for s in problem.slots if s.machine == g[0])
+        for m in g:
+            host_of[m] = len(hosts)
+        hosts.append(Host(len(hosts), g, kinds))
     options: list[Option] = []
     by_bundle: list[list[int]] = []
     base: list[dict[tuple[str, int], float]] = []
     sample_s: list[float] = []
+
+    def key(kind: str, m: int, h: Host) -> tuple[str, int]:
+        return (kind.upper(), h.id) if m < 0 else (kind, m)
+
     for b, parts in enumerate(bundles):
         c = problem.cost(parts)
         sample_s.append(c.sample_s)
-        # base: as if trainer and sampler sat on a machine that stores nothing
         bb: dict[tuple[str, int], float] = {}
         for m, v in list(c.feat_from.items()) + list(c.struct_from.items()):
             bb[("e", m)] = bb.get(("e", m), 0.0) + v / eg[m]
         base.append(bb)
         home = main_store(problem, parts)
+        local = set(c.feat_from) | set(c.struct_from)
+        need = problem.trainer_gpu_bytes(c)
         mine: list[int] = []
-        for si, slot in enumerate(problem.usable_slots(c)):
-            T = slot.machine
-            si = problem.slots.index(slot)
-            hosts = []
-            starved = (problem.cpus[T] - gpus_on[T]) < 2 * gpus_on[T]
-            if problem.can_sample[T]:
-                hosts.append(T)
-            if (starved or not hosts) and home != T and problem.can_sample[home]:
-                hosts.append(home)
-            if not hosts:
-                hosts = [max((m for m in range(problem.M) if problem.can_sample[m]),
-                             key=lambda m: (problem.cpus[m], -m))]
-            for S in hosts:
+        places: list[tuple[Host, int, int]] = []  # (host, kind, machine or -1)
+        for h in hosts:
+            for j, (_, gmem) in enumerate(h.kinds):
+                if gmem < need:
+                    continue
+                if h.size == 1:
+                    places.append((h, j, h.machines[0]))
+                else:
+                    places.extend((h, j, m) for m in h.machines if m in local)
+                    places.append((h, j, -1))
+        for h, j, T in places:
+            rep = h.machines[0]  # any member: they share NICs, cores and GPUs
+            starved = (problem.cpus[rep] - gpus_on[rep]) < 2 * gpus_on[rep]
+            hosts_s: list[int] = []
+            if problem.can_sample[rep]:
+                hosts_s.append(T)
+            if (starved or not hosts_s) and home != T and problem.can_sample[home]:
+                hosts_s.append(home)
+            if not hosts_s:
+                hosts_s = [max((m for m in range(problem.M) if problem.can_sample[m]),
+                               key=lambda m: (problem.cpus[m], -m))]
+            for S in hosts_s:
                 actual: dict[tuple[str, int], float] = {}
                 for src, dst, v, _ in transfers(c, T, [(S, 1.0)], T):
-                    actual[("e", src)] = actual.get(("e", src), 0.0) + v / eg[src]
-                    actual[("i", dst)] = actual.get(("i", dst), 0.0) + v / ig[dst]
-                delta = {k: actual.get(k, 0.0) - bb.get(k, 0.0) for k in set(actual) | set(bb)}
-                delta = {k: v for k, v in delta.items() if abs(v) > 1e-15}
-                cores = int(problem.cpus[S]) - (1 if S == T else 0)
+                    se = eg[src] if src >= 0 else eg[rep] * h.size
+                    si = ig[dst] if dst >= 0 else ig[rep] * h.size
+                    ke, ki = key("e", src, h), key("i", dst, h)
+                    actual[ke] = actual.get(ke, 0.0) + v / se
+                    actual[ki] = actual.get(ki, 0.0) + v / si
+                terms = {k: actual.get(k, 0.0) - bb.get(k, 0.0) for k in set(actual) | set(bb)}
+                terms = {k: v for k, v in terms.items() if abs(v) > 1e-15}
+                cores = int(problem.cpus[rep if S < 0 else S]) - (1 if S == T else 0)
                 n = max(1, min(MAX_SAMPLERS, cores))
                 mine.append(len(options))
-                options.append(Option(b, si, T, S, c.train_s / slot.speed, c.sample_s / n,
-                                      delta, problem.trainer_host_bytes(c),
+                options.append(Option(b, h.id, j, T, S, c.train_s / h.kinds[j][0],
+                                      c.sample_s / n, terms, problem.trainer_host_bytes(c),
                                       problem.sampler_bytes(c)))
         by_bundle.append(mine)
-    W = problem.W
     vol = 2.0 * (W - 1) / W * problem.profile.grad_bytes if W > 1 else 0.0
-    ar_s, ar_nic = {}, {}
-    for T in gpus_on:
-        ar_s[T] = vol / min(eg[T], ig[T])
-        ar_nic[T] = (vol / eg[T], vol / ig[T])
-    single = [T for T, g in gpus_on.items() if g >= W] if W > 1 else list(gpus_on)
-    return Instance(problem, list(bundles), exact, options, by_bundle, base, sample_s,
-                    ar_s, ar_nic, 2 * (W - 1) * problem.cluster.latency, single)
+    return Instance(problem, list(bundles), exact, aggregate, hosts, host_of, options,
+                    by_bundle, base, sample_s, vol, 2 * (W - 1) * problem.cluster.latency,
+                    single)
 
 
 # ---------------------------------------------------------------------- solution
@@ -210,14 +298,14 @@ class CpSatResult:
 class _Pool(cp_model.CpSolverSolutionCallback):
     """Keeps the last few distinct improving solutions (the search's diverse starts)."""
 
-    def __init__(self, xs: dict[int, cp_model.IntVar], ns: dict[int, cp_model.IntVar],
+    def __init__(self, xs: list[cp_model.IntVar], ns: dict[int, cp_model.IntVar],
                  opts: list[Option], unit: float, size: int) -> None:
         super().__init__()
         self.xs, self.ns, self.opts, self.unit, self.size = xs, ns, opts, unit, size
         self.found: list[Solution] = []
 
     def on_solution_callback(self) -> None:
-        choice = {self.opts[o].bundle: o for o, x in self.xs.items() if self.Value(x)}
+        choice = {self.opts[o].bundle: o for o, x in enumerate(self.xs) if self.Value(x)}
         samplers = {b: int(self.Value(n)) for b, n in self.ns.items() if b in choice}
         for b in choice:
             samplers.setdefault(b, 1)
@@ -238,12 +326,22 @@ def solution_from_plan(inst: Instance, plan: Plan) -> Solution | None:
         if b is None or len(t.samplers) != 1:
             return None
         T, S = idx(t.machine), idx(t.samplers[0][0])
-        hit = [o for o in inst.by_bundle[b] if inst.options[o].machine == T
-               and inst.options[o].sampler == S
-               and t.device in pb.slots[inst.options[o].slot].devices]
-        if not hit:
+        gpu = pb.cluster.machines[T].gpus[t.device]
+        want = (gpu.speed, gpu.memory)
+        hit = None
+        for o in inst.by_bundle[b]:
+            op = inst.options[o]
+            h = inst.hosts[op.host]
+            if h.kinds[op.kind] != want or T not in h.machines:
+                continue
+            if op.machine == T and op.sampler == S:
+                hit = o
+                break
+            if op.is_class and (op.sampler == S or (op.sampler < 0 and S == T)) and hit is None:
+                hit = o
+        if hit is None:
             return None
-        choice[b] = hit[0]
+        choice[b] = hit
         samplers[b] = t.samplers[0][1]
     return Solution(choice, samplers, math.inf)
 
@@ -258,14 +356,16 @@ def solve(inst: Instance, *, time_limit: float = 10.0, workers: int = 2, seed: i
     upper = upper_s if upper_s and upper_s > 0 else 1.0
     unit = upper / 1e6  # the warm start sits near 10^6 units: rounding costs < 1e-4
     lmax = 4_000_000
+    if inst.aggregated:
+        cpu_model = "relaxed"  # counts per member are not modelled; spare cores fill later
 
     def q(seconds: float) -> int:
         return int(math.floor(seconds / unit))
 
     m = cp_model.CpModel()
     L = m.NewIntVar(0, lmax, "L")
-    xs = {o: m.NewBoolVar(f"x{o}") for o in range(len(opts))}
-    picked: dict[int, cp_model.LinearExpr | int] = {}
+    xs = [m.NewBoolVar(f"x{o}") for o in range(len(opts))]
+    picked: dict[int, cp_model.IntVar | int] = {}
     for b, os_ in enumerate(inst.by_bundle):
         if inst.exact_parts:
             pbv = m.NewBoolVar(f"p{b}")
@@ -278,18 +378,103 @@ def solve(inst: Instance, *, time_limit: float = 10.0, workers: int = 2, seed: i
         for p in range(pb.P):
             m.AddExactlyOne(picked[b] for b, parts in enumerate(inst.bundles) if p in parts)
         m.Add(sum(picked.values()) == inst.W)
-    # devices per slot, trainers per machine
-    on_slot: dict[int, list[int]] = {}
-    on_machine: dict[int, list[int]] = {}
-    samp_on: dict[int, list[int]] = {}
+    hosts = inst.hosts
+
+    def mirror(kind: str, mach: int) -> tuple[str, int, int] | None:
+        """The class aggregate an individual machine's load also counts toward."""
+        h = inst.host_of[mach]
+        if h >= 0 and hosts[h].size > 1:
+            return (kind.upper(), h, hosts[h].size)
+        return None
+
+    # capacities: devices, cores and memory, per machine and (aggregated) per class
+    dev: dict[tuple, list] = {}
+    cores: dict[tuple, list] = {}
+    mem: dict[tuple, list] = {}
+    n_ind: dict[int, list] = {}
+    n_cls: dict[int, list] = {}
+
+    def add(d: dict, k: tuple, term: Any) -> None:
+        d.setdefault(k, []).append(term)
+
     for o, op in enumerate(opts):
-        on_slot.setdefault(op.slot, []).append(o)
-        on_machine.setdefault(op.machine, []).append(o)
-        samp_on.setdefault(op.sampler, []).append(o)
-    for s, os_ in on_slot.items():
-        if len(os_) > pb.slots[s].count:
-            m.Add(sum(xs[o] for o in os_) <= pb.slots[s].count)
-    trainers_on = {T: sum(xs[o] for o in os_) for T, os_ in on_machine.items()}
+        h = hosts[op.host]
+        x = xs[o]
+        hb = int(math.ceil(op.host_bytes / KB))
+        sb = int(math.ceil(op.sampler_bytes / KB))
+        if op.is_class:
+            add(dev, ("C", h.id, op.kind), x)
+            add(n_cls, h.id, x)
+            add(cores, ("C", h.id), x)
+            add(mem, ("C", h.id), hb * x)
+            if op.sampler < 0:
+                add(cores, ("C", h.id), x)
+                add(mem, ("C", h.id), sb * x)
+        else:
+            T = op.machine
+            add(dev, ("m", inst.slot_of(T, h, op.kind)), x)
+            if h.size > 1:
+                add(dev, ("C", h.id, op.kind), x)
+            add(n_ind, T, x)
+            add(cores, ("m", T), x)
+            add(mem, ("m", T), hb * x)
+            if h.size > 1:
+                add(cores, ("C", h.id), x)
+                add(mem, ("C", h.id), hb * x)
+        if op.sampler >= 0 and cpu_model != "exact":
+            add(cores, ("m", op.sampler), x)
+            add(mem, ("m", op.sampler), sb * x)
+            mi = mirror("c", op.sampler)
+            if mi:
+                add(cores, ("C", mi[1]), x)
+                add(mem, ("C", mi[1]), sb * x)
+    # sampler counts (exact CPU model): integer counts per (bundle, host)
+    ns: dict[int, cp_model.IntVar] = {}
+    if cpu_model == "exact":
+        for b, os_ in enumerate(inst.by_bundle):
+            by_host: dict[int, list[int]] = {}
+            for o in os_:
+                by_host.setdefault(opts[o].sampler, []).append(o)
+            counts = []
+            for S, hos in by_host.items():
+                cap = min(MAX_SAMPLERS, int(pb.cpus[S]))
+                c = m.NewIntVar(0, cap, f"c{b}_{S}")
+                u = sum(xs[o] for o in hos)
+                m.Add(c <= cap * u)
+                m.Add(c >= u)
+                counts.append(c)
+                add(cores, ("m", S), c)
+                sb = int(math.ceil(opts[hos[0]].sampler_bytes / KB))
+                add(mem, ("m", S), sb * c)
+            n = m.NewIntVar(0, MAX_SAMPLERS, f"n{b}")
+            m.Add(n == sum(counts))
+            ns[b] = n
+            table = [0] + [q(inst.sample_s[b] / k) for k in range(1, MAX_SAMPLERS + 1)]
+            z = m.NewIntVar(0, max(table), f"z{b}")
+            m.AddElement(n, table, z)
+            m.Add(L >= z)
+    free = pb.free_memory()
+    for k, terms in dev.items():
+        if k[0] == "m":
+            capd = pb.slots[k[1]].count
+        else:
+            h = hosts[k[1]]
+            capd = h.size * pb.slots[inst.slot_of(h.machines[0], h, k[2])].count
+        if len(terms) > capd:
+            m.Add(sum(terms) <= capd)
+    for k, terms in cores.items():
+        if k[0] == "m":
+            m.Add(sum(terms) <= int(pb.cpus[k[1]]))
+        else:
+            h = hosts[k[1]]
+            m.Add(sum(terms) <= h.size * int(pb.cpus[h.machines[0]]))
+    for k, terms in mem.items():
+        if k[0] == "m":
+            cap = free[k[1]]
+        else:
+            h = hosts[k[1]]
+            cap = sum(free[i] for i in h.machines)
+        m.Add(sum(terms) <= int(math.floor(max(cap, 0) / KB)))
     # all-reduce: skipped only when every trainer shares one machine
     W = inst.W
     multi: cp_model.IntVar | int
@@ -301,96 +486,78 @@ def solve(inst: Instance, *, time_limit: float = 10.0, workers: int = 2, seed: i
         singles = []
         for T in inst.single_hosts:
             y = m.NewBoolVar(f"single{T}")
-            m.Add(trainers_on[T] == W).OnlyEnforceIf(y)
+            m.Add(sum(n_ind.get(T, [])) == W).OnlyEnforceIf(y)
             singles.append(y)
         multi = m.NewBoolVar("multi")
         m.Add(sum(singles) + multi == 1)
     ar = m.NewIntVar(0, lmax, "ar")
-    ar_count: dict[int, cp_model.LinearExpr] = {}
-    if not isinstance(multi, int) or multi:
-        for T, coef in inst.ar_s.items():
-            if T not in trainers_on:
-                continue
-            if isinstance(multi, int):
-                m.Add(ar >= q(coef) * trainers_on[T])
-                ar_count[T] = trainers_on[T]
-            else:
-                m.Add(ar >= q(coef) * trainers_on[T]).OnlyEnforceIf(multi)
-                a = m.NewIntVar(0, W, f"arc{T}")
-                m.Add(a == trainers_on[T]).OnlyEnforceIf(multi)
-                m.Add(a == 0).OnlyEnforceIf(multi.Not())
-                ar_count[T] = a
-    lat = q(inst.latency_s) * multi if inst.latency_s else 0
-    # sampler counts (exact CPU model): per (bundle, host) integer counts
-    ns: dict[int, cp_model.IntVar] = {}
-    cnt: dict[int, list[tuple[int, cp_model.IntVar]]] = {}  # host -> [(bundle, count)]
-    if cpu_model == "exact":
-        for b, os_ in enumerate(inst.by_bundle):
-            hosts: dict[int, list[int]] = {}
-            for o in os_:
-                hosts.setdefault(opts[o].sampler, []).append(o)
-            parts = []
-            for S, hos in hosts.items():
-                cap = min(MAX_SAMPLERS, int(pb.cpus[S]))
-                c = m.NewIntVar(0, cap, f"c{b}_{S}")
-                u = sum(xs[o] for o in hos)
-                m.Add(c <= cap * u)
-                m.Add(c >= u)
-                parts.append(c)
-                cnt.setdefault(S, []).append((b, c))
-            n = m.NewIntVar(0, MAX_SAMPLERS, f"n{b}")
-            m.Add(n == sum(parts))
-            ns[b] = n
-            table = [0] + [q(inst.sample_s[b] / k) for k in range(1, MAX_SAMPLERS + 1)]
-            z = m.NewIntVar(0, max(table), f"z{b}")
-            m.AddElement(n, table, z)
-            m.Add(L >= z)
-    # cores and memory per machine
-    free = pb.free_memory()
-    for i in range(pb.M):
-        tr = [o for o in on_machine.get(i, [])]
-        if cpu_model == "exact":
-            samp_terms = [c for _, c in cnt.get(i, [])]
-            samp_mem = [int(math.ceil(inst.problem.sampler_bytes(pb.cost(inst.bundles[b])) / KB))
-                        * c for b, c in cnt.get(i, [])]
-        else:
-            samp_terms = [xs[o] for o in samp_on.get(i, [])]
-            samp_mem = [int(math.ceil(opts[o].sampler_bytes / KB)) * xs[o]
-                        for o in samp_on.get(i, [])]
-        if tr or samp_terms:
-            m.Add(sum(xs[o] for o in tr) + sum(samp_terms) <= int(pb.cpus[i]))
-            m.Add(sum(int(math.ceil(opts[o].host_bytes / KB)) * xs[o] for o in tr)
-                  + sum(samp_mem) <= int(math.floor(max(free[i], 0) / KB)))
-    # NIC loads
-    expr: dict[tuple[str, int], list] = {}
+    eg = [mm.egress for mm in pb.cluster.machines]
+    ig = [mm.ingress for mm in pb.cluster.machines]
+    nic: dict[tuple[str, int], list] = {}  # key -> [(var or expr, seconds)]
     const: dict[tuple[str, int], float] = {}
+    if not isinstance(multi, int) or multi:
+        counts_m: dict[int, Any] = {}
+        for T, terms in n_ind.items():
+            cnt = sum(terms)
+            if isinstance(multi, int):
+                counts_m[T] = cnt
+            else:
+                a = m.NewIntVar(0, W, f"arc{T}")
+                m.Add(a == cnt).OnlyEnforceIf(multi)
+                m.Add(a == 0).OnlyEnforceIf(multi.Not())
+                counts_m[T] = a
+            bw = min(eg[T], ig[T])
+            m.Add(ar >= q(inst.vol / bw) * counts_m[T])
+            nic.setdefault(("e", T), []).append((counts_m[T], inst.vol / eg[T]))
+            nic.setdefault(("i", T), []).append((counts_m[T], inst.vol / ig[T]))
+        for h in hosts:
+            if h.size == 1:
+                continue
+            rep = h.machines[0]
+            cls = sum(n_cls.get(h.id, []))
+            inds = sum(sum(n_ind.get(i, [])) for i in h.machines)
+            bw = min(eg[rep], ig[rep])
+            m.Add(ar >= q(inst.vol / bw / h.size) * (cls + inds))
+            nic.setdefault(("E", h.id), []).append((cls, inst.vol / eg[rep] / h.size))
+            nic.setdefault(("I", h.id), []).append((cls, inst.vol / ig[rep] / h.size))
+    lat = q(inst.latency_s) * multi if inst.latency_s else 0
+    # NIC loads: per machine, and the average over each class
     for b, bb in enumerate(inst.base):
         for k, v in bb.items():
             if isinstance(picked[b], int):
                 const[k] = const.get(k, 0.0) + v
             else:
-                expr.setdefault(k, []).append((picked[b], v))
-    coef: dict[tuple[tuple[str, int], int], float] = {}
+                nic.setdefault(k, []).append((picked[b], v))
     for o, op in enumerate(opts):
-        for k, v in op.delta.items():
-            coef[(k, o)] = coef.get((k, o), 0.0) + v
-    for (k, o), v in coef.items():
-        expr.setdefault(k, []).append((xs[o], v))
-    for T, (ae, ai) in inst.ar_nic.items():
-        if T in ar_count:
-            expr.setdefault(("e", T), []).append((ar_count[T], ae))
-            expr.setdefault(("i", T), []).append((ar_count[T], ai))
-    for k in set(expr) | set(const):
-        terms = expr.get(k, [])
-        m.Add(q(const.get(k, 0.0)) + sum(q(v) * var for var, v in terms) <= L)
+        for k, v in op.terms.items():
+            nic.setdefault(k, []).append((xs[o], v))
+    agg_nic: dict[tuple[str, int], list] = {}
+    agg_const: dict[tuple[str, int], float] = {}
+    for k, terms in nic.items():
+        if k[0] in ("e", "i") and (mi := mirror(k[0], k[1])) is not None:
+            agg_nic.setdefault((mi[0], mi[1]), []).extend((v_, s / mi[2]) for v_, s in terms)
+    for k, v in const.items():
+        if k[0] in ("e", "i") and (mi := mirror(k[0], k[1])) is not None:
+            ak = (mi[0], mi[1])
+            agg_const[ak] = agg_const.get(ak, 0.0) + v / mi[2]
+    for k, terms in agg_nic.items():
+        nic.setdefault(k, []).extend(terms)
+    for k, v in agg_const.items():
+        const[k] = const.get(k, 0.0) + v
+    for k in set(nic) | set(const):
+        merged: dict[int, tuple[Any, float]] = {}
+        for var, v in nic.get(k, []):
+            i = id(var)
+            merged[i] = (var, merged[i][1] + v) if i in merged else (var, v)
+        m.Add(q(const.get(k, 0.0)) + sum(q(v) * var for var, v in merged.values()) <= L)
     # device time (+ all-reduce) and sampling per bundle
-    for _b, os_ in enumerate(inst.by_bundle):
+    for os_ in inst.by_bundle:
         m.Add(L >= sum(q(opts[o].device_s) * xs[o] for o in os_) + ar + lat)
         if cpu_model != "exact":
             m.Add(L >= sum(q(opts[o].sample_lb_s) * xs[o] for o in os_))
     m.Minimize(L)
     if hint is not None:
-        for o, x in xs.items():
+        for o, x in enumerate(xs):
             m.AddHint(x, 1 if hint.choice.get(opts[o].bundle) == o else 0)
         for b, n in ns.items():
             if b in hint.choice:
@@ -400,7 +567,7 @@ def solve(inst: Instance, *, time_limit: float = 10.0, workers: int = 2, seed: i
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = seed
     solver.parameters.log_search_progress = log
-    if len(opts) > 4000:  # probing a big assignment model costs more than it proves
+    if len(opts) > AGGREGATE_OPTIONS:  # probing a big assignment model costs more than it proves
         solver.parameters.cp_model_probing_level = 0
     pool = _Pool(xs, ns, opts, unit, pool_size)
     status = solver.Solve(m, pool)
@@ -408,25 +575,94 @@ def solve(inst: Instance, *, time_limit: float = 10.0, workers: int = 2, seed: i
     best = pool.found[-1] if pool.found else None
     if best is not None:
         best.objective_s = solver.ObjectiveValue() * unit
-    bound = solver.BestObjectiveBound() * unit if best is not None or \
-        status == cp_model.OPTIMAL else 0.0
+    bound = solver.BestObjectiveBound() * unit if best is not None else 0.0
     nvars = len(m.Proto().variables)
-    return CpSatResult(inst, name, best, list(pool.found), bound,
+    return CpSatResult(inst, name, best, list(pool.found), max(bound, 0.0),
                        time.perf_counter() - t0, unit, nvars, cpu_model)
 
 
 def to_plan(inst: Instance, sol: Solution, placer: str = "cpsat") -> Plan:
-    """Turn a model assignment into a plan: devices within slots, then spare cores filled."""
+    """Turn a model assignment into a plan.
+
+    Individually placed bundles take a GPU of their slot; bundles placed on a class go,
+    largest mini-batch first, to the member whose NICs they load least (LPT). Spare cores
+    then become samplers (:func:`fill_samplers`).
+    """
     pb = inst.problem
-    free: dict[int, list[int]] = {s: list(pb.slots[s].devices) for s in range(len(pb.slots))}
-    trainers = []
-    for i, b in enumerate(sorted(sol.choice, key=lambda b: inst.bundles[b])):
+    cl = pb.cluster
+    eg = np.array([mm.egress for mm in cl.machines])
+    ig = np.array([mm.ingress for mm in cl.machines])
+    out_s, in_s = np.zeros(pb.M), np.zeros(pb.M)
+    free_dev: dict[int, list[int]] = {i: list(s.devices) for i, s in enumerate(pb.slots)}
+    cores = pb.cpus.copy()
+    memory = pb.free_memory()
+    placed: dict[int, tuple[int, int, int]] = {}  # bundle -> (machine, device, sampler)
+
+    def commit(b: int, T: int, slot: int, S: int) -> None:
+        op_c = pb.cost(inst.bundles[b])
+        d = free_dev[slot].pop(0)
+        cores[T] -= 1
+        cores[S] -= 1
+        memory[T] -= pb.trainer_host_bytes(op_c)
+        memory[S] -= pb.sampler_bytes(op_c)
+        for src, dst, v, _ in transfers(op_c, T, [(S, 1.0)], T):
+            out_s[src] += v / eg[src]
+            in_s[dst] += v / ig[dst]
+        out_s[T] += inst.vol / eg[T]
+        in_s[T] += inst.vol / ig[T]
+        placed[b] = (T, d, S)
+
+    later = []
+    for b, o in sol.choice.items():
+        op = inst.options[o]
+        if op.is_class:
+            later.append(b)
+        else:
+            commit(b, op.machine, inst.slot_of(op.machine, inst.hosts[op.host], op.kind),
+                   op.sampler)
+    later.sort(key=lambda b: (-pb.cost(inst.bundles[b]).feat_bytes, b))
+    notes = []
+    for b in later:
         op = inst.options[sol.choice[b]]
-        d = free[op.slot].pop(0)
+        h = inst.hosts[op.host]
+        c = pb.cost(inst.bundles[b])
+        best = None
+        members = list(h.machines)
+        for T in members + [i for i in range(pb.M) if i not in h.machines]:
+            if best is not None and T not in h.machines:
+                break
+            for si, s in enumerate(pb.slots):
+                if s.machine != T or not free_dev[si] or s.gpu_memory < pb.trainer_gpu_bytes(c):
+                    continue
+                if T in h.machines and (s.speed, s.gpu_memory) != h.kinds[op.kind]:
+                    continue
+                S = T if op.sampler < 0 else op.sampler
+                need_cores = 2 if S == T else 1
+                if cores[T] < need_cores or (S != T and cores[S] < 1):
+                    continue
+                if memory[T] < pb.trainer_host_bytes(c) + (pb.sampler_bytes(c) if S == T
+                                                           else 0):
+                    continue
+                add_in = c.feat_bytes / ig[T] + inst.vol / ig[T]
+                score = (max(in_s[T] + add_in, out_s[T] + inst.vol / eg[T]), T)
+                if best is None or score < best[0]:
+                    best = (score, T, si, S)
+        if best is None:
+            raise SpecError(pb.job.source, "trainers", "no device left while spreading "
+                            f"trainers over {pb.names[h.machines[0]]}'s class",
+                            "fewer trainers or more GPUs")
+        _, T, si, S = best
+        if T not in h.machines:
+            notes.append(f"trainer of parts {list(inst.bundles[b])} left its class for "
+                         f"{pb.names[T]} (no room)")
+        commit(b, T, si, S)
+    trainers = []
+    for i, b in enumerate(sorted(placed, key=lambda b: inst.bundles[b])):
+        T, d, S = placed[b]
         n = max(1, sol.samplers.get(b, 1))
-        trainers.append(TrainerPlan(i, pb.names[op.machine], d, tuple(inst.bundles[b]),
-                                    ((pb.names[op.sampler], n),), pb.names[op.machine]))
-    return fill_samplers(pb, pb.make_plan(placer, trainers))
+        trainers.append(TrainerPlan(i, pb.names[T], d, tuple(inst.bundles[b]),
+                                    ((pb.names[S], n),), pb.names[T]))
+    return fill_samplers(pb, pb.make_plan(placer, trainers, notes))
 
 
 # ---------------------------------------------------------------------- the placer

@@ -411,10 +411,10 @@ def simulator_scorer(problem: Problem, policy: str = "gnnsched", seed: int = 0
         return None
 
     def score(plan: Plan) -> float:
-        from gnnsched.policy import get_policy
-
-        res = sim(problem.cluster, problem.job, plan, problem.profile, get_policy(policy),
-                  seed=seed)
+        try:  # the workload form reuses the cost tables
+            res = sim(problem.wl, plan, policy=policy, seed=seed)
+        except TypeError:
+            res = sim(problem.cluster, problem.job, plan, problem.profile, policy, seed=seed)
         return float(res.epoch_time_s)
 
     return score

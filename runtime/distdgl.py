@@ -72,7 +72,9 @@ class TrainerSlot:
 class DistDGLResult:
     """Outcome of one DistDGL run. ``epoch_time_s`` is the median over epochs after the first
     (the first pays connection and cache warm-up); epoch times are barrier to barrier, without
-    evaluation. ``bytes_sent`` (host -> bytes sent on its non-loopback interfaces during the
+    evaluation. ``stage_s``: seconds per epoch in sampling (remote hops included), feature
+    fetching and training (forward, backward with DDP's all-reduce, step), the mean over
+    trainers of the median over epochs after the first. ``bytes_sent`` (host -> bytes sent on its non-loopback interfaces during the
     training epochs, evaluation excluded; read from ``/proc/self/net/dev`` of one trainer per
     host namespace) is only measured when each host is its own network namespace
     (``exec_prefix``); on loopback every host shares ``lo`` and it is ``None``."""
@@ -83,6 +85,7 @@ class DistDGLResult:
     epoch_time_s: float | None = None
     test_accuracy: float | None = None
     val_accuracy: list[float | None] = field(default_factory=list)
+    stage_s: dict[str, float] = field(default_factory=dict)
     bytes_sent: dict[str, int] | None = None
     bytes_note: str = ""
     wall_s: float = 0.0
@@ -345,6 +348,10 @@ def run_distdgl(
         rows.append(json.loads(f.read_text()))
     per_epoch = [max(r["epochs"][e]["seconds"] for r in rows) for e in range(n_epochs)]
     steady = per_epoch[1:] or per_epoch
+    first = 1 if n_epochs > 1 else 0
+    stage_s = {k: statistics.fmean(statistics.median(e[k] for e in r["epochs"][first:])
+                                   for r in rows)
+               for k in ("sample_s", "fetch_s", "train_s")}
     bytes_sent = None
     note = "not measured: all hosts share the loopback interface (no exec_prefix)"
     if exec_prefix is not None:
@@ -362,7 +369,7 @@ def run_distdgl(
         feasible=True, epoch_times_s=per_epoch, epoch_time_s=statistics.median(steady),
         test_accuracy=rows[0]["test_accuracy"],
         val_accuracy=[e.get("val_accuracy") for e in rows[0]["epochs"]],
-        bytes_sent=bytes_sent, bytes_note=note, wall_s=time.perf_counter() - t_start,
+        stage_s=stage_s, bytes_sent=bytes_sent, bytes_note=note, wall_s=time.perf_counter() - t_start,
         trainers=[{**asdict(s), "train_nodes": r["train_nodes"]} for s, r in zip(slots, rows)],
         ip_config=ip_lines, out_dir=str(out),
     )

@@ -101,6 +101,7 @@ def _run_server(cfg: dict[str, Any], part: int) -> None:
     from gnnsched.compat import dgl
 
     patch_dgl(cfg["shm_prefixes"][part], None)
+    dgl.seed(cfg["job"]["seed"] + part)  # remote sampling draws from the server's RNG
     dgl.distributed.initialize(cfg["ip_config"])  # DGL_ROLE=server: serves, then sys.exit
 
 
@@ -174,7 +175,8 @@ def _run_trainer(cfg: dict[str, Any], rank: int) -> None:
         return _slot_nids(g, mask_name, slot["parts"], cfg["node_ranges"])
 
     train_nids, val_nids, test_nids = nids("train_mask"), nids("val_mask"), nids("test_mask")
-    torch.manual_seed(job["seed"])
+    torch.manual_seed(job["seed"])  # same initial weights on every trainer (DDP checks)
+    dgl.seed(job["seed"] + rank)  # local sampling
     model = _build_model(cfg["feature_dim"], job["hidden"], cfg["num_classes"],
                          len(job["fanouts"]), job["dropout"])
     ddp = DistributedDataParallel(model)
@@ -212,20 +214,33 @@ def _run_trainer(cfg: dict[str, Any], rank: int) -> None:
         t0 = time.perf_counter()
         steps = 0
         loss_sum = 0.0
+        stage = {"sample_s": 0.0, "fetch_s": 0.0, "train_s": 0.0}
+        batches = iter(loader)
         with ddp.join():  # trainers may hold unequal numbers of mini-batches
-            for input_nodes, seeds, blocks in loader:
-                feats = g.ndata["feat"][input_nodes].float()
+            while True:
+                t = time.perf_counter()
+                try:  # sampling, remote hops included (num_samplers=0: in this process)
+                    input_nodes, seeds, blocks = next(batches)
+                except StopIteration:
+                    break
+                t1 = time.perf_counter()
+                feats = g.ndata["feat"][input_nodes].float()  # local shm + remote pulls
                 labels = g.ndata["label"][seeds].long()
+                t2 = time.perf_counter()
                 loss = loss_fn(ddp(blocks, feats), labels)
                 opt.zero_grad()
-                loss.backward()
+                loss.backward()  # DDP all-reduces gradients here
                 opt.step()
+                t3 = time.perf_counter()
+                stage["sample_s"] += t1 - t
+                stage["fetch_s"] += t2 - t1
+                stage["train_s"] += t3 - t2
                 steps += 1
                 loss_sum += float(loss.detach())
         tdist.barrier()
         seconds = time.perf_counter() - t0
         row: dict[str, Any] = {"epoch": epoch, "seconds": seconds, "steps": steps,
-                               "loss": loss_sum / max(steps, 1),
+                               "loss": loss_sum / max(steps, 1), **stage,
                                "tx_bytes": _net_tx_bytes() - tx}
         last = epoch == cfg["epochs"] - 1
         if cfg["eval_every"] and ((epoch + 1) % cfg["eval_every"] == 0 or last):

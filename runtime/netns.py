@@ -9,7 +9,9 @@ limits without a rack of machines. Per cluster ``C`` (names from the cluster fil
 * ``gs-C-<host>`` -- one namespace per host: ``lo`` and ``eth0`` (the veth peer) with the host's
   address; ``eth0``'s egress is shaped with ``tbf`` to the host's **egress** rate, behind a
   ``netem`` delay of the cluster's ``latency_ms`` when it has one (one way, host to host).
-* optionally a *gateway* veth in the root namespace (``gs-C``, address ``x.y.z.254``), an
+  TCP small queues are capped (``TSQ_BYTES``) so a bulk flow waits in the tbf queue instead of
+  overflowing it: no local drops, goodput a steady ~95.6% of the wire rate at MTU 1500.
+* optionally a *gateway* veth in the root namespace (link ``gs-C``, address ``x.y.z.254``), an
   unshaped switch port so processes left in the root namespace (the CLI, a coordinator) reach
   every host. Nothing routes further: namespaces have no default route.
 
@@ -52,8 +54,11 @@ BRIDGE = "br0"
 HOST_IF = "eth0"
 GATEWAY_PORT = "gw"
 IFNAMSIZ = 15  # Linux interface names: at most 15 characters
+# TCP small queues: bytes one socket may park in the qdisc (kernel default 4 MiB). Capped per
+# host namespace so a bulk flow fits the tbf queue instead of overflowing it into local drops
+# and retransmits; 256 KiB still fills a 1 Gbit/s link.
+TSQ_BYTES = 256 * 1024
 _CLONE_NEWNET = 0x40000000
-_AUTO_NET = ipaddress.ip_network("10.77.0.0/16")
 
 
 class NetnsError(RuntimeError):
@@ -273,13 +278,14 @@ def _proc_state(pid: int) -> str:
 
 
 def _shape_args(rate: float, mtu: int) -> list[str]:
-    """tbf arguments for `rate` bytes/s: a burst of ~4 ms (>= a few frames) and ~20 ms of queue.
+    """tbf arguments for `rate` bytes/s: a burst of ~4 ms (>= a few frames) and a queue of
+    ~20 ms, at least two sockets' TSQ budget (so one bulk flow is never dropped locally).
 
     The burst must exceed one frame and one timer tick's worth of tokens, else tbf undershoots;
     it is kept small so a 1-second transfer sees the configured rate, not the burst.
     """
     burst = max(int(rate * 0.004), 4 * (mtu + 14), 16 * 1024)
-    limit = max(int(rate * 0.02), 2 * burst, 64 * 1024)
+    limit = max(int(rate * 0.02), 2 * TSQ_BYTES + burst)
     return ["tbf", "rate", f"{int(round(rate * 8))}bit", "burst", str(burst), "limit", str(limit)]
 
 
@@ -452,6 +458,7 @@ class EmulatedCluster:
         for h in self.hosts.values():
             _run(["ip", "netns", "add", h.ns])
             _run(["ip", "-n", h.ns, "link", "set", "lo", "up"])
+            _sysctl(h.ns, "net/ipv4/tcp_limit_output_bytes", TSQ_BYTES)
             # Both veth ends are born inside namespaces: nothing appears in the root namespace.
             _run(["ip", "-n", sw, "link", "add", h.port, "mtu", str(self.mtu), "type", "veth",
                   "peer", "name", HOST_IF, "mtu", str(self.mtu), "netns", h.ns])
@@ -546,6 +553,12 @@ class EmulatedCluster:
         result["shaped_Bps"] = shaped
         result["ratio"] = result["rate_Bps"] / shaped
         return result
+
+
+def _sysctl(ns: str, key: str, value: object) -> None:
+    """Set a per-namespace sysctl (``/proc/sys/net`` resolves in the opening thread's netns)."""
+    with entered(ns):
+        Path("/proc/sys", key).write_text(f"{value}\n")
 
 
 def qdisc_available(kind: str, *args: str) -> bool:
@@ -726,7 +739,8 @@ def ping(ns: str, address: str, timeout: float = 2.0) -> float | None:
 # Receiver and sender of `measure_rate`: tiny stdlib-only scripts, run in the hosts' namespaces.
 # A small receive buffer bounds how many bytes a briefly descheduled receiver can read "late"
 # (which would inflate the rate); a higher priority keeps other load on the box from starving
-# the probes.
+# the probes. Times are CLOCK_MONOTONIC (time.perf_counter on Linux): comparable across
+# processes, so concurrent transfers can be added up.
 _RECV = r"""
 import json, os, socket, sys, time
 addr, timeout, warm = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
@@ -753,7 +767,8 @@ while True:
 t_last = now
 t_first, t_warm = t_first or now, t_warm or now
 span = max(t_last - t_warm, 1e-9)
-print(json.dumps({"bytes": total, "seconds": t_last - t_first,
+print(json.dumps({"bytes": total, "seconds": t_last - t_first, "t_first": t_first,
+                  "t_last": t_last,
                   "rate_Bps": (total - b_warm) / span if total > b_warm else 0.0,
                   "raw_rate_Bps": total / max(t_last - t_first, 1e-9)}))
 """

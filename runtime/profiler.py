@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from gnnsched.datasets import PartitionSet
 
 from gnnsched.compat import dgl
+from gnnsched.datasets import PartitionSet
 from gnnsched.profile import CostProfile, PartProfile
 from gnnsched.spec import JobSpec
 

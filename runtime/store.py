@@ -50,7 +50,8 @@ from gnnsched.runtime.transport import (
 )
 
 CHUNK_BYTES = 256 << 10
-WINDOW_BYTES = 512 << 10
+WINDOW_BYTES = 1 << 20  # total bytes in flight from one NIC
+PEER_WINDOW_BYTES = 512 << 10  # bytes in flight to one receiver
 STORE_SOCKET = SocketOptions(sndhwm=8, rcvhwm=256, sndbuf=128 << 10, rcvbuf=1 << 20)
 
 
@@ -146,12 +147,12 @@ class OutTransfer:
     trainer: int
     seq: int
     dst_machine: int
-    chunks: list[Message]
+    chunks: list[Message | None]
     sizes: list[int]
     created: float
+    local: bool = False  # same machine: no NIC involved, sent at once
     next_chunk: int = 0
     acked: int = 0
-    sent_bytes: int = 0
 
     @property
     def nbytes(self) -> int:
@@ -163,73 +164,113 @@ class OutTransfer:
 
 
 class NicQueue:
-    """Chooses the next chunk a NIC sends: policy order (priority) or round robin (fair)."""
+    """Chooses the next chunk a NIC sends.
 
-    def __init__(self, sharing: str = "fair", window_bytes: int = WINDOW_BYTES) -> None:
+    ``priority``: the pending transfer with the smallest policy key (keys arrive from the
+    coordinator; unranked transfers come after ranked ones, in arrival order) whose receiver
+    still has window room -- strict priority that stays work-conserving when the first
+    transfer's receiver is the slow side. ``fair``: pending transfers take turns, one chunk each.
+    Bytes in flight (sent, not acknowledged) are bounded per receiver (``peer_window``) and in
+    total (``window``); same-machine transfers bypass both (they never touch the NIC).
+    """
+
+    def __init__(self, sharing: str = "fair", window: int = WINDOW_BYTES,
+                 peer_window: int | None = None) -> None:
         if sharing not in ("fair", "priority"):
             raise ValueError(f"sharing must be 'fair' or 'priority', got {sharing!r}")
-        self.sharing, self.window = sharing, window_bytes
+        self.sharing, self.window = sharing, window
+        self.peer_window = peer_window or window
         self.active: OrderedDict[int, OutTransfer] = OrderedDict()  # arrival order
-        self.rank: dict[int, int] = {}
-        self.in_flight: dict[tuple[bytes, int, int], tuple[int, int]] = {}  # -> (tid, bytes)
+        self.keys: dict[int, tuple] = {}
+        self.in_flight: dict[tuple[bytes, int, int], tuple[int, int, bool]] = {}
         self.in_flight_bytes = 0
+        self.peer_bytes: dict[bytes, int] = {}
         self._rr = 0
 
     def add(self, t: OutTransfer) -> None:
         self.active[t.tid] = t
 
-    def set_order(self, tids: list[int]) -> None:
-        self.rank = {tid: i for i, tid in enumerate(tids)}
+    def set_keys(self, keys: dict[int, tuple]) -> None:
+        """Cached policy priorities (smaller first) for queued transfers."""
+        for tid, key in keys.items():
+            if tid in self.active:
+                self.keys[tid] = key
+
+    @property
+    def sendable(self) -> bool:
+        return any(t.pending for t in self.active.values())
+
+    def _room(self, t: OutTransfer, size: int) -> bool:
+        if t.local:
+            return True
+        held = self.peer_bytes.get(t.peer, 0)
+        if held and held + size > self.peer_window:
+            return False
+        return not self.in_flight_bytes or self.in_flight_bytes + size <= self.window
 
     def _pick(self) -> OutTransfer | None:
         ready = [t for t in self.active.values() if t.pending]
+        for t in ready:
+            if t.local:
+                return t
+        ready = [t for t in ready if self._room(t, t.sizes[t.next_chunk])]
         if not ready:
             return None
         if self.sharing == "priority":
-            big = len(self.rank) + 1
-            return min(ready, key=lambda t: (self.rank.get(t.tid, big), t.tid))
+            return min(ready, key=lambda t: (0, self.keys[t.tid], t.tid) if t.tid in self.keys
+                       else (1, (), t.tid))
         self._rr = (self._rr + 1) % len(ready)
         return ready[self._rr]
 
     def next_chunk(self) -> tuple[OutTransfer, Message, int] | None:
-        """The next (transfer, chunk, bytes) to send if the window allows, else None."""
-        if self.in_flight_bytes >= self.window and self.in_flight:
-            return None
+        """The next (transfer, chunk, bytes) to send, or None if nothing may go now."""
         t = self._pick()
         if t is None:
             return None
         i = t.next_chunk
         size = t.sizes[i]
-        if self.in_flight and self.in_flight_bytes + size > self.window:
-            return None
         t.next_chunk += 1
-        self.in_flight[(t.peer, t.req, i)] = (t.tid, size)
-        self.in_flight_bytes += size
+        self.in_flight[(t.peer, t.req, i)] = (t.tid, size, t.local)
+        if not t.local:
+            self.in_flight_bytes += size
+            self.peer_bytes[t.peer] = self.peer_bytes.get(t.peer, 0) + size
         msg = t.chunks[i]
-        t.chunks[i] = None  # type: ignore[call-overload]  # free it once sent
+        t.chunks[i] = None  # freed once sent
+        assert msg is not None
         return t, msg, size
+
+    def _release(self, peer: bytes, size: int, local: bool) -> None:
+        if local:
+            return
+        self.in_flight_bytes -= size
+        left = self.peer_bytes.get(peer, 0) - size
+        if left > 0:
+            self.peer_bytes[peer] = left
+        else:
+            self.peer_bytes.pop(peer, None)
 
     def ack(self, peer: bytes, req: int, chunk: int) -> OutTransfer | None:
         """Record an acknowledged chunk; returns the transfer if that completed it."""
         entry = self.in_flight.pop((peer, req, chunk), None)
         if entry is None:
             raise MessageError(f"ACK for unknown chunk {chunk} of request {req}")
-        tid, size = entry
-        self.in_flight_bytes -= size
+        tid, size, local = entry
+        self._release(peer, size, local)
         t = self.active[tid]
         t.acked += 1
-        t.sent_bytes += size
         if t.acked == len(t.chunks):
             del self.active[tid]
-            self.rank.pop(tid, None)
+            self.keys.pop(tid, None)
             return t
         return None
 
     def drop_peer(self, peer: bytes) -> None:
         for tid in [t.tid for t in self.active.values() if t.peer == peer]:
             del self.active[tid]
+            self.keys.pop(tid, None)
         for key in [k for k in self.in_flight if k[0] == peer]:
-            self.in_flight_bytes -= self.in_flight.pop(key)[1]
+            _, size, local = self.in_flight.pop(key)
+            self._release(peer, size, local)
 
 
 def chunked(kind: Kind, req: int, arrays: dict[str, np.ndarray], row_bytes: int,
@@ -284,7 +325,8 @@ class Store(Role):
 
     def run(self) -> None:
         cfg = self.config
-        self.nic = NicQueue(cfg["sharing"], int(cfg.get("window_bytes", WINDOW_BYTES)))
+        self.nic = NicQueue(cfg["sharing"], int(cfg.get("window_bytes", WINDOW_BYTES)),
+                            int(cfg.get("peer_window_bytes", PEER_WINDOW_BYTES)))
         self.chunk_bytes = int(cfg.get("chunk_bytes", CHUNK_BYTES))
         self.tids = itertools.count()
         self.queued: list[list[Any]] = []
@@ -296,8 +338,7 @@ class Store(Role):
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.control.sock, zmq.POLLIN)
         while not self.stopping:
-            busy = bool(self.nic.active) and self.nic.in_flight_bytes < self.nic.window
-            events = dict(poller.poll(0 if busy else 50))
+            events = dict(poller.poll(50))
             if self.sock in events:
                 for _ in range(64):  # drain a burst before sending more
                     got = self.data.recv_now()
@@ -313,7 +354,7 @@ class Store(Role):
         assert peer is not None
         if msg.kind == Kind.ACK:
             t = self.nic.ack(peer, msg["req"], msg["chunk"])
-            if t is not None:
+            if t is not None and not t.local:
                 self.done.append(t.tid)
             return
         if msg.kind not in (Kind.SAMPLE_REQ, Kind.FEAT_REQ):
@@ -335,11 +376,13 @@ class Store(Role):
                                     rows.shape[1] * rows.itemsize, self.chunk_bytes)
             kind = "feat"
             self.served["feat"] += 1
+        dst = msg["src_machine"]
         t = OutTransfer(next(self.tids), peer, msg["req"], kind, msg["trainer"], msg["seq"],
-                        msg["src_machine"], chunks, sizes, now)
+                        dst, list(chunks), sizes, now, local=dst == self.machine_index)
         self.peer_machine[peer] = msg["src_machine"]
         self.nic.add(t)
-        self.queued.append([t.tid, t.trainer, t.seq, kind, t.dst_machine, t.nbytes])
+        if not t.local:  # same-machine transfers are free: the policy never sees them
+            self.queued.append([t.tid, t.trainer, t.seq, kind, t.dst_machine, t.nbytes])
 
     def gather(self, nodes: np.ndarray) -> np.ndarray:
         """Feature rows of ``nodes`` in request order (they may span this store's parts)."""
@@ -389,8 +432,10 @@ class Store(Role):
             self.done = []
 
     def on_control(self, body: dict[str, Any]) -> None:
-        if body["op"] == "order":
-            self.nic.set_order([int(t) for t in body["tids"]])
+        if body["op"] == "prio":
+            self.nic.set_keys({int(tid): tuple(key) for tid, key in body["keys"]})
+        else:
+            super().on_control(body)
 
     def stats(self) -> dict[str, Any]:
         return {"local_bytes": self.local_bytes, "network_bytes": self.remote_bytes,

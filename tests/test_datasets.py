@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from gnnsched.datasets import (
     Graph,
     available_datasets,
@@ -16,7 +17,6 @@ from gnnsched.datasets import (
     load_dataset,
     load_npz,
 )
-
 from gnnsched.spec import SpecError
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from gnnsched.datasets import (
     Graph,
     PartitionSet,
@@ -18,7 +19,6 @@ from gnnsched.datasets import (
     partition_graph,
     run_partition,
 )
-
 from gnnsched.spec import SpecError
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"

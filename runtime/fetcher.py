@@ -1,0 +1,183 @@
+"""Feature fetching: gather the input nodes' feature rows from the stores that own them.
+
+:class:`Gather` is the stage itself: it splits a mini-batch's input nodes by owning store,
+sends one ``FEAT_REQ`` per store (all in flight together), and writes each arriving chunk
+into its rows of one preallocated ``[num_input, F]`` array (sized from what *we* asked for,
+never from a peer's header). It runs wherever the plan's ``fetch_at`` says:
+
+* ``fetch_at`` is the trainer's machine: inside the trainer process (its I/O thread);
+* another machine (a relay, e.g. the store holding most of the rows, or a host with a fast
+  NIC): the :class:`Fetcher` role there receives ``FETCH_REQ`` from samplers and pushes one
+  ``FEATS`` message per mini-batch to the trainer.
+
+The fetcher role needs neither torch nor DGL, so it starts in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zmq
+
+from gnnsched.runtime.role import Role
+from gnnsched.runtime.store import StoreClient
+from gnnsched.runtime.transport import (
+    BULK,
+    Channel,
+    Kind,
+    Message,
+    MessageError,
+    bind_random,
+    make_socket,
+)
+
+
+@dataclass
+class _Job:
+    trainer: int
+    seq: int
+    out: np.ndarray
+    reqs: set[int]
+    started: float = field(default_factory=time.monotonic)
+
+
+class Gather:
+    """Concurrent feature gathers over a :class:`StoreClient`; ``on_done(trainer, seq,
+    features, seconds)`` fires when the last row of a mini-batch has arrived."""
+
+    def __init__(self, stores: StoreClient, node_part: np.ndarray, part_store: list[int],
+                 feature_dim: int, machine_index: int,
+                 on_done: Callable[[int, int, np.ndarray, float], None]) -> None:
+        self.stores, self.node_part = stores, node_part
+        self.part_store = np.asarray(part_store, dtype=np.int64)
+        self.dim, self.machine_index, self.on_done = feature_dim, machine_index, on_done
+        self.jobs: dict[tuple[int, int], _Job] = {}
+        self.owner: dict[int, tuple[int, int]] = {}
+        self.fetched = 0
+        self.busy_s = 0.0
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.jobs)
+
+    def start(self, trainer: int, seq: int, nodes: np.ndarray) -> None:
+        if len(nodes) and (nodes.min() < 0 or nodes.max() >= len(self.node_part)):
+            raise MessageError(f"fetch for trainer {trainer} seq {seq}: node id outside the "
+                               "graph")
+        key = (trainer, seq)
+        if key in self.jobs:
+            raise MessageError(f"fetch for trainer {trainer} seq {seq} requested twice")
+        out = np.empty((len(nodes), self.dim), dtype=np.float32)
+        job = _Job(trainer, seq, out, set())
+        self.jobs[key] = job
+        machine = self.part_store[self.node_part[nodes]] if len(nodes) else nodes
+        for m in np.unique(machine).tolist():
+            idx = np.nonzero(machine == m)[0]
+
+            def write(msg: Message, idx: np.ndarray = idx, out: np.ndarray = out) -> None:
+                rows = msg.arrays["feats"]
+                if rows.shape[1] != out.shape[1]:
+                    raise MessageError(f"FEAT_CHUNK.feats: {rows.shape[1]} columns, expected "
+                                       f"{out.shape[1]}")
+                s = msg["start"]
+                out[idx[s:s + len(rows)]] = rows
+
+            req = self.stores.request(int(m), Kind.FEAT_REQ, {
+                "trainer": trainer, "seq": seq, "src_machine": self.machine_index},
+                nodes[idx], len(idx), len(idx), write)
+            job.reqs.add(req)
+            self.owner[req] = key
+        if not job.reqs:
+            self._finish(key)
+
+    def handle(self, sock: zmq.Socket) -> None:
+        for req in self.stores.handle(sock):
+            key = self.owner.pop(req)
+            job = self.jobs[key]
+            job.reqs.discard(req)
+            if not job.reqs:
+                self._finish(key)
+
+    def _finish(self, key: tuple[int, int]) -> None:
+        job = self.jobs.pop(key)
+        took = time.monotonic() - job.started
+        self.fetched += 1
+        self.busy_s += took
+        self.on_done(job.trainer, job.seq, job.out, took)
+
+    def oldest(self) -> float:
+        """Seconds the oldest unfinished gather has been waiting (0 if none)."""
+        if not self.jobs:
+            return 0.0
+        return time.monotonic() - min(j.started for j in self.jobs.values())
+
+
+class Fetcher(Role):
+    """A relay: gathers features for the trainers whose plan puts ``fetch_at`` here."""
+
+    role = "fetcher"
+
+    def setup(self) -> None:
+        cfg = self.config
+        self.machine_index = cfg["machines"].index(self.args.machine)
+        self.node_part = np.load(cfg["node_part_file"], allow_pickle=False)
+        self.sock = make_socket(self.ctx, zmq.PULL, BULK)
+        self.endpoint = bind_random(self.sock, self.args.host)
+        self.inbox = Channel(self.sock, f"{self.name} requests")
+
+    def ready_fields(self) -> dict[str, Any]:
+        return {"endpoint": self.endpoint}
+
+    def run(self) -> None:
+        peers = self.peers
+        self.stores = StoreClient(self.ctx, {int(m): ep for m, ep in peers["stores"].items()},
+                                  self.name, self.name.encode())
+        self.to_trainer: dict[int, Channel] = {}
+        for t in peers["trainers"]:
+            if t.get("relay_machine") == self.args.machine:
+                sock = make_socket(self.ctx, zmq.PUSH, BULK)
+                sock.connect(t["data"])
+                self.to_trainer[int(t["id"])] = Channel(sock, f"{self.name}->trainer{t['id']}")
+        self.gather = Gather(self.stores, self.node_part, self.config["part_store"],
+                             int(self.config["feature_dim"]), self.machine_index, self.deliver)
+        timeout = float(self.config.get("request_timeout", 120.0))
+        poller = zmq.Poller()
+        for s in [self.sock, self.control.sock, *self.stores.poll_sockets]:
+            poller.register(s, zmq.POLLIN)
+        while not self.stopping:
+            events = dict(poller.poll(200))
+            for sock in events:
+                if sock is self.control.sock:
+                    self.poll_control()
+                elif sock is self.sock:
+                    while (got := self.inbox.recv_now()) is not None:
+                        msg = got[1]
+                        if msg.kind != Kind.FETCH_REQ or msg["trainer"] not in self.to_trainer:
+                            raise MessageError(f"{self.name}: unexpected {msg!r}")
+                        self.gather.start(msg["trainer"], msg["seq"], msg.arrays["nodes"].copy())
+                else:
+                    self.gather.handle(sock)
+            if self.gather.oldest() > timeout:
+                raise TimeoutError(f"{self.name}: a feature gather waited more than "
+                                   f"{timeout:.0f} s for the stores")
+
+    def deliver(self, trainer: int, seq: int, feats: np.ndarray, took: float) -> None:
+        self.to_trainer[trainer].send(Message(Kind.FEATS, {
+            "trainer": trainer, "seq": seq, "fetch_us": int(took * 1e6)}, {"feats": feats}))
+        self.event("fetched", trainer=trainer, seq=seq, fetch_s=took, nbytes=int(feats.nbytes))
+
+    def stats(self) -> dict[str, Any]:
+        g = getattr(self, "gather", None)
+        return {"fetched": g.fetched if g else 0, "busy_s": g.busy_s if g else 0.0}
+
+    def close(self) -> None:
+        for ch in getattr(self, "to_trainer", {}).values():
+            ch.close()
+        if hasattr(self, "stores"):
+            self.stores.close()
+        if hasattr(self, "inbox"):
+            self.inbox.close()

@@ -1,0 +1,419 @@
+"""Trainer: receives blocks + features, runs forward/backward, all-reduces, evaluates, saves.
+
+Two threads, one owner per socket: the *I/O thread* (:class:`Inbox`) owns every ZeroMQ socket
+of the process -- the data PULL socket where samplers push ``BLOCK`` and relays push ``FEATS``,
+the store connections when this trainer gathers its own features (``fetch_at`` is its own
+machine), and the coordinator's control socket -- and assembles complete mini-batches; the
+*main thread* trains them in sequence order and hands events back through a queue.
+
+Per mini-batch the main thread measures, at each stage boundary: ``wait_s`` (blocked waiting for
+the next batch: the input pipeline was behind), ``train_s`` (forward + backward + optimizer
+step, including the emulated slow-down below), ``allreduce_s`` (the gradient all-reduce with
+``torch.distributed``: the synchronous barrier, waiting for the slowest trainer included); the
+batch itself carries ``sample_s`` and ``fetch_s`` measured where those stages ran.
+
+Gradients are averaged over trainers only (gloo on CPU, NCCL when every trainer has its own
+CUDA device). Dropout is seeded per (job seed, trainer, sequence number), so a run is
+reproducible and equal to :mod:`~gnnsched.runtime.reference`.
+
+Slower devices on a CPU box: a cluster may say a trainer's GPU has ``speed`` < 1 relative to the
+profiling device. With ``emulate_speed`` (on by default only when there is no CUDA) each step's
+compute time ``c`` is stretched to ``c / speed`` by sleeping ``c (1/speed - 1)``, so placement
+decisions that depend on device speed are visible in real runs; faster-than-reference devices
+cannot be emulated and run at this machine's speed.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import zmq
+
+from gnnsched.runtime.fetcher import Gather
+from gnnsched.runtime.model import Block, build_model
+from gnnsched.runtime.role import PHASES, Role, seed_of
+from gnnsched.runtime.store import StoreClient
+from gnnsched.runtime.transport import (
+    BULK,
+    Channel,
+    Kind,
+    Message,
+    MessageError,
+    bind_random,
+    ctrl,
+    make_socket,
+)
+
+
+@dataclass
+class Batch:
+    """A complete mini-batch: blocks, input features, labels, and upstream stage times."""
+
+    seq: int
+    phase: int
+    seeds: np.ndarray
+    labels: np.ndarray
+    blocks: list[Block]
+    feats: np.ndarray
+    sample_s: float
+    fetch_s: float
+
+
+def seeds_hash(seeds: np.ndarray) -> str:
+    """Order-independent digest of a batch's seeds (exactly-once checks)."""
+    import hashlib
+
+    return hashlib.blake2b(np.sort(np.asarray(seeds, dtype=np.int64)).tobytes(),
+                           digest_size=8).hexdigest()
+
+
+def blocks_of(msg: Message) -> list[Block]:
+    """The blocks of a ``BLOCK`` message, with their index ranges checked."""
+    out = []
+    for i in range(msg["layers"]):
+        src, dst = msg.arrays[f"src{i}"], msg.arrays[f"dst{i}"]
+        ns, nd = msg[f"num_src{i}"], msg[f"num_dst{i}"]
+        if len(src) != len(dst) or not 0 <= nd <= ns:
+            raise MessageError(f"BLOCK.layer{i}: {len(src)} sources vs {len(dst)} "
+                               f"destinations, {ns} src nodes, {nd} dst nodes")
+        if len(src) and (src.min() < 0 or src.max() >= ns or dst.min() < 0 or dst.max() >= nd):
+            raise MessageError(f"BLOCK.layer{i}: edge index outside the block")
+        if i and msg[f"num_src{i}"] != msg[f"num_dst{i - 1}"]:
+            raise MessageError(f"BLOCK.layer{i}: {ns} sources but layer {i - 1} has {nd} "
+                               "destinations")
+        out.append(Block(torch.from_numpy(src.copy()), torch.from_numpy(dst.copy()), ns, nd))
+    if out and out[0].num_src != len(msg.arrays["input_nodes"]):
+        raise MessageError("BLOCK.input_nodes: does not match the first layer's sources")
+    if out and out[-1].num_dst != len(msg.arrays["seeds"]):
+        raise MessageError("BLOCK.seeds: does not match the last layer's destinations")
+    return out
+
+
+class Inbox(threading.Thread):
+    """The I/O thread: assembles batches from BLOCK + FEATS (or its own gather)."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        super().__init__(name="inbox", daemon=True)
+        self.t = trainer
+        self.cond = threading.Condition()
+        self.ready: dict[int, Batch] = {}
+        self.blocks: dict[int, Message] = {}
+        self.feats: dict[int, tuple[np.ndarray, float]] = {}
+        self.error: BaseException | None = None
+        self.stopped = False
+        self.outbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        ctx = trainer.ctx
+        self.wake_rx = ctx.socket(zmq.PULL)
+        self.wake_rx.bind(f"inproc://wake-{id(self)}")
+        self.wake_tx = ctx.socket(zmq.PUSH)  # used by the main thread only
+        self.wake_tx.connect(f"inproc://wake-{id(self)}")
+
+    # ---------------------------------------------------------------- main-thread API
+    def get(self, seq: int, timeout: float) -> Batch:
+        with self.cond:
+            ok = self.cond.wait_for(lambda: seq in self.ready or self.error is not None
+                                    or self.stopped, timeout)
+            if self.error is not None:
+                raise RuntimeError(f"{self.t.name} I/O thread failed: {self.error}") \
+                    from self.error
+            if self.stopped:
+                raise SystemExit(0)
+            if not ok:
+                raise TimeoutError(f"{self.t.name}: mini-batch {seq} did not arrive within "
+                                   f"{timeout:.0f} s")
+            return self.ready.pop(seq)
+
+    def send(self, op: str, **fields: Any) -> None:
+        self.outbox.put({"op": op, **fields})
+        self.wake_tx.send(b"", flags=zmq.NOBLOCK)
+
+    # ---------------------------------------------------------------- I/O thread
+    def run(self) -> None:
+        try:
+            self.loop()
+        except BaseException as exc:  # surfaced to the main thread by get()
+            with self.cond:
+                self.error = exc
+                self.cond.notify_all()
+
+    def loop(self) -> None:
+        t = self.t
+        poller = zmq.Poller()
+        socks = [t.data_sock, t.control.sock, self.wake_rx]
+        gather = t.gather
+        if gather is not None:
+            socks += gather.stores.poll_sockets
+        for s in socks:
+            poller.register(s, zmq.POLLIN)
+        while True:
+            events = dict(poller.poll(200))
+            for sock in events:
+                if sock is t.data_sock:
+                    while (got := t.data.recv_now()) is not None:
+                        self.on_data(got[1])
+                elif sock is t.control.sock:
+                    t.poll_control()
+                elif sock is self.wake_rx:
+                    while True:
+                        try:
+                            self.wake_rx.recv(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                else:
+                    gather.handle(sock)
+            while True:  # forward the main thread's events
+                try:
+                    body = self.outbox.get_nowait()
+                except queue.Empty:
+                    break
+                op = body.pop("op")
+                t.control.send(ctrl(op, **body))
+                if op == "done":
+                    return self._stop_when_told(poller)
+            if t.stopping:
+                with self.cond:
+                    self.stopped = True
+                    self.cond.notify_all()
+                return
+            if gather is not None and gather.oldest() > t.timeout:
+                raise TimeoutError(f"{t.name}: a feature gather waited more than "
+                                   f"{t.timeout:.0f} s for the stores")
+
+    def _stop_when_told(self, poller: zmq.Poller) -> None:
+        while not self.t.stopping:
+            if self.t.control.sock in dict(poller.poll(200)):
+                self.t.poll_control()
+            else:  # drain anything else so peers never block on us
+                while self.t.data.recv_now() is not None:
+                    pass
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+
+    def on_data(self, msg: Message) -> None:
+        t = self.t
+        if msg.kind == Kind.BLOCK:
+            if msg["trainer"] != t.rank:
+                raise MessageError(f"{t.name}: BLOCK for trainer {msg['trainer']}")
+            seq = msg["seq"]
+            self.blocks[seq] = msg
+            if t.gather is not None:
+                t.gather.start(t.rank, seq, msg.arrays["input_nodes"])
+        elif msg.kind == Kind.FEATS:
+            self.feats[msg["seq"]] = (msg.arrays["feats"], msg["fetch_us"] / 1e6)
+        else:
+            raise MessageError(f"{t.name}: unexpected {msg.kind.name} on the data socket")
+        self.complete(msg["seq"])
+
+    def on_gathered(self, trainer: int, seq: int, feats: np.ndarray, took: float) -> None:
+        self.feats[seq] = (feats, took)
+        self.complete(seq)
+
+    def complete(self, seq: int) -> None:
+        if seq not in self.blocks or seq not in self.feats:
+            return
+        msg = self.blocks.pop(seq)
+        feats, fetch_s = self.feats.pop(seq)
+        if feats.shape != (len(msg.arrays["input_nodes"]), self.t.feature_dim):
+            raise MessageError(f"{self.t.name}: features of batch {seq} have shape "
+                               f"{feats.shape}, blocks need "
+                               f"({len(msg.arrays['input_nodes'])}, {self.t.feature_dim})")
+        batch = Batch(seq, msg["phase"], msg.arrays["seeds"].copy(),
+                      msg.arrays["labels"].copy(), blocks_of(msg),
+                      feats if feats.flags.writeable else feats.copy(),
+                      msg["sample_us"] / 1e6, fetch_s)
+        with self.cond:
+            self.ready[seq] = batch
+            self.cond.notify_all()
+
+
+class Trainer(Role):
+    """The trainer role (see the module docstring)."""
+
+    role = "trainer"
+
+    def setup(self) -> None:
+        cfg = self.config
+        self.rank = int(self.args.id)
+        me = cfg["trainers"][self.rank]
+        self.world = len(cfg["trainers"])
+        self.machine_index = cfg["machines"].index(self.args.machine)
+        self.feature_dim = int(cfg["feature_dim"])
+        self.timeout = float(cfg.get("request_timeout", 120.0))
+        self.speed = float(me.get("speed", 1.0))
+        self.has_cuda = torch.cuda.is_available()
+        self.device = torch.device(f"cuda:{int(me['device']) % torch.cuda.device_count()}"
+                                   if self.has_cuda else "cpu")
+        emulate = cfg.get("emulate_speed")
+        self.emulate = (not self.has_cuda) if emulate is None else bool(emulate)
+        self.data_sock = make_socket(self.ctx, zmq.PULL, BULK)
+        self.data_endpoint = bind_random(self.data_sock, self.args.host)
+        self.data = Channel(self.data_sock, f"{self.name} data")
+        self.master_port = None
+        self.tcp_store = None
+        if self.world > 1 and self.rank == 0:
+            import torch.distributed as dist
+
+            self.tcp_store = dist.TCPStore(self.args.host, 0, self.world, is_master=True,
+                                           wait_for_workers=False,
+                                           timeout=timedelta(seconds=self.timeout))
+            self.master_port = self.tcp_store.port
+
+    def ready_fields(self) -> dict[str, Any]:
+        cuda = f"{os.uname().nodename}:{self.device.index}" if self.has_cuda else None
+        return {"data": self.data_endpoint, "master_port": self.master_port, "cuda": cuda}
+
+    # ---------------------------------------------------------------- distributed
+    def init_dist(self) -> None:
+        if self.world == 1:
+            return
+        import torch.distributed as dist
+
+        peers = self.peers
+        store = self.tcp_store or dist.TCPStore(
+            peers["master_addr"], int(peers["master_port"]), self.world, is_master=False,
+            timeout=timedelta(seconds=self.timeout))
+        dist.init_process_group(peers["backend"], store=store, rank=self.rank,
+                                world_size=self.world, timeout=timedelta(seconds=self.timeout))
+
+    def allreduce(self, model: torch.nn.Module) -> None:
+        """Average gradients over trainers (one flat buffer: one collective per step)."""
+        if self.world == 1:
+            return
+        import torch.distributed as dist
+
+        grads = [p.grad for p in model.parameters()]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat.div_(self.world)
+        off = 0
+        for g in grads:
+            n = g.numel()
+            g.copy_(flat[off:off + n].view_as(g))
+            off += n
+
+    # ---------------------------------------------------------------- the loop
+    def run(self) -> None:
+        cfg, peers = self.config, self.peers
+        job = cfg["job"]
+        self.init_dist()
+        torch.manual_seed(int(job["seed"]))
+        model = build_model(job["model"], self.feature_dim, int(job["hidden"]),
+                            int(cfg["num_classes"]), len(job["fanouts"]),
+                            float(job["dropout"])).to(self.device)
+        opt = torch.optim.Adam(model.parameters(), lr=float(job["lr"]))
+        if self.world > 1:
+            import torch.distributed as dist
+
+            for p in model.parameters():  # identical start even if seeding ever differs
+                dist.broadcast(p.data, 0)
+        me = peers["trainers"][self.rank]
+        self.gather = None
+        self.inbox = Inbox(self)
+        if me.get("relay") is None:  # fetch_at == this machine: gather in process
+            stores = StoreClient(self.ctx, {int(m): ep for m, ep in peers["stores"].items()},
+                                 self.name, self.name.encode())
+            self.gather = Gather(stores, np.load(cfg["node_part_file"], allow_pickle=False),
+                                 cfg["part_store"], self.feature_dim, self.machine_index,
+                                 self.inbox.on_gathered)
+        self.inbox.start()
+        items = cfg["items"]
+        last_train = {}
+        for seq, epoch, phase, _ in items:
+            if phase == 0:
+                last_train[epoch] = seq
+        loss_fn = torch.nn.CrossEntropyLoss()
+        for seq, epoch, phase, index in items:
+            t0 = time.monotonic()
+            batch = self.inbox.get(seq, self.timeout)
+            wait_s = time.monotonic() - t0
+            x = torch.from_numpy(batch.feats).to(self.device, non_blocking=True)
+            y = torch.from_numpy(batch.labels).to(self.device)
+            blocks = [b.to(self.device) for b in batch.blocks]
+            rec: dict[str, Any] = {"trainer": self.rank, "seq": seq, "epoch": epoch,
+                                   "phase": PHASES[phase], "index": index, "n": len(batch.seeds),
+                                   "seeds": seeds_hash(batch.seeds), "wait_s": wait_s,
+                                   "sample_s": batch.sample_s, "fetch_s": batch.fetch_s,
+                                   "input_nodes": int(batch.feats.shape[0])}
+            t1 = time.monotonic()
+            if phase == 0:
+                model.train()
+                torch.manual_seed(seed_of(int(job["seed"]), 1, self.rank, seq))
+                out = model(blocks, x)
+                loss = loss_fn(out, y) if len(y) else out.sum() * 0.0
+                opt.zero_grad()
+                loss.backward()
+                self.sync()
+                compute = time.monotonic() - t1
+                self.stretch(compute)
+                t2 = time.monotonic()
+                self.allreduce(model)
+                self.sync()
+                t3 = time.monotonic()
+                opt.step()
+                self.sync()
+                rec.update(loss=float(loss.detach()), allreduce_s=t3 - t2,
+                           train_s=(t2 - t1) + (time.monotonic() - t3))
+            else:
+                model.eval()
+                with torch.no_grad():
+                    out = model(blocks, x)
+                self.sync()
+                self.stretch(time.monotonic() - t1)
+                rec.update(train_s=time.monotonic() - t1, allreduce_s=0.0)
+            rec["correct"] = int((out.argmax(1) == y).sum()) if len(y) else 0
+            if phase == 0 and seq == last_train[epoch] and self.rank == 0:
+                self.checkpoint(model, opt, epoch, seq)
+            self.inbox.send("trained", **rec)
+        self.inbox.send("done", trainer=self.rank)
+        self.inbox.join()
+        if self.inbox.error is not None:
+            raise RuntimeError(f"{self.name} I/O thread failed: {self.inbox.error}")
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def stretch(self, compute: float) -> None:
+        if self.emulate and 0 < self.speed < 1:
+            time.sleep(compute * (1.0 / self.speed - 1.0))
+
+    def checkpoint(self, model: torch.nn.Module, opt: torch.optim.Optimizer, epoch: int,
+                   seq: int) -> None:
+        """Atomic: write a temporary file, then rename it over the target."""
+        folder = Path(self.config["run_dir"]) / "checkpoints"
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch,
+                 "seq": seq, "job": self.config["job"]}
+        for name in (f"epoch-{epoch:03d}.pt", "latest.pt"):
+            tmp = folder / f".{name}.tmp-{os.getpid()}"
+            torch.save(state, tmp)
+            os.replace(tmp, folder / name)
+
+    def stats(self) -> dict[str, Any]:
+        g = getattr(self, "gather", None)
+        return {"fetched": g.fetched if g else 0}
+
+    def close(self) -> None:
+        if self.world > 1 and self.config:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        inbox = getattr(self, "inbox", None)
+        if inbox is not None:
+            inbox.wake_rx.close(0)
+            inbox.wake_tx.close(0)
+        if getattr(self, "gather", None) is not None:
+            self.gather.stores.close()
+        if hasattr(self, "data"):
+            self.data.close()
