@@ -14,8 +14,8 @@ import threading
 from typing import Any
 
 import pytest
-from gnnsched.runtime import netns
 
+from gnnsched.runtime import netns
 from gnnsched.spec import GBIT, cluster_from_dict
 
 REASON = netns.unavailable_reason()

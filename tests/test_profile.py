@@ -29,7 +29,7 @@ def test_bytes_add_up_to_input_features(cora_profile: tuple) -> None:
     assert prof.feature_bytes == pset.feature_dim * 4
     for pp in prof.parts:
         assert pp.n == 4 and pp.train_seeds > 0
-        for ids, counts, edges in zip(pp.input_parts, pp.input_nodes, pp.edges):
+        for ids, counts in zip(pp.input_parts, pp.input_nodes):
             assert counts.sum() >= min(job.batch_size, pp.train_seeds)  # seeds are inputs
             assert set(ids.tolist()) <= set(range(pset.num_parts))
         assert (pp.sample_s > 0).all() and (pp.train_s > 0).all()
