@@ -294,13 +294,19 @@ def greedy_plan(problem: Problem, bundles: Sequence[Sequence[int]],
                 share = max(1, int(gpus_on[S]) if S == T else 2)
                 n = max(1, min(MAX_SAMPLERS, (ledger.cores[S] - reserve) // share))
                 o, i = out_s.copy(), in_s.copy()
+                touched_o, touched_i = {T}, {T}
                 for src, dst, v, _ in transfers(c, T, [(S, 1.0)], T):
                     o[src] += v / eg[src]
                     i[dst] += v / ig[dst]
+                    touched_o.add(src)
+                    touched_i.add(dst)
                 o[T] += ar_bytes / eg[T]
                 i[T] += ar_bytes / ig[T]
-                finish = max(o.max(), i.max(), c.train_s / speed, c.sample_s / n)
-                key = (finish, -speed, S != T, T)
+                # HEFT: when would *this* task finish, given what its resources already carry
+                finish = max(max(o[k] for k in touched_o), max(i[k] for k in touched_i),
+                             c.train_s / speed, c.sample_s / n)
+                added = float((o - out_s).sum() + (i - in_s).sum())
+                key = (finish, added, -speed, S != T, T)
                 if best is None or key < best[0]:
                     best = (key, T, d, S, o, i)
         if best is None:

@@ -393,36 +393,39 @@ def bound_scorer(problem: Problem) -> Scorer:
     return lambda plan: problem.wl.bound(plan).epoch_s
 
 
-def simulator_scorer(problem: Problem, policy: str = "gnnsched", seed: int = 0
-                     ) -> Scorer | None:
-    """The simulator running `policy`, or None when the simulator is not installed."""
+def simulator_scorer(problem: Problem, policy: str = "gnnsched", seed: int = 0,
+                     iterations: int | None = None) -> Scorer | None:
+    """The simulator running `policy`, or None when the simulator is not installed.
+
+    `iterations` below the epoch's simulates that many and extrapolates (for search moves on
+    long epochs); None simulates the whole epoch.
+    """
     try:
-        from gnnsched import simulator  # noqa: F401  (optional: built by another issue)
-    except ImportError:
-        return None
-    sim = getattr(simulator, "simulate", None)
-    if sim is None:
-        return None
-    try:
+        from gnnsched import simulator
         from gnnsched.policy import get_policy
 
         get_policy(policy)
     except (ImportError, ValueError):
         return None
+    sim = getattr(simulator, "simulate", None)
+    if sim is None:
+        return None
+    its = iterations if iterations and iterations < problem.wl.iterations else None
 
     def score(plan: Plan) -> float:
-        try:  # the workload form reuses the cost tables
-            res = sim(problem.wl, plan, policy=policy, seed=seed)
-        except TypeError:
-            res = sim(problem.cluster, problem.job, plan, problem.profile, policy, seed=seed)
-        return float(res.epoch_time_s)
+        return float(sim(problem.wl, plan, policy=policy, seed=seed, iterations=its,
+                         validate=False).epoch_time_s)
 
     return score
 
 
-def default_scorer(problem: Problem, seed: int = 0) -> tuple[Scorer, str]:
+SEARCH_ITERATIONS = 48  # search moves simulate at most this many iterations (extrapolated)
+
+
+def default_scorer(problem: Problem, seed: int = 0, iterations: int | None = None
+                   ) -> tuple[Scorer, str]:
     """Simulator with the gnnsched policy when available, else the cost model's bound."""
-    s = simulator_scorer(problem, "gnnsched", seed)
+    s = simulator_scorer(problem, "gnnsched", seed, iterations)
     if s is not None:
         return s, "simulator (gnnsched policy)"
     return bound_scorer(problem), "cost-model bound (simulator not installed)"
@@ -436,8 +439,12 @@ class Placer(ABC):
 
     name: ClassVar[str] = "base"
 
-    def __init__(self, scorer: Scorer | None = None) -> None:
-        self.scorer = scorer  # used by placers that evaluate candidates (gnnsched)
+    def __init__(self, scorer: Scorer | None = None, search_scorer: Scorer | None = None
+                 ) -> None:
+        # used by placers that evaluate candidates (gnnsched): `scorer` picks the final plan,
+        # `search_scorer` (default: `scorer`, or a shorter simulation) scores search moves
+        self.scorer = scorer
+        self.search_scorer = search_scorer
 
     def place(self, cluster: ClusterSpec, job: JobSpec, profile: CostProfile, *,
               seed: int = 0, budget: float | None = None) -> Plan:
@@ -482,7 +489,7 @@ def get_placer(name: str, **kwargs: Any) -> Placer:
                         ", ".join(sorted(PLACERS))) from None
 
 
-__all__ = ["MAX_SAMPLERS", "PLACERS", "PROCESS_BYTES", "Placer", "Problem", "Scorer", "Slot",
+__all__ = ["MAX_SAMPLERS", "PLACERS", "PROCESS_BYTES", "SEARCH_ITERATIONS", "Placer", "Problem", "Scorer", "Slot",
            "Usage", "bound_scorer", "plan_transfers", "transfers", "bundle_parts", "check_resources", "default_scorer",
            "fill_samplers", "get_placer", "is_feasible", "main_store", "register",
            "simulator_scorer", "usage"]

@@ -24,6 +24,7 @@ import numpy as np
 from gnnsched.placement.cpsat import BALANCE, run_cpsat
 from gnnsched.placement.placer import (
     MAX_SAMPLERS,
+    SEARCH_ITERATIONS,
     Placer,
     Problem,
     Scorer,
@@ -365,27 +366,37 @@ class GnnschedPlacer(Placer):
 
     def place_problem(self, problem: Problem, *, seed: int = 0,
                       budget: float | None = None) -> Plan:
-        from gnnsched.placement.baselines import greedy_plan
+        from gnnsched.placement.baselines import Colocation, greedy_plan
         from gnnsched.placement.placer import bundle_parts
 
         t0 = time.perf_counter()
         budget = 30.0 if budget is None else budget
-        scorer, how = (self.scorer, "caller's scorer") if self.scorer else \
-            default_scorer(problem, seed)
-        out = run_cpsat(problem, time_limit=max(0.5, 0.35 * budget), seed=seed,
+        if self.scorer is not None:
+            full, how = self.scorer, "caller's scorer"
+            quick = self.search_scorer or full
+        else:
+            full, how = default_scorer(problem, seed)
+            quick = self.search_scorer or default_scorer(problem, seed, SEARCH_ITERATIONS)[0]
+        full_ev = full if isinstance(full, Evaluator) else Evaluator(full)
+        quick_ev = full_ev if quick is full else Evaluator(quick)
+        out = run_cpsat(problem, time_limit=min(20.0, max(0.5, 0.3 * budget)), seed=seed,
                         placer="gnnsched")
-        starts = list(out.pool)[:6]
-        greedy = greedy_plan(problem, bundle_parts(problem), placer="gnnsched")
-        if all(greedy.key() != p.key() for p in starts):
-            starts.append(greedy)
+        starts = list(out.pool)[:3]
+        for base in (greedy_plan(problem, bundle_parts(problem)),
+                     Colocation().place_problem(problem)):
+            base = replace(base, placer="gnnsched", predicted={}, notes=())
+            if all(base.key() != p.key() for p in starts):
+                starts.append(base)
         left = budget - (time.perf_counter() - t0)
-        ev = Evaluator(scorer)
-        best, stats = search(problem, starts, scorer, seed=seed, max_evals=self.max_evals,
-                             time_budget=max(0.0, left), evaluator=ev)
+        # keep time to re-score the finalists with the full simulation
+        reserve = 0.0 if quick_ev is full_ev else 0.15 * left
+        best, stats = search(problem, starts, quick_ev, seed=seed, max_evals=self.max_evals,
+                             time_budget=max(0.0, left - reserve), evaluator=quick_ev)
+        final = min([best] + starts, key=lambda p: (full_ev(p), p is not best))
         it = problem.wl.iterations
         r = out.result
-        return best.with_prediction(
-            epoch_time_s=stats.best_score, scored_by=how,
+        return replace(final, notes=tuple(out.plan.notes) + tuple(final.notes)).with_prediction(
+            epoch_time_s=full_ev(final), scored_by=how,
             lower_bound_s=out.lower_bound_iter_s * it,
             lower_bound_iteration_s=out.lower_bound_iter_s,
             cpsat={"status": r.status, "objective_iteration_s": r.objective_s,
