@@ -223,16 +223,23 @@ def exact_schedule(inst: Instance, *, time_limit: float = 10.0, workers: int = 2
     icap = [max(1, round(b / bu)) for b in inst.ingress]
     A = dur(inst.allreduce_s) if inst.allreduce_s > 0 else 0
 
-    # horizon: everything one after another is a feasible schedule
+    # horizon: every task one after another (worst sampler host) is a feasible schedule
     H = 0
     for w in range(W):
+        Tw, Fw = inst.T[w], inst.F[w]
         for k in range(K):
-            c, _ = max((_batch_chain(inst, w, k, S) for S, _ in inst.samplers[w]),
-                       key=lambda x: x[0])
-            n_tr = 3 + len(inst.struct[w][k]) + len(inst.feat[w][k])
-            H += dur(c) + n_tr * (lat + 1) + dur(inst.train_s[w][k]) + 2
-        H += A + 1
-    H = int(H * 1.05) + 10
+            worst = 0
+            for S, _ in inst.samplers[w]:
+                x = sum(dur(b / inst.rate(src, S)) + lat
+                        for src, b in inst.struct[w][k] if src != S)
+                if S != Tw:
+                    x += dur(inst.block[w][k] / inst.rate(S, Tw)) + lat
+                worst = max(worst, x)
+            H += dur(inst.sample_s[w][k]) + worst + dur(inst.train_s[w][k])
+            H += sum(dur(b / inst.rate(src, Fw)) + lat for src, b in inst.feat[w][k] if src != Fw)
+            if Fw != Tw:
+                H += dur(inst.feat_total[w][k] / inst.rate(Fw, Tw)) + lat
+    H = int((H + K * (A + 1)) * 1.05) + 10
 
     m = cp_model.CpModel()
     egress: list[list[tuple]] = [[] for _ in range(M)]
@@ -241,7 +248,10 @@ def exact_schedule(inst: Instance, *, time_limit: float = 10.0, workers: int = 2
     slots_on = [0] * M
     slot_iv: dict[tuple[int, int], list] = {}
 
-    def transfer(src: int, dst: int, nbytes: float, ready, present) -> tuple:
+    e_energy = [[0] * K for _ in range(M)]
+    i_energy = [[0] * K for _ in range(M)]
+
+    def transfer(src: int, dst: int, nbytes: float, ready, present, k: int) -> tuple:
         d = dur(nbytes / inst.rate(src, dst))
         s = m.NewIntVar(0, H, "")
         if present is None:
@@ -253,6 +263,9 @@ def exact_schedule(inst: Instance, *, time_limit: float = 10.0, workers: int = 2
         dem = min(ecap[src], icap[dst])
         egress[src].append((iv, dem))
         ingress[dst].append((iv, dem))
+        if present is None:  # optional transfers may not happen: no energy cut
+            e_energy[src][k] += dem * d
+            i_energy[dst][k] += dem * d
         return s, d
 
     train_s: list[list] = [[None] * K for _ in range(W)]
@@ -274,24 +287,23 @@ def exact_schedule(inst: Instance, *, time_limit: float = 10.0, workers: int = 2
             if len(choices) > 1:
                 m.AddExactlyOne(lits)
             for (S, _), x in zip(choices, lits):
+                size = m.NewIntVar(0, H, "")
                 if x is None:
                     cpu = m.NewIntervalVar(s_b, d_cpu, s_b + d_cpu, "")
-                    size = m.NewIntVar(0, H, "")
                     slot = m.NewIntervalVar(s_b, size, sampled, "")
                 else:
                     cpu = m.NewOptionalIntervalVar(s_b, d_cpu, s_b + d_cpu, x, "")
-                    size = m.NewIntVar(0, H, "")
                     slot = m.NewOptionalIntervalVar(s_b, size, sampled, x, "")
                 cpu_on[S].append(cpu)
                 slot_iv.setdefault((w, S), []).append(slot)
                 for src, b in inst.struct[w][k]:
                     if src != S and b > 0:
-                        st, d = transfer(src, S, b, s_b + d_cpu, x)
+                        st, d = transfer(src, S, b, s_b + d_cpu, x, k)
                         c = m.Add(sampled >= st + d + lat)
                         if x is not None:
                             c.OnlyEnforceIf(x)
                 if S != Tw and inst.block[w][k] > 0:
-                    bt, d = transfer(S, Tw, inst.block[w][k], sampled, x)
+                    bt, d = transfer(S, Tw, inst.block[w][k], sampled, x, k)
                     c = m.Add(block_ok >= bt + d + lat)
                 else:
                     c = m.Add(block_ok >= sampled)
@@ -301,12 +313,12 @@ def exact_schedule(inst: Instance, *, time_limit: float = 10.0, workers: int = 2
             m.Add(feat_f >= sampled)
             for src, b in inst.feat[w][k]:
                 if src != Fw and b > 0:
-                    ft, d = transfer(src, Fw, b, sampled, None)
+                    ft, d = transfer(src, Fw, b, sampled, None, k)
                     m.Add(feat_f >= ft + d + lat)
             feat_ok = feat_f
             if Fw != Tw and inst.feat_total[w][k] > 0:
                 feat_ok = m.NewIntVar(0, H, "")
-                rt, d = transfer(Fw, Tw, inst.feat_total[w][k], feat_f, None)
+                rt, d = transfer(Fw, Tw, inst.feat_total[w][k], feat_f, None, k)
                 m.Add(feat_ok >= rt + d + lat)
             tr = m.NewIntVar(0, H, f"t{w}_{k}")
             m.Add(tr >= block_ok)
@@ -328,6 +340,28 @@ def exact_schedule(inst: Instance, *, time_limit: float = 10.0, workers: int = 2
         if k + 1 < K:
             for w in range(W):
                 m.Add(train_s[w][k + 1] >= B)
+    # Redundant energy cuts (the LP relaxation is weak without them): work of iterations <= k
+    # on a NIC ends before B_k minus a training and the all-reduce; work of iterations
+    # > k + pf starts after B_k (prefetch window), so it fits between B_k and the end.
+    t_min = [min(dur(inst.train_s[w][k]) for w in range(W)) + A for k in range(K)]
+    s_min = min(dur(inst.sample_s[w][k]) for w in range(W) for k in range(K))
+    for caps, energy in ((ecap, e_energy), (icap, i_energy)):
+        for r in range(M):
+            per = energy[r]
+            if not any(per):
+                continue
+            acc = 0
+            for k in range(K):
+                acc += per[k]
+                if acc:
+                    m.Add(barrier[k] >= s_min + acc // caps[r] + lat + t_min[k])
+            after = 0
+            for k in range(K - 1, -1, -1):
+                j = k - max(pf) - 1  # iterations >= k start sampling after B_j
+                after += per[k]
+                if j >= 0 and after:
+                    m.Add(barrier[-1] >= barrier[j] + s_min + after // caps[r] + lat
+                          + t_min[-1])
     for w in range(W):
         for k in range(1, K):
             m.Add(samp_s[w][k] >= samp_s[w][k - 1])

@@ -238,7 +238,22 @@ class GnnSched(Policy):
         return train
 
     def priority(self, transfer: Transfer) -> tuple:
-        return (transfer.batch.iteration, -self._tail(transfer), transfer.seq)
+        """(level, stage, path rate, -tail, arrival).
+
+        level: the iteration, except that a remote-hop (struct) transfer — sampling of a batch
+        that will be prefetched — ranks with the data of the iteration before it: it is small
+        and unlocks the next batch's feature traffic on other NICs (Johnson: short first stage,
+        long second stage first). Then the slowest path first: a transfer whose
+        min(egress, ingress) is low cannot fill a shared NIC alone, so starting it early leaves
+        bandwidth for the rest instead of ending with it alone. Then the largest tail first.
+        """
+        level = transfer.batch.iteration
+        struct = transfer.kind == "struct"
+        if struct:
+            level -= 1
+        ctx = self.ctx
+        rate = min(ctx.egress[transfer.src], ctx.ingress[transfer.dst]) if ctx.egress else 0.0
+        return (level, 0 if struct else 1, rate, -self._tail(transfer), transfer.seq)
 
     def pick_batch(self, candidates: list[BatchKey], now: float) -> BatchKey:
         ctx = self.ctx

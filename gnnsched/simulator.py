@@ -197,7 +197,7 @@ class Instance:
         wl, cl = workload, workload.cluster
         self.workload, self.plan, self.seed = wl, plan, seed
         self.M = wl.M
-        self.W = W = len(plan.trainers)
+        self.W = len(plan.trainers)
         self.K = K = int(iterations or wl.iterations)
         self.full_iterations = wl.iterations
         idx = cl.machine_index
@@ -461,10 +461,10 @@ class _PriorityNet:
 
 
 class _Group:
-    __slots__ = ("s", "d", "n", "V", "t0", "rate", "heap", "ver", "tchg", "key")
+    __slots__ = ("s", "d", "n", "V", "t0", "rate", "heap", "ver", "tchg", "key", "cls")
 
-    def __init__(self, s: int, d: int, now: float) -> None:
-        self.s, self.d = s, d
+    def __init__(self, s: int, d: int, now: float, cls: Any = 0) -> None:
+        self.s, self.d, self.cls = s, d, cls
         self.n = 0
         self.V = 0.0  # bytes served to each flow of the group since it was created
         self.t0 = self.tchg = now
@@ -493,10 +493,11 @@ class _FairNet:
         g.t0 = now
 
     def add(self, f: _Flow, now: float) -> None:
-        key = (f.s, f.d)
+        cls = f.skey[0] if f.skey else 0
+        key = (cls, f.s, f.d)
         g = self.groups.get(key)
         if g is None:
-            g = self.groups[key] = _Group(f.s, f.d, now)
+            g = self.groups[key] = _Group(f.s, f.d, now, cls)
         else:
             self._settle(g, now)
         f.tag = g.V + f.nbytes
@@ -518,7 +519,7 @@ class _FairNet:
         f.rem = 0.0
         g.n -= 1
         g.ver += 1
-        key = (g.s, g.d)
+        key = (g.cls, g.s, g.d)
         if g.n == 0:
             del self.groups[key]
             self.resched.discard(key)
@@ -531,13 +532,12 @@ class _FairNet:
         self.cap[r] = max(c, 0.0)
         self.dirty = True
 
-    def commit(self, now: float) -> None:
-        self.dirty = False
-        groups = self.groups
-        cap = self.cap
+    @staticmethod
+    def _fill(groups: list[_Group], left: list[float], new: dict[int, float]) -> None:
+        """Progressive filling of `groups` on capacities `left` (reduced in place)."""
         cnt: dict[int, int] = {}
         on: dict[int, list[_Group]] = {}
-        for g in groups.values():
+        for g in groups:
             for r in (g.s, g.d):
                 if r in cnt:
                     cnt[r] += g.n
@@ -545,11 +545,10 @@ class _FairNet:
                 else:
                     cnt[r] = g.n
                     on[r] = [g]
-        rem = {r: cap[r] for r in cnt}
+        rem = {r: max(left[r], 0.0) for r in cnt}
         ver = dict.fromkeys(cnt, 0)
         H = [(rem[r] / cnt[r], r, 0) for r in cnt]
         heapq.heapify(H)
-        new: dict[int, float] = {}  # id(group) -> rate
         push, pop = heapq.heappush, heapq.heappop
         while H:
             lvl, r, v = pop(H)
@@ -562,10 +561,22 @@ class _FairNet:
                 new[gid] = lvl
                 for x in (g.s, g.d):
                     rem[x] -= lvl * g.n
+                    left[x] -= lvl * g.n
                     cnt[x] -= g.n
                     ver[x] += 1
                     if x != r and cnt[x] > 0:
                         push(H, (max(rem[x], 0.0) / cnt[x], x, ver[x]))
+
+    def commit(self, now: float) -> None:
+        self.dirty = False
+        groups = self.groups
+        by_cls: dict[Any, list[_Group]] = {}
+        for g in groups.values():
+            by_cls.setdefault(g.cls, []).append(g)
+        left = list(self.cap)
+        new: dict[int, float] = {}  # id(group) -> rate
+        for cls in sorted(by_cls):
+            self._fill(by_cls[cls], left, new)
         tol = self.tol
         resched = self.resched
         for key, g in groups.items():
@@ -649,10 +660,11 @@ def run(inst: Instance, policy: str | Policy = "gnnsched", *, record: bool = Fal
             spans.append(Span(f"egress:{names[f.src]}", t0, t1, st, f.w, f.k, rate))
             spans.append(Span(f"ingress:{names[f.dst]}", t0, t1, st, f.w, f.k, rate))
 
-    priority = pol.sharing == "priority"
-    if pol.sharing not in ("priority", "fair"):
+    priority = pol.sharing in ("priority", "classes")
+    if pol.sharing not in ("priority", "fair", "classes"):
         raise ValueError(f"policy {pol.name!r}: sharing must be 'fair' or 'priority'")
-    net: Any = (_PriorityNet if priority else _FairNet)(caps, schedule, rec_flow)
+    net: Any = (_PriorityNet if pol.sharing == "priority" else _FairNet)(caps, schedule,
+                                                                          rec_flow)
     latency = inst.latency
     T, F = inst.T, inst.F
     sample_s, train_s, block, feat, struct, feat_total = (

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
 from gnnsched.placement.placer import (
     MAX_SAMPLERS,
     Placer,
@@ -24,7 +25,6 @@ from gnnsched.placement.placer import (
     register,
     transfers,
 )
-
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.spec import SpecError
 

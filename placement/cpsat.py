@@ -37,6 +37,8 @@ from itertools import combinations
 from typing import Any
 
 import numpy as np
+from ortools.sat.python import cp_model
+
 from gnnsched.placement.placer import (
     MAX_SAMPLERS,
     Placer,
@@ -47,14 +49,13 @@ from gnnsched.placement.placer import (
     register,
     transfers,
 )
-from ortools.sat.python import cp_model
-
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.spec import SpecError
 
 ENUM_SUBSETS = 256  # enumerate part bundles exactly while there are at most this many
 BALANCE = 0.5  # a multi-part bundle's seeds stay within 50% of the per-trainer average
 AGGREGATE_OPTIONS = 3000  # beyond this many (bundle, slot) pairs, merge identical machines
+SAMPLER_HOSTS = 2  # aggregated model: sampler hosts besides the trainer's and the main store
 KB = 1024.0
 
 
@@ -91,6 +92,7 @@ class Option:
     sampler: int  # the sampler machine, or -1 for "the trainer's machine" (class options)
     device_s: float  # training seconds per mini-batch on this GPU kind
     sample_lb_s: float  # sampling seconds with every core of the sampler host
+    window_s: float  # prefetch-window time per iteration (Problem.window_s)
     terms: dict[tuple[str, int], float]  # seconds beyond the bundle's base, see `_key`
     host_bytes: float  # on the trainer machine
     sampler_bytes: float  # per sampler process
@@ -211,6 +213,13 @@ def build_instance(problem: Problem, bundles: list[tuple[int, ...]] | None = Non
         home = main_store(problem, parts)
         local = set(c.feat_from) | set(c.struct_from)
         need = problem.trainer_gpu_bytes(c)
+        # samplers away from the trainer only help when its cores are short, so beyond its
+        # own machine the candidates are every host (small models) or the bundle's main
+        # store and the roomiest CPU hosts (large ones)
+        helpers = [m for m in range(problem.M) if problem.can_sample[m]]
+        if aggregate:
+            roomy = sorted(helpers, key=lambda m: (-problem.cpus[m], m))[:SAMPLER_HOSTS]
+            helpers = [m for m in dict.fromkeys([home] + roomy) if problem.can_sample[m]]
         mine: list[int] = []
         places: list[tuple[Host, int, int]] = []  # (host, kind, machine or -1)
         for h in hosts:
@@ -224,15 +233,8 @@ def build_instance(problem: Problem, bundles: list[tuple[int, ...]] | None = Non
                     places.append((h, j, -1))
         for h, j, T in places:
             rep = h.machines[0]  # any member: they share NICs, cores and GPUs
-            starved = (problem.cpus[rep] - gpus_on[rep]) < 2 * gpus_on[rep]
-            hosts_s: list[int] = []
-            if problem.can_sample[rep]:
-                hosts_s.append(T)
-            if (starved or not hosts_s) and home != T and problem.can_sample[home]:
-                hosts_s.append(home)
-            if not hosts_s:
-                hosts_s = [max((m for m in range(problem.M) if problem.can_sample[m]),
-                               key=lambda m: (problem.cpus[m], -m))]
+            hosts_s: list[int] = [T] if problem.can_sample[rep] else []
+            hosts_s += [S for S in helpers if S != T and S not in hosts_s]
             for S in hosts_s:
                 actual: dict[tuple[str, int], float] = {}
                 for src, dst, v, _ in transfers(c, T, [(S, 1.0)], T):
@@ -246,8 +248,10 @@ def build_instance(problem: Problem, bundles: list[tuple[int, ...]] | None = Non
                 cores = int(problem.cpus[rep if S < 0 else S]) - (1 if S == T else 0)
                 n = max(1, min(MAX_SAMPLERS, cores))
                 mine.append(len(options))
+                win = problem.window_s(c, rep if T < 0 else T, [rep if S < 0 else S],
+                                       rep if T < 0 else T)
                 options.append(Option(b, h.id, j, T, S, c.train_s / h.kinds[j][0],
-                                      c.sample_s / n, terms, problem.trainer_host_bytes(c),
+                                      c.sample_s / n, win, terms, problem.trainer_host_bytes(c),
                                       problem.sampler_bytes(c)))
         by_bundle.append(mine)
     vol = 2.0 * (W - 1) / W * problem.profile.grad_bytes if W > 1 else 0.0
@@ -553,6 +557,7 @@ def solve(inst: Instance, *, time_limit: float = 10.0, workers: int = 2, seed: i
     # device time (+ all-reduce) and sampling per bundle
     for os_ in inst.by_bundle:
         m.Add(L >= sum(q(opts[o].device_s) * xs[o] for o in os_) + ar + lat)
+        m.Add(L >= sum(q(opts[o].window_s) * xs[o] for o in os_))
         if cpu_model != "exact":
             m.Add(L >= sum(q(opts[o].sample_lb_s) * xs[o] for o in os_))
     m.Minimize(L)
@@ -694,7 +699,8 @@ def run_cpsat(problem: Problem, *, time_limit: float = 10.0, seed: int = 0,
     plans = [to_plan(inst, s, placer) for s in res.pool]
     best_plan = plans[-1] if plans else start
     sampling = max(problem.wl.loads(best_plan).sampler.values())
-    if res.best is not None and sampling > res.objective_s + 2 * res.unit_s:
+    if res.best is not None and sampling > res.objective_s + 2 * res.unit_s \
+            and not inst.aggregated:
         # spare cores could not bring sampling under L: model the sampler counts exactly
         left = time_limit - (time.perf_counter() - t0)
         hint2 = solution_from_plan(inst, best_plan)

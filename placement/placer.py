@@ -22,6 +22,7 @@ Pure logic: no torch, no DGL, no runtime.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -200,9 +201,65 @@ class Problem:
         return Plan(placer, self.cluster.name, self.cluster.fingerprint(), ts,
                     self.job.name, dict(predicted), tuple(notes))
 
+    def window_s(self, c: PartCost, T: int, samplers: Sequence[int], F: int) -> float:
+        """Per-iteration time the prefetch window forces on one trainer.
+
+        Batch ``k + d`` (``d`` = the job's prefetch) may start sampling only once batch ``k``
+        started training, and must then be sampled (its remote hops included) and gathered
+        before it trains, so ``d`` iterations last at least that latency. This is what caps
+        a trainer that has many samplers but slow mini-batches; ``Workload.loads`` counts
+        throughput only. With several sampler hosts the fastest is assumed (a lower bound).
+        """
+        eg, ig = self.wl.egress_bw, self.wl.ingress_bw
+        lat = self.cluster.latency
+        best = math.inf
+        for S in samplers:
+            hops = 0.0
+            remote = sum(v for m, v in c.struct_from.items() if m != S)
+            for m, v in c.struct_from.items():
+                if m != S:
+                    hops = max(hops, v / min(eg[m], ig[S]))
+            if remote:
+                hops = max(hops, remote / ig[S]) + lat
+            feat = 0.0
+            into_f = sum(v for m, v in c.feat_from.items() if m != F)
+            for m, v in c.feat_from.items():
+                if m != F:
+                    feat = max(feat, v / min(eg[m], ig[F]))
+            if into_f:
+                feat = max(feat, into_f / ig[F]) + lat
+            if F != T:
+                feat += c.feat_bytes / min(eg[F], ig[T]) + lat
+            block = c.block_bytes / min(eg[S], ig[T]) + lat if S != T else 0.0
+            into_t = (into_f if F == T else c.feat_bytes) + (c.block_bytes if S != T else 0.0)
+            fetch = max(feat, block, into_t / ig[T] if into_t else 0.0)
+            best = min(best, c.sample_s + hops + fetch)
+        return best / max(self.job.prefetch, 1)
+
+    def plan_window(self, plan: Plan) -> tuple[float, int]:
+        """The largest prefetch-window time of any trainer of `plan`, and which trainer."""
+        idx = self.cluster.machine_index
+        worst = (0.0, -1)
+        for t in plan.trainers:
+            v = self.window_s(self.cost(t.parts), idx(t.machine),
+                              [idx(m) for m, _ in t.samplers], idx(t.fetch_at))
+            worst = max(worst, (v, t.id))
+        return worst
+
+    def epoch_bound(self, plan: Plan) -> float:
+        """Lower bound on the epoch of `plan`: Workload.bound, or the window over the epoch."""
+        return max(self.wl.bound(plan).epoch_s, self.wl.iterations * self.plan_window(plan)[0])
+
     def seconds_per_iteration(self, plan: Plan) -> tuple[float, str]:
-        """The bottleneck model's load of a plan: most loaded resource per iteration."""
+        """The placement model's time per iteration of a plan, and what causes it.
+
+        The most loaded resource of :meth:`Workload.loads`, or the prefetch window of the
+        slowest trainer when that is longer (:meth:`window_s`).
+        """
         name, v = self.wl.loads(plan).bottleneck()
+        w, tid = self.plan_window(plan)
+        if w > v:
+            return w, f"prefetch window of trainer {tid} (sample + gather latency / prefetch)"
         return v, name
 
 
@@ -390,7 +447,7 @@ def plan_transfers(problem: Problem, plan: Plan) -> dict[tuple[int, int], float]
 
 def bound_scorer(problem: Problem) -> Scorer:
     """The cost model's lower bound on a plan's epoch time (no simulator needed)."""
-    return lambda plan: problem.wl.bound(plan).epoch_s
+    return problem.epoch_bound
 
 
 def simulator_scorer(problem: Problem, policy: str = "gnnsched", seed: int = 0,

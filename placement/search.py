@@ -266,12 +266,15 @@ def repair(problem: Problem, plan: Plan) -> Plan | None:
 
 def _focus(problem: Problem, plan: Plan) -> int | None:
     """The machine behind the plan's bottleneck resource (moves concentrate there)."""
-    loads = problem.wl.loads(plan)
-    name, _ = loads.bottleneck()
+    _, name = problem.seconds_per_iteration(plan)
     names = set(problem.names)
     for word in name.split():
         if word in names:
             return problem.cluster.machine_index(word)
+    if name.startswith("prefetch window of trainer"):
+        tid = int(name.split()[4])
+        t = next(t for t in plan.trainers if t.id == tid)
+        return problem.cluster.machine_index(t.machine)
     if name.startswith("samplers of trainer"):
         tid = int(name.rsplit(" ", 1)[1])
         t = next(t for t in plan.trainers if t.id == tid)
@@ -333,7 +336,7 @@ def search(problem: Problem, starts: Sequence[Plan], scorer: Scorer, *, seed: in
         progress = (ev.calls - calls0) / max(max_evals, 1)
         temp = t0_frac * stats.start_score * max(1e-3, 1.0 - progress)
         if cand.key() not in ev.cache:
-            lb = problem.wl.bound(cand).epoch_s
+            lb = problem.epoch_bound(cand)
             if lb > cur_s + 3 * temp:
                 stats.skipped_by_bound += 1
                 since += 1
@@ -406,4 +409,65 @@ class GnnschedPlacer(Placer):
             search=stats.to_dict(), planning_s=time.perf_counter() - t0)
 
 
-__all__ = ["Evaluator", "GnnschedPlacer", "SearchStats", "repair", "search"]
+
+# ---------------------------------------------------------------------- plan + compare
+
+BASELINES = ("colocation", "greedy", "random")
+
+
+def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 0,
+                     budget: float | None = None, baselines: Sequence[str] = BASELINES,
+                     scorer: Scorer | None = None, how: str | None = None) -> Plan:
+    """Plan with `placer`, score it and every baseline with one scorer, attach the bound.
+
+    The returned plan's ``predicted`` holds ``epoch_time_s``, ``lower_bound_s`` (CP-SAT's
+    proven bound times the epoch's iterations), ``baselines`` ({name: {epoch_time_s, ...}}),
+    ``bottleneck`` and ``speedup_vs_colocation``: everything `gnnsched plan` prints.
+    """
+    from gnnsched.placement.placer import get_placer
+
+    if scorer is None:
+        scorer, how = default_scorer(problem, seed)
+    ev = scorer if isinstance(scorer, Evaluator) else Evaluator(scorer)
+    t0 = time.perf_counter()
+    plan = get_placer(placer, scorer=ev).place_problem(problem, seed=seed, budget=budget)
+    planning = time.perf_counter() - t0
+    it = problem.wl.iterations
+    pred = dict(plan.predicted)
+    if "lower_bound_s" not in pred:
+        out = run_cpsat(problem, time_limit=min(10.0, budget or 10.0), seed=seed)
+        pred["lower_bound_s"] = out.lower_bound_iter_s * it
+        pred["lower_bound_iteration_s"] = out.lower_bound_iter_s
+        pred["cpsat"] = {"status": out.result.status}
+    base: dict[str, dict] = {}
+    for name in baselines:
+        if name == placer:
+            continue
+        t1 = time.perf_counter()
+        try:
+            bp = get_placer(name).place_problem(problem, seed=seed)
+        except Exception as exc:  # a baseline that cannot place is reported, not fatal
+            base[name] = {"error": str(exc)}
+            continue
+        dt = time.perf_counter() - t1
+        bv, bn = problem.seconds_per_iteration(bp)
+        row = {"epoch_time_s": ev(bp), "planning_s": dt, "bottleneck": bn,
+               "bottleneck_iteration_s": bv}
+        if "colocation_feasible" in bp.predicted:
+            row["colocation_feasible"] = bp.predicted["colocation_feasible"]
+        base[name] = row
+    epoch = ev(plan)
+    per_iter, name = problem.seconds_per_iteration(plan)
+    pred.update(placer=placer, epoch_time_s=epoch, iterations=it,
+                iteration_s=epoch / it, bottleneck=name, bottleneck_iteration_s=per_iter,
+                baselines=base, scored_by=how or pred.get("scored_by", "caller's scorer"),
+                planning_s=pred.get("planning_s", planning))
+    colo = base.get("colocation", {}).get("epoch_time_s")
+    if colo:
+        pred["speedup_vs_colocation"] = colo / epoch
+    notes = tuple(plan.notes) + tuple(n for n in problem.notes if n not in plan.notes)
+    return replace(plan, predicted=pred, notes=notes)
+
+
+__all__ = ["BASELINES", "Evaluator", "GnnschedPlacer", "SearchStats", "plan_and_compare",
+           "repair", "search"]

@@ -135,13 +135,15 @@ class Fetcher(Role):
     def run(self) -> None:
         peers = self.peers
         self.stores = StoreClient(self.ctx, {int(m): ep for m, ep in peers["stores"].items()},
-                                  self.name, self.name.encode())
+                                  self.name, self.name.encode(), self.machine_index)
         self.to_trainer: dict[int, Channel] = {}
         for t in peers["trainers"]:
             if t.get("relay_machine") == self.args.machine:
                 sock = make_socket(self.ctx, zmq.PUSH, BULK)
                 sock.connect(t["data"])
-                self.to_trainer[int(t["id"])] = Channel(sock, f"{self.name}->trainer{t['id']}")
+                machine = self.config["trainers"][int(t["id"])]["machine"]
+                self.to_trainer[int(t["id"])] = Channel(
+                    sock, f"{self.name}->trainer{t['id']}", remote=machine != self.args.machine)
         self.gather = Gather(self.stores, self.node_part, self.config["part_store"],
                              int(self.config["feature_dim"]), self.machine_index, self.deliver)
         timeout = float(self.config.get("request_timeout", 120.0))

@@ -44,6 +44,7 @@ from gnnsched.runtime.transport import (
     make_socket,
 )
 
+_BORN = time.monotonic()  # when this module was imported: start-up time in the logs
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 ROLE_MODULES = {
     "store": "gnnsched.runtime.store:Store",
@@ -58,6 +59,14 @@ def seed_of(*keys: int) -> int:
     """A deterministic 31-bit seed from integer keys: the same in every process and run."""
     h = hashlib.blake2b(",".join(str(int(k)) for k in keys).encode(), digest_size=8)
     return int.from_bytes(h.digest(), "little") & 0x7FFFFFFF
+
+
+def seeds_hash(seeds: Any) -> str:
+    """Order-independent digest of a batch's seeds (the exactly-once check)."""
+    import numpy as np
+
+    return hashlib.blake2b(np.sort(np.asarray(seeds, dtype=np.int64)).tobytes(),
+                           digest_size=8).hexdigest()
 
 
 def pin_threads(n: int) -> None:
@@ -127,8 +136,8 @@ class Role:
 
     # ------------------------------------------------------------------ plumbing
     def log(self, text: str) -> None:
-        print(f"[{self.name} {time.monotonic() - self.t0:8.3f}] {text}", file=sys.stderr,
-              flush=True)
+        stamp = time.strftime("%H:%M:%S") + f".{int(time.time() * 1000) % 1000:03d}"
+        print(f"[{stamp} {self.name}] {text}", file=sys.stderr, flush=True)
 
     def event(self, op: str, **fields: Any) -> None:
         self.control.send(ctrl(op, **fields))
@@ -201,6 +210,7 @@ class Role:
                 self.setup()
                 self.announce()
                 self.event("ready", **self.ready_fields())
+                self.log(f"ready {time.monotonic() - _BORN:.2f} s after start")
                 self.peers = self.wait_for("start", self.args.start_timeout)
             if not self.stopping:
                 self.run()
@@ -215,9 +225,10 @@ class Role:
                 pass
             return 1
         finally:
-            self.close()
-            self.control.sock.close(linger=200)  # let stats/error reach the coordinator
-            self.ctx.term()
+            try:
+                self.close()
+            finally:  # closes any socket a role forgot; lingers so stats/error get out
+                self.ctx.destroy(linger=200)
 
 
 def _role_class(role: str) -> type[Role]:

@@ -9,8 +9,8 @@ nodes first, then new sources in id order; edges sorted by (dst, src)), so a min
 pure function of (job seed, trainer, sequence number): whichever process samples it, it is the
 same -- which is what makes the single-process reference an exact baseline.
 
-The sampler process asks the coordinator for work (``want``), which answers with a ``BATCH``
-(the policy's ``pick_batch``: which pending mini-batch this sampler builds next, and its seeds),
+The sampler process builds what the coordinator sends it (a ``BATCH``: which mini-batch, chosen
+with the policy's ``pick_batch`` when a core of this machine is free, and its seeds),
 sends the blocks to the trainer (``BLOCK``) and, when the plan gathers features elsewhere, the
 input nodes to that fetcher (``FETCH_REQ``), and reports ``sampled`` with the measured time.
 """
@@ -131,35 +131,35 @@ class Sampler(Role):
     def run(self) -> None:
         peers = self.peers
         self.stores = StoreClient(self.ctx, {int(m): ep for m, ep in peers["stores"].items()},
-                                  self.name, self.name.encode())
+                                  self.name, self.name.encode(), self.machine_index)
+        machine_of = {t["id"]: self.config["trainers"][int(t["id"])]["machine"]
+                      for t in peers["trainers"]}
         self.part_store = [int(m) for m in self.config["part_store"]]
         self.to_trainer: dict[int, Channel] = {}
         self.to_fetcher: dict[int, Channel] = {}
         for t in peers["trainers"]:
             sock = make_socket(self.ctx, zmq.PUSH, BULK)
             sock.connect(t["data"])
-            self.to_trainer[int(t["id"])] = Channel(sock, f"{self.name}->trainer{t['id']}")
+            self.to_trainer[int(t["id"])] = Channel(
+                sock, f"{self.name}->trainer{t['id']}",
+                remote=machine_of[t["id"]] != self.args.machine)
             if t.get("relay"):
                 sock = make_socket(self.ctx, zmq.PUSH, BULK)
                 sock.connect(t["relay"])
-                self.to_fetcher[int(t["id"])] = Channel(sock, f"{self.name}->fetcher")
+                self.to_fetcher[int(t["id"])] = Channel(
+                    sock, f"{self.name}->fetcher", remote=t["relay_machine"] != self.args.machine)
         self.poller = zmq.Poller()
         self.poller.register(self.control.sock, zmq.POLLIN)
         for s in self.stores.poll_sockets:
             self.poller.register(s, zmq.POLLIN)
         self.timeout = float(self.config.get("request_timeout", 120.0))
-        asked = False
-        while not self.stopping:
-            if self.batch is None and not asked:
-                self.event("want")
-                asked = True
+        while not self.stopping:  # the coordinator sends BATCH when this sampler may start
             events = dict(self.poller.poll(200))
             if self.control.sock in events:
                 self.poll_control()
             if self.batch is not None and not self.stopping:
                 batch, self.batch = self.batch, None
                 self.build(batch)
-                asked = False
 
     def on_message(self, msg: Message) -> None:
         if msg.kind != Kind.BATCH:

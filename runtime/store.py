@@ -10,9 +10,13 @@ NIC can order it. Priority transmission is real, not a label:
   under ``window_bytes``, so data waits in *this* queue, not in socket buffers nobody can
   reorder (sockets also get a small ``SNDHWM`` and ``SO_SNDBUF``);
 * with ``sharing == "priority"`` the next chunk always comes from the first transfer in the
-  policy's order (the coordinator runs the policy and sends the order; transfers it has not
-  ranked yet go last, in arrival order, so the NIC never idles waiting for a decision); with
-  ``"fair"`` active transfers take turns chunk by chunk, like TCP flows sharing a link.
+  policy's order; with ``"fair"`` active transfers take turns chunk by chunk, like TCP flows
+  sharing a link. The coordinator runs the policy: it sends each transfer's priority key
+  ahead of time, keyed by (trainer, iteration, kind) -- when it dispatches a batch (its
+  sampling requests) and when the batch is sampled (its feature transfers, whose sizes are
+  then known) -- and, as a fallback for a request that beats that message, per queued
+  transfer. Transfers not ranked yet go after ranked ones, in arrival order, so the NIC never
+  idles waiting for a decision.
 
 So a high-priority transfer queued behind a large low-priority one overtakes it after at most
 one window of bytes. The store tells the coordinator when a transfer is queued and when its
@@ -101,8 +105,9 @@ class PartGraph:
 
     def sample(self, nodes: np.ndarray, fanout: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """In-neighbours of ``nodes`` (original ids), at most ``fanout`` each (-1: all)."""
-        from gnnsched.compat import dgl
         import torch
+
+        from gnnsched.compat import dgl
 
         if len(nodes) == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -182,13 +187,24 @@ class NicQueue:
         self.peer_window = peer_window or window
         self.active: OrderedDict[int, OutTransfer] = OrderedDict()  # arrival order
         self.keys: dict[int, tuple] = {}
+        self.ranks: OrderedDict[tuple[int, int, str], tuple] = OrderedDict()  # pre-ranked
         self.in_flight: dict[tuple[bytes, int, int], tuple[int, int, bool]] = {}
         self.in_flight_bytes = 0
         self.peer_bytes: dict[bytes, int] = {}
         self._rr = 0
 
     def add(self, t: OutTransfer) -> None:
+        """Queue a transfer; it is ranked at once if the policy pre-ranked its batch."""
         self.active[t.tid] = t
+        key = self.ranks.get((t.trainer, t.seq, t.kind))
+        if key is not None:
+            self.keys[t.tid] = key
+
+    def set_ranks(self, ranks: dict[tuple[int, int, str], tuple], keep: int = 4096) -> None:
+        """Keys for transfers of a batch that are about to be queued (trainer, seq, kind)."""
+        self.ranks.update(ranks)
+        while len(self.ranks) > keep:
+            self.ranks.popitem(last=False)
 
     def set_keys(self, keys: dict[int, tuple]) -> None:
         """Cached policy priorities (smaller first) for queued transfers."""
@@ -382,7 +398,8 @@ class Store(Role):
         self.peer_machine[peer] = msg["src_machine"]
         self.nic.add(t)
         if not t.local:  # same-machine transfers are free: the policy never sees them
-            self.queued.append([t.tid, t.trainer, t.seq, kind, t.dst_machine, t.nbytes])
+            self.queued.append([t.tid, t.trainer, t.seq, kind, t.dst_machine, t.nbytes,
+                                t.tid in self.nic.keys])
 
     def gather(self, nodes: np.ndarray) -> np.ndarray:
         """Feature rows of ``nodes`` in request order (they may span this store's parts)."""
@@ -413,7 +430,7 @@ class Store(Role):
                 return
             t, msg, size = nxt
             try:
-                self.data.send(msg, t.peer)
+                self.data.send(msg, t.peer, remote=not t.local)
             except zmq.ZMQError as exc:  # the receiver is gone: drop what was for it
                 self.log(f"dropping transfers to {t.peer!r}: {exc}")
                 self.nic.drop_peer(t.peer)
@@ -434,12 +451,19 @@ class Store(Role):
     def on_control(self, body: dict[str, Any]) -> None:
         if body["op"] == "prio":
             self.nic.set_keys({int(tid): tuple(key) for tid, key in body["keys"]})
+        elif body["op"] == "rank":
+            self.nic.set_ranks({(int(t), int(q), str(k)): tuple(key)
+                                for t, q, k, key in body["ranks"]})
         else:
             super().on_control(body)
 
     def stats(self) -> dict[str, Any]:
-        return {"local_bytes": self.local_bytes, "network_bytes": self.remote_bytes,
-                "served": self.served}
+        return {"local_bytes": getattr(self, "local_bytes", 0),
+                "served": getattr(self, "served", {})}
+
+    def close(self) -> None:
+        if hasattr(self, "data"):
+            self.data.close()
 
 
 # --------------------------------------------------------------------------------------
@@ -466,12 +490,12 @@ class StoreClient:
     """
 
     def __init__(self, ctx: zmq.Context, stores: dict[int, str], name: str,
-                 identity: bytes) -> None:
+                 identity: bytes, machine: int = -1) -> None:
         self.channels: dict[int, Channel] = {}
         for m, endpoint in stores.items():
             sock = make_socket(ctx, zmq.DEALER, BULK, identity=identity)
             sock.connect(endpoint)
-            self.channels[m] = Channel(sock, f"{name}->store{m}")
+            self.channels[m] = Channel(sock, f"{name}->store{m}", remote=m != machine)
         self.by_sock = {ch.sock: m for m, ch in self.channels.items()}
         self.pending: dict[int, _Pending] = {}
         self.ids = itertools.count(1)

@@ -40,7 +40,7 @@ import zmq
 
 from gnnsched.runtime.fetcher import Gather
 from gnnsched.runtime.model import Block, build_model
-from gnnsched.runtime.role import PHASES, Role, seed_of
+from gnnsched.runtime.role import PHASES, Role, seed_of, seeds_hash
 from gnnsched.runtime.store import StoreClient
 from gnnsched.runtime.transport import (
     BULK,
@@ -66,14 +66,6 @@ class Batch:
     feats: np.ndarray
     sample_s: float
     fetch_s: float
-
-
-def seeds_hash(seeds: np.ndarray) -> str:
-    """Order-independent digest of a batch's seeds (exactly-once checks)."""
-    import hashlib
-
-    return hashlib.blake2b(np.sort(np.asarray(seeds, dtype=np.int64)).tobytes(),
-                           digest_size=8).hexdigest()
 
 
 def blocks_of(msg: Message) -> list[Block]:
@@ -110,6 +102,7 @@ class Inbox(threading.Thread):
         self.feats: dict[int, tuple[np.ndarray, float]] = {}
         self.error: BaseException | None = None
         self.stopped = False
+        self.abort = threading.Event()  # set by the main thread when it fails
         self.outbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         ctx = trainer.ctx
         self.wake_rx = ctx.socket(zmq.PULL)
@@ -154,7 +147,7 @@ class Inbox(threading.Thread):
             socks += gather.stores.poll_sockets
         for s in socks:
             poller.register(s, zmq.POLLIN)
-        while True:
+        while not self.abort.is_set():
             events = dict(poller.poll(200))
             for sock in events:
                 if sock is t.data_sock:
@@ -189,7 +182,7 @@ class Inbox(threading.Thread):
                                    f"{t.timeout:.0f} s for the stores")
 
     def _stop_when_told(self, poller: zmq.Poller) -> None:
-        while not self.t.stopping:
+        while not self.t.stopping and not self.abort.is_set():
             if self.t.control.sock in dict(poller.poll(200)):
                 self.t.poll_control()
             else:  # drain anything else so peers never block on us
@@ -258,8 +251,17 @@ class Trainer(Role):
         self.data_sock = make_socket(self.ctx, zmq.PULL, BULK)
         self.data_endpoint = bind_random(self.data_sock, self.args.host)
         self.data = Channel(self.data_sock, f"{self.name} data")
+        # Model and optimizer now, while stores load their partitions (the first Adam imports
+        # torch._dynamo: ~2 s that would otherwise delay the first iteration).
+        job = cfg["job"]
+        torch.manual_seed(int(job["seed"]))
+        self.model = build_model(job["model"], self.feature_dim, int(job["hidden"]),
+                                 int(cfg["num_classes"]), len(job["fanouts"]),
+                                 float(job["dropout"])).to(self.device)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=float(job["lr"]))
         self.master_port = None
         self.tcp_store = None
+        self.allreduce_bytes = 0
         if self.world > 1 and self.rank == 0:
             import torch.distributed as dist
 
@@ -294,6 +296,9 @@ class Trainer(Role):
         grads = [p.grad for p in model.parameters()]
         flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat)
+        # what a ring all-reduce sends from this trainer (gloo/NCCL traffic is not ours to count)
+        self.allreduce_bytes += int(2 * (self.world - 1) / self.world * flat.numel()
+                                    * flat.element_size())
         flat.div_(self.world)
         off = 0
         for g in grads:
@@ -304,13 +309,10 @@ class Trainer(Role):
     # ---------------------------------------------------------------- the loop
     def run(self) -> None:
         cfg, peers = self.config, self.peers
-        job = cfg["job"]
+        t0 = time.monotonic()
         self.init_dist()
-        torch.manual_seed(int(job["seed"]))
-        model = build_model(job["model"], self.feature_dim, int(job["hidden"]),
-                            int(cfg["num_classes"]), len(job["fanouts"]),
-                            float(job["dropout"])).to(self.device)
-        opt = torch.optim.Adam(model.parameters(), lr=float(job["lr"]))
+        self.log(f"torch.distributed ({peers.get('backend')}) up in {time.monotonic() - t0:.2f} s")
+        model, opt = self.model, self.opt
         if self.world > 1:
             import torch.distributed as dist
 
@@ -321,11 +323,25 @@ class Trainer(Role):
         self.inbox = Inbox(self)
         if me.get("relay") is None:  # fetch_at == this machine: gather in process
             stores = StoreClient(self.ctx, {int(m): ep for m, ep in peers["stores"].items()},
-                                 self.name, self.name.encode())
+                                 self.name, self.name.encode(), self.machine_index)
             self.gather = Gather(stores, np.load(cfg["node_part_file"], allow_pickle=False),
                                  cfg["part_store"], self.feature_dim, self.machine_index,
                                  self.inbox.on_gathered)
         self.inbox.start()
+        self.log(f"model on {self.device}, {sum(p.numel() for p in model.parameters())} "
+                 f"parameters; fetching {'in process' if self.gather else 'via relay'}")
+        try:
+            self.train_items(model, opt)
+        except BaseException:
+            self.inbox.abort.set()  # the control socket is the I/O thread's until it exits
+            self.inbox.join(5.0)
+            raise
+        self.inbox.join()
+        if self.inbox.error is not None:
+            raise RuntimeError(f"{self.name} I/O thread failed: {self.inbox.error}")
+
+    def train_items(self, model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
+        cfg, job = self.config, self.config["job"]
         items = cfg["items"]
         last_train = {}
         for seq, epoch, phase, _ in items:
@@ -336,6 +352,7 @@ class Trainer(Role):
             t0 = time.monotonic()
             batch = self.inbox.get(seq, self.timeout)
             wait_s = time.monotonic() - t0
+            self.inbox.send("started", trainer=self.rank, seq=seq)  # opens the prefetch window
             x = torch.from_numpy(batch.feats).to(self.device, non_blocking=True)
             y = torch.from_numpy(batch.labels).to(self.device)
             blocks = [b.to(self.device) for b in batch.blocks]
@@ -375,9 +392,6 @@ class Trainer(Role):
                 self.checkpoint(model, opt, epoch, seq)
             self.inbox.send("trained", **rec)
         self.inbox.send("done", trainer=self.rank)
-        self.inbox.join()
-        if self.inbox.error is not None:
-            raise RuntimeError(f"{self.name} I/O thread failed: {self.inbox.error}")
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -401,10 +415,11 @@ class Trainer(Role):
 
     def stats(self) -> dict[str, Any]:
         g = getattr(self, "gather", None)
-        return {"fetched": g.fetched if g else 0}
+        return {"fetched": g.fetched if g else 0,
+                "allreduce_bytes": getattr(self, "allreduce_bytes", 0)}
 
     def close(self) -> None:
-        if self.world > 1 and self.config:
+        if getattr(self, "world", 1) > 1:
             import torch.distributed as dist
 
             if dist.is_initialized():

@@ -355,23 +355,27 @@ def bind_random(sock: zmq.Socket, host: str) -> str:
 
 
 class Stats:
-    """Payload bytes and messages sent, per message kind (the process's NIC usage)."""
+    """Payload bytes and messages sent, per message kind, and how many bytes left the machine
+    (``network``: the peer is on another machine, so they crossed this machine's NIC)."""
 
     def __init__(self) -> None:
         self.bytes: Counter[str] = Counter()
         self.messages: Counter[str] = Counter()
+        self.network = 0
 
-    def add(self, kind: Kind, nbytes: int) -> None:
+    def add(self, kind: Kind, nbytes: int, remote: bool = False) -> None:
         self.bytes[kind.name] += nbytes
         self.messages[kind.name] += 1
+        if remote:
+            self.network += nbytes
 
     @property
     def total(self) -> int:
         return int(sum(self.bytes.values()))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"bytes_sent": self.total, "by_kind": dict(self.bytes),
-                "messages": dict(self.messages)}
+        return {"bytes_sent": self.total, "network_bytes": self.network,
+                "by_kind": dict(self.bytes), "messages": dict(self.messages)}
 
 
 STATS = Stats()  # one per process: every Channel of the process adds to it
@@ -381,18 +385,20 @@ class Channel:
     """One ZeroMQ socket with typed send/recv, byte accounting and receive timeouts.
 
     On a ROUTER socket ``send`` needs the peer identity and ``recv`` returns it; on other
-    sockets the identity is ``None``.
+    sockets the identity is ``None``. ``remote``: the peer is on another machine (its bytes
+    count as network bytes; a ROUTER's sends can say so per message).
     """
 
     def __init__(self, sock: zmq.Socket, name: str, *, max_bytes: int | None = None,
-                 stats: Stats = STATS) -> None:
-        self.sock, self.name, self.stats = sock, name, stats
+                 stats: Stats = STATS, remote: bool = False) -> None:
+        self.sock, self.name, self.stats, self.remote = sock, name, stats, remote
         self.router = sock.type == zmq.ROUTER
         self.max_bytes = max_bytes or sock.getsockopt(zmq.MAXMSGSIZE)
         if self.max_bytes <= 0:
             self.max_bytes = DEFAULT_MAX_MESSAGE
 
-    def send(self, msg: Message, identity: bytes | None = None, *, flags: int = 0) -> int:
+    def send(self, msg: Message, identity: bytes | None = None, *, flags: int = 0,
+             remote: bool | None = None) -> int:
         frames = encode(msg)
         if self.router:
             if identity is None:
@@ -400,7 +406,7 @@ class Channel:
             frames = [identity, *frames]
         self.sock.send_multipart(frames, flags=flags, copy=False)
         nbytes = sum(_nbytes(f) for f in (frames[1:] if self.router else frames))
-        self.stats.add(msg.kind, nbytes)
+        self.stats.add(msg.kind, nbytes, self.remote if remote is None else remote)
         return nbytes
 
     def recv_frames(self, timeout: float | None) -> list[zmq.Frame]:

@@ -7,10 +7,10 @@ import torch
 
 from gnnsched.compat import dgl
 from gnnsched.runtime.model import (
+    Block,
     GATConv,
     GCNConv,
     SAGEConv,
-    Block,
     blocks_to_tensors,
     build_model,
     tensors_to_dgl,

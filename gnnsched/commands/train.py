@@ -1,0 +1,188 @@
+"""Train a GNN for real as a plan says: stores, samplers, fetchers and trainers as processes.
+
+Shows a progress bar per epoch (mini-batches and seeds per second), then per epoch the time,
+the validation accuracy and each trainer's mean seconds per iteration in every stage (sample /
+fetch as measured where they ran, wait = trainer blocked on input, train, barrier = gradient
+all-reduce including waiting for the slowest trainer). The run directory gets
+``metrics.jsonl`` (one JSON object per trained mini-batch, per epoch, the test result and the
+run summary), ``logs/`` (one file per process) and ``checkpoints/``. Ctrl-C stops every
+process. ``--json`` ends with one JSON object: the system's ``epoch_time_s`` (median over
+epochs after the first), ``test_accuracy``, ``bytes_sent`` and per-stage times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gnnsched.plan import Plan
+from gnnsched.spec import ClusterSpec, JobSpec
+
+HELP = "train for real on local processes, an emulated cluster or SSH hosts, as a plan says"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", required=True, help="cluster file (YAML)")
+    p.add_argument("--job", required=True, help="job file (YAML)")
+    p.add_argument("--plan", required=True, help="plan.json from `gnnsched plan`")
+    p.add_argument("--launcher", default="local", choices=("local", "netns", "ssh"))
+    p.add_argument("--policy", default="gnnsched", help="online scheduling policy")
+    p.add_argument("--out", default=None, help="run directory (default: runs/train-TIME)")
+    p.add_argument("--json", action="store_true", help="end by printing one JSON object")
+    p.add_argument("--epochs", type=int, default=None, help="override the job's epochs")
+    p.add_argument("--cost", default=None,
+                   help="cost profile (gnnsched profile) for the policy's expected times; "
+                        "default: learnt during the run")
+    p.add_argument("--partitions", default=None, help="partition directory (default: the "
+                   "job's, or its dataset partitioned into the cache)")
+    p.add_argument("--data-dir", default=None, help="where dataset .npz files live")
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
+    p.add_argument("--emulate-speed", default=None, choices=("on", "off"),
+                   help="stretch each step to the cluster's GPU speed (default: on without "
+                        "CUDA)")
+    p.add_argument("--coordinator-address", default=None,
+                   help="ssh launcher: this machine's address as the hosts reach it")
+    p.add_argument("--remote-python", default="python3", help="ssh launcher: remote python")
+    p.add_argument("--remote-dir", default=None, help="ssh launcher: remote working directory")
+
+
+def train(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path, plan: Plan | str | Path,
+          *, policy: Any = "gnnsched", launcher: Any = "local",
+          out_dir: str | Path | None = None, partitions: str | Path | None = None,
+          epochs: int | None = None, options: Any = None, profile: Any = None,
+          progress: Any = None, data_dir: str | None = None,
+          launcher_options: dict[str, Any] | None = None) -> Any:
+    """Run one real training job and return its :class:`~gnnsched.runtime.coordinator.RunResult`.
+
+    ``cluster`` / ``job`` / ``plan`` are objects or file paths; ``policy`` a name or a
+    :class:`~gnnsched.policy.Policy`; ``launcher`` a name or a
+    :class:`~gnnsched.runtime.launcher.Launcher`; ``profile`` a
+    :class:`~gnnsched.profile.CostProfile` (or path) giving the policy its expected costs.
+    """
+    from dataclasses import replace
+
+    from gnnsched.datasets.cache import partitions_for
+    from gnnsched.profile import CostProfile
+    from gnnsched.runtime.coordinator import Coordinator
+    from gnnsched.runtime.launcher import get_launcher
+    from gnnsched.spec import check_compatible, load_cluster, load_job
+
+    if not isinstance(cluster, ClusterSpec):
+        cluster = load_cluster(cluster)
+    if not isinstance(job, JobSpec):
+        job = load_job(job)
+    if epochs is not None:
+        job = replace(job, epochs=int(epochs))
+    check_compatible(cluster, job)
+    if not isinstance(plan, Plan):
+        source = str(plan)
+        plan = Plan.load(plan)
+    else:
+        source = "plan"
+    plan.validate(cluster, job, source)
+    if profile is not None and not isinstance(profile, CostProfile):
+        path = str(profile)
+        profile = CostProfile.load(path)
+        profile.check_job(job, path)
+    parts = Path(partitions) if partitions else partitions_for(job, data_dir, quiet=True)
+    run_dir = Path(out_dir or f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    plan.save(run_dir / "plan.json")
+    launch = get_launcher(launcher, cluster, **(launcher_options or {}))
+    coord = Coordinator(cluster, job, plan, str(parts), launch, run_dir, policy,
+                        options=options, profile=profile, progress=progress)
+    return coord.run()
+
+
+class _Progress:
+    """tqdm bar per epoch plus one summary line per epoch (stderr in --json mode)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.out = sys.stderr if quiet else sys.stdout
+        self.bar: Any = None
+        self.t = time.monotonic()
+
+    def __call__(self, kind: str, **kw: Any) -> None:
+        from tqdm import tqdm
+
+        if kind == "log":
+            (tqdm.write if self.bar else print)(kw["msg"], file=self.out)
+        elif kind == "epoch_start":
+            self.bar = tqdm(total=kw["total"], desc=f"epoch {kw['epoch'] + 1}/{kw['epochs']}",
+                            unit="it", file=self.out, leave=False, dynamic_ncols=True)
+            self.t, self.seeds = time.monotonic(), 0
+        elif kind == "batch" and self.bar is not None:
+            self.seeds += kw["seeds"]
+            self.bar.update(1)
+            rate = self.seeds / max(time.monotonic() - self.t, 1e-9)
+            self.bar.set_postfix_str(f"{rate:,.0f} seeds/s")
+        elif kind == "epoch_end":
+            if self.bar is not None:
+                self.bar.close()
+                self.bar = None
+            r = kw["record"]
+            val = f"{r['val_accuracy']:.4f}" if r["val_accuracy"] is not None else "-"
+            print(f"epoch {r['epoch'] + 1}: {r['epoch_time_s']:.3f} s, "
+                  f"{r['throughput_seeds_s']:,.0f} seeds/s, loss {r['train_loss']:.4f}, "
+                  f"val acc {val}", file=self.out)
+            for w, st in r["stages"].items():
+                print(f"  trainer {w}: sample {st['sample_s'] * 1e3:7.1f} ms  fetch "
+                      f"{st['fetch_s'] * 1e3:7.1f} ms  wait {st['wait_s'] * 1e3:7.1f} ms  "
+                      f"train {st['train_s'] * 1e3:7.1f} ms  barrier "
+                      f"{st['allreduce_s'] * 1e3:7.1f} ms", file=self.out)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def summary(result: Any) -> dict[str, Any]:
+    """The ``--json`` object of one system run."""
+    return {"policy": result.policy, "placer": result.placer, "launcher": result.launcher,
+            "epoch_time_s": result.epoch_time_s, "test_accuracy": result.test_accuracy,
+            "val_accuracy": result.val_accuracy[-1] if result.val_accuracy else None,
+            "bytes_sent": result.bytes_sent, "network_bytes": result.network_bytes,
+            "allreduce_bytes": result.allreduce_bytes,
+            "bytes_by_process": result.bytes_by_process, "stages": result.stages,
+            "epoch_times_s": [e["epoch_time_s"] for e in result.epochs],
+            "iterations_per_epoch": result.iterations_per_epoch,
+            "startup_s": result.startup_s, "wall_s": result.wall_s, "run_dir": result.run_dir}
+
+
+def run(args: argparse.Namespace) -> int:
+    from gnnsched.runtime.coordinator import RunError, RuntimeOptions
+
+    opts = RuntimeOptions(threads=args.threads,
+                          emulate_speed=None if args.emulate_speed is None
+                          else args.emulate_speed == "on")
+    lopts: dict[str, Any] = {}
+    if args.launcher == "ssh":
+        lopts = {"coordinator_address": args.coordinator_address,
+                 "remote_python": args.remote_python, "remote_dir": args.remote_dir}
+    progress = _Progress(args.json)
+    try:
+        result = train(args.cluster, args.job, args.plan, policy=args.policy,
+                       launcher=args.launcher, out_dir=args.out, partitions=args.partitions,
+                       epochs=args.epochs, options=opts, profile=args.cost,
+                       progress=progress, data_dir=args.data_dir, launcher_options=lopts)
+    except RunError as exc:
+        progress.close()
+        print(f"gnnsched train: run failed: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        progress.close()
+        print("gnnsched train: interrupted; all processes stopped", file=sys.stderr)
+        return 130
+    progress.close()
+    out = sys.stderr if args.json else sys.stdout
+    print(f"test accuracy {result.test_accuracy:.4f}; epoch time {result.epoch_time_s:.3f} s "
+          f"(median after the first); {result.bytes_sent / 1e6:.1f} MB sent "
+          f"({result.network_bytes / 1e6:.1f} MB across machines); run dir {result.run_dir}",
+          file=out)
+    if args.json:
+        print(json.dumps(summary(result)))
+    return 0

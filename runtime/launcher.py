@@ -1,0 +1,293 @@
+"""Launchers: start every role as a real OS process where the plan puts it, and reap them all.
+
+One interface, three ways to reach a machine:
+
+* :class:`LocalLauncher` (``local``): every role on this box, bound to 127.0.0.1;
+* :class:`NetnsLauncher` (``netns``): each cluster host's roles inside that host's network
+  namespace (``ip netns exec``; namespaces, shaped NICs and the root-namespace gateway come
+  from :mod:`gnnsched.runtime.netns`, ``gnnsched cluster up``), bound to the host's address;
+* :class:`SshLauncher` (``ssh``): the same command line run on the host with ``ssh``.
+
+A launcher only builds command lines and owns processes; what the roles do is the
+coordinator's business. Every child runs in its own session (process group), so ``stop``
+can signal the whole group (a role and anything it forked), the terminal's Ctrl-C reaches only
+the coordinator (which then stops roles in order), and nothing is left behind: ``terminate``
+-> grace -> ``kill``. Roles also die with their parent (``PR_SET_PDEATHSIG``) and exit when
+the coordinator goes silent (see :mod:`gnnsched.runtime.role`), which covers ``kill -9`` of the
+coordinator and lost SSH sessions.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from gnnsched.spec import ClusterSpec, SpecError
+
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+@dataclass
+class RoleLaunch:
+    """One role process to start: what it is, where, and where its log goes."""
+
+    role: str  # store | sampler | fetcher | trainer
+    id: str
+    machine: str
+    coordinator: str  # endpoint the role connects to
+    log: Path
+    threads: int = 1
+    orphan_timeout: float = 30.0
+    start_timeout: float = 300.0
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}:{self.id}"
+
+
+class Process:
+    """A started role: poll / terminate / kill its whole process group."""
+
+    def __init__(self, launch: RoleLaunch, popen: subprocess.Popen, log: IO[Any] | None) -> None:
+        self.launch, self.popen, self._log = launch, popen, log
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def signal(self, sig: int) -> None:
+        if self.popen.poll() is not None:
+            return
+        try:
+            os.killpg(self.popen.pid, sig)  # its own session: pgid == pid
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.launch.log.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(text[-lines:])
+
+
+class Launcher:
+    """Base launcher: subclasses say how to reach a machine (prefix, addresses, env)."""
+
+    name = "base"
+
+    def __init__(self, cluster: ClusterSpec, python: str | None = None) -> None:
+        self.cluster = cluster
+        self.python = python or sys.executable
+        self.procs: list[Process] = []
+
+    # ---------------------------------------------------------------- where
+    def coordinator_host(self) -> str:
+        """The address the coordinator binds; every role must reach it."""
+        raise NotImplementedError
+
+    def host_of(self, machine: str) -> str:
+        """The address roles on ``machine`` bind their data sockets to."""
+        raise NotImplementedError
+
+    def gloo_ifname(self, machine: str) -> str | None:
+        """Network interface gloo (torch.distributed) should use on ``machine``."""
+        return None
+
+    # ---------------------------------------------------------------- how
+    def role_argv(self, launch: RoleLaunch) -> list[str]:
+        """The role's own command line (the same for every launcher)."""
+        return [self.python, "-m", "gnnsched.runtime.role", launch.role, "--id", launch.id,
+                "--machine", launch.machine, "--host", self.host_of(launch.machine),
+                "--coordinator", launch.coordinator, "--threads", str(launch.threads),
+                "--orphan-timeout", f"{launch.orphan_timeout:g}",
+                "--start-timeout", f"{launch.start_timeout:g}"]
+
+    def role_env(self, launch: RoleLaunch) -> dict[str, str]:
+        """Variables the role needs (thread pinning, unbuffered logs, gloo's interface)."""
+        env = {v: str(launch.threads) for v in THREAD_VARS}
+        env.update(PYTHONUNBUFFERED="1", DGLBACKEND="pytorch")
+        ifname = self.gloo_ifname(launch.machine)
+        if ifname:
+            env["GLOO_SOCKET_IFNAME"] = ifname
+        env.update(launch.env)
+        return env
+
+    def command(self, launch: RoleLaunch) -> list[str]:
+        return self.role_argv(launch)
+
+    def start(self, launch: RoleLaunch) -> Process:
+        launch.log.parent.mkdir(parents=True, exist_ok=True)
+        log = open(launch.log, "ab")
+        env = {**os.environ, **self.role_env(launch)}
+        popen = subprocess.Popen(self.command(launch), env=env, stdin=subprocess.DEVNULL,
+                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = Process(launch, popen, log)
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self, grace: float = 5.0) -> list[str]:
+        """SIGTERM every live process group, wait ``grace``, SIGKILL the rest; reap all.
+
+        Returns the names of processes that had to be signalled."""
+        live = [p for p in self.procs if p.poll() is None]
+        for p in live:
+            p.signal(signal.SIGTERM)
+        end = time.monotonic() + grace
+        for p in live:
+            p.wait(max(0.0, end - time.monotonic()))
+        for p in live:
+            if p.poll() is None:
+                p.signal(signal.SIGKILL)
+                p.wait(5.0)
+        for p in self.procs:
+            p.close()
+        return [p.launch.name for p in live]
+
+    def close(self) -> None:
+        self.stop_all()
+
+
+class LocalLauncher(Launcher):
+    """Every role on this machine, on the loopback interface."""
+
+    name = "local"
+
+    def coordinator_host(self) -> str:
+        return "127.0.0.1"
+
+    def host_of(self, machine: str) -> str:
+        self.cluster.machine(machine)  # KeyError names the cluster if unknown
+        return "127.0.0.1"
+
+    def gloo_ifname(self, machine: str) -> str | None:
+        return "lo"
+
+
+class NetnsLauncher(Launcher):
+    """Each host's roles inside its network namespace (``gnnsched cluster up`` first)."""
+
+    name = "netns"
+
+    def __init__(self, cluster: ClusterSpec, python: str | None = None,
+                 emulated: Any = None) -> None:
+        super().__init__(cluster, python)
+        from gnnsched.runtime import netns
+
+        netns.require_root()
+        self.net = emulated or netns.EmulatedCluster(cluster)
+        if not self.net.is_up():
+            raise SpecError(cluster.source, "", "the emulated cluster is not up",
+                            f"run `gnnsched cluster up --cluster {cluster.source}` first")
+        if not self.net.gateway_address:
+            raise SpecError(cluster.source, "", "the emulated cluster has no gateway, so the "
+                            "coordinator cannot reach its hosts", "bring it up with a gateway")
+
+    def coordinator_host(self) -> str:
+        return str(self.net.gateway_address)
+
+    def host_of(self, machine: str) -> str:
+        return str(self.net.address(machine))
+
+    def gloo_ifname(self, machine: str) -> str | None:
+        from gnnsched.runtime.netns import HOST_IF
+
+        return HOST_IF
+
+    def command(self, launch: RoleLaunch) -> list[str]:
+        return [*self.net.exec_prefix(launch.machine), *self.role_argv(launch)]
+
+
+class SshLauncher(Launcher):
+    """Roles on real hosts over SSH (``machines[*].ssh: user@host`` in the cluster file).
+
+    The remote command is the same role command line, run from ``remote_dir`` with
+    ``remote_python`` (the partitions and run directory must be at the same paths there, e.g.
+    shared storage). ``ssh -tt`` ties the remote process to the session: when the launcher
+    kills ``ssh``, the remote side gets SIGHUP; roles also exit on a silent coordinator.
+    """
+
+    name = "ssh"
+
+    def __init__(self, cluster: ClusterSpec, python: str | None = None, *,
+                 coordinator_address: str | None = None, remote_python: str = "python3",
+                 remote_dir: str | None = None, ssh: str = "ssh",
+                 ssh_options: tuple[str, ...] = ("-o", "BatchMode=yes", "-o",
+                                                 "ConnectTimeout=10")) -> None:
+        super().__init__(cluster, python)
+        for i, m in enumerate(cluster.machines):
+            if not m.ssh and not m.address:
+                raise SpecError(cluster.source, f"machines[{i}].ssh",
+                                f"machine {m.name!r} has neither ssh nor address",
+                                "ssh: user@host (and address: the IP its roles bind)")
+        self.coordinator_address = coordinator_address
+        self.remote_python, self.remote_dir = remote_python, remote_dir or os.getcwd()
+        self.ssh, self.ssh_options = ssh, tuple(ssh_options)
+
+    def coordinator_host(self) -> str:
+        if self.coordinator_address:
+            return self.coordinator_address
+        import socket
+
+        # the local address on the route to the first host (nothing is sent)
+        target = self.host_of(self.cluster.machines[0].name)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((target, 9))
+            return s.getsockname()[0]
+
+    def host_of(self, machine: str) -> str:
+        m = self.cluster.machine(machine)
+        if m.address:
+            return m.address
+        return (m.ssh or "").rsplit("@", 1)[-1]
+
+    def destination(self, machine: str) -> str:
+        m = self.cluster.machine(machine)
+        return m.ssh or m.address or machine
+
+    def command(self, launch: RoleLaunch) -> list[str]:
+        argv = self.role_argv(launch)
+        argv[0] = self.remote_python
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.role_env(launch).items()))
+        remote = f"cd {shlex.quote(self.remote_dir)} && exec env {env} " + shlex.join(argv)
+        return [self.ssh, *self.ssh_options, "-tt", self.destination(launch.machine), remote]
+
+
+LAUNCHERS: dict[str, type[Launcher]] = {"local": LocalLauncher, "netns": NetnsLauncher,
+                                        "ssh": SshLauncher}
+
+
+def get_launcher(name: str | Launcher, cluster: ClusterSpec, **kwargs: Any) -> Launcher:
+    if isinstance(name, Launcher):
+        return name
+    try:
+        cls = LAUNCHERS[name]
+    except KeyError:
+        raise ValueError(f"unknown launcher {name!r} (valid: {', '.join(LAUNCHERS)})") from None
+    return cls(cluster, **kwargs)
+
+
+__all__ = ["LAUNCHERS", "Launcher", "LocalLauncher", "NetnsLauncher", "Process", "RoleLaunch",
+           "SshLauncher", "get_launcher"]

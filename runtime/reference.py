@@ -1,0 +1,136 @@
+"""Single-process mini-batch training: the baseline the distributed run must match.
+
+It computes exactly what the distributed runtime computes, in one process and with no
+network: the same :class:`~gnnsched.runtime.coordinator.Schedule` (steps and each trainer's
+seeds), the same sampling function (:func:`~gnnsched.runtime.sampler.sample_blocks`, every
+partition sampled in process with the same per-request seeds), the same model initialisation,
+the same per-batch dropout seeds, and synchronous data parallelism emulated step by step:
+each of the ``W`` virtual trainers runs forward/backward on its batch, the gradients are
+averaged in trainer order (what the all-reduce computes), then one optimizer step. Floating
+point sums over more than two trainers may associate differently, so the accuracy test allows
+one point; with two trainers the runs agree to the bit on CPU.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from gnnsched.runtime.coordinator import Schedule, part_counts
+from gnnsched.runtime.model import Block, build_model
+from gnnsched.runtime.role import PHASES, pin_threads, seed_of
+from gnnsched.runtime.sampler import local_sampler, sample_blocks
+from gnnsched.runtime.store import PartGraph, load_parts
+from gnnsched.spec import JobSpec
+
+
+@dataclass
+class ReferenceResult:
+    val_accuracy: list[float]
+    test_accuracy: float
+    train_loss: list[float]
+    seconds: float
+    epoch_time_s: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _gather(parts: dict[int, PartGraph], node_part: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    dim = next(iter(parts.values())).features.shape[1]
+    out = np.empty((len(nodes), dim), dtype=np.float32)
+    owner = node_part[nodes]
+    for p, pg in parts.items():
+        sel = owner == p
+        if sel.any():
+            out[sel] = pg.rows(nodes[sel])
+    return out
+
+
+def reference_train(job: JobSpec, partitions: str, trainer_parts: list[list[int]], *,
+                    eval_batch_size: int = 256,
+                    progress: Callable[[str], None] | None = None) -> ReferenceResult:
+    """Train ``job`` in this process as ``len(trainer_parts)`` synchronous trainers would."""
+    from gnnsched.compat import dgl
+    from gnnsched.datasets import open_partitions
+
+    threads = torch.get_num_threads()
+    pin_threads(1)
+    torch.set_num_threads(1)
+    dgl.utils.set_num_threads(1)  # DGL's sampling RNG streams depend on the thread count
+    try:
+        t0 = time.monotonic()
+        pset = open_partitions(partitions, verify=False)
+        parts = load_parts(partitions, list(range(pset.num_parts)))
+        node_part = np.asarray(pset.node_part)
+        W = len(trainer_parts)
+        sched = Schedule(job, trainer_parts, part_counts(pset.meta), eval_batch_size)
+        sched.set_nodes({p: {k: pg.split(k) for k in PHASES} for p, pg in parts.items()})
+        sample = local_sampler(parts)
+        torch.manual_seed(job.seed)
+        model = build_model(job.model, pset.feature_dim, job.hidden, pset.num_classes,
+                            job.layers, job.dropout)
+        opt = torch.optim.Adam(model.parameters(), lr=job.lr)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        params = list(model.parameters())
+        correct: dict[tuple[int, int], list[int]] = {}
+        losses: dict[int, list[float]] = {}
+        epoch_start: dict[int, float] = {}
+        epoch_times: list[float] = []
+        for item in sched.items:
+            epoch_start.setdefault(item.epoch, time.monotonic())
+            acc = None
+            for w in range(W):
+                seeds, labels = sched.batch(w, item)
+                b = sample_blocks(seeds, list(job.fanouts), node_part, job.seed, w, item.seq,
+                                  sample)
+                blocks = [Block(torch.from_numpy(s), torch.from_numpy(d), ns, nd)
+                          for s, d, ns, nd in b.layers]
+                x = torch.from_numpy(_gather(parts, node_part, b.input_nodes))
+                y = torch.from_numpy(labels)
+                if item.phase == 0:
+                    model.train()
+                    torch.manual_seed(seed_of(job.seed, 1, w, item.seq))
+                    out = model(blocks, x)
+                    loss = loss_fn(out, y) if len(y) else out.sum() * 0.0
+                    opt.zero_grad()
+                    loss.backward()
+                    flat = torch.cat([p.grad.reshape(-1) for p in params])
+                    acc = flat if acc is None else acc + flat
+                    losses.setdefault(item.epoch, []).append(float(loss.detach()))
+                else:
+                    model.eval()
+                    with torch.no_grad():
+                        out = model(blocks, x)
+                    c = correct.setdefault((item.epoch, item.phase), [0, 0])
+                    c[0] += int((out.argmax(1) == y).sum())
+                    c[1] += len(y)
+            if item.phase == 0:
+                assert acc is not None
+                acc = acc / W
+                off = 0
+                for p in params:
+                    n = p.numel()
+                    p.grad.copy_(acc[off:off + n].view_as(p))
+                    off += n
+                opt.step()
+                if item.index == sched.K - 1:
+                    epoch_times.append(time.monotonic() - epoch_start[item.epoch])
+                    if progress:
+                        progress(f"reference epoch {item.epoch}: loss "
+                                 f"{np.mean(losses[item.epoch]):.4f}")
+        val = [c / n for (e, ph), (c, n) in sorted(correct.items()) if ph == 1 and n]
+        test = [c / n for (e, ph), (c, n) in correct.items() if ph == 2 and n]
+        return ReferenceResult(val, test[0] if test else float("nan"),
+                               [float(np.mean(losses[e])) for e in sorted(losses)],
+                               time.monotonic() - t0, epoch_times)
+    finally:
+        torch.set_num_threads(threads)
+
+
+__all__ = ["ReferenceResult", "reference_train"]

@@ -1,0 +1,250 @@
+"""Placement: every placer is feasible everywhere, CP-SAT is exact, the search never regresses."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gnnsched.placement import Problem, check_resources, get_placer
+from gnnsched.placement.cpsat import build_instance, run_cpsat
+from gnnsched.placement.placer import bound_scorer, is_feasible, plan_transfers, usage
+from gnnsched.placement.search import Evaluator, search
+from gnnsched.plan import Plan, TrainerPlan
+from gnnsched.profile import profile_for, synthetic_profile
+from gnnsched.spec import SpecError, cluster_from_dict, job_from_dict, load_cluster, load_job
+
+PLACERS = ("colocation", "random", "greedy", "cpsat", "gnnsched")
+
+
+def _lab4_profile(job):
+    # lab4 is Cora; until a measured cost.json is committed, a synthetic profile of its shape
+    return synthetic_profile(4, seeds_per_part=64, batch_size=job.batch_size,
+                             fanouts=job.fanouts, feature_dim=1433, hidden=job.hidden)
+
+
+@pytest.fixture(scope="module")
+def problems(examples: Path) -> dict[str, Problem]:
+    out = {}
+    for name in ("lab4", "hetero16", "scale256"):
+        c = load_cluster(examples / name / "cluster.yaml")
+        j = load_job(examples / name / "job.yaml")
+        prof = _lab4_profile(j) if name == "lab4" else profile_for(j)
+        out[name] = Problem(c, j, prof)
+    return out
+
+
+@pytest.mark.parametrize("example", ["lab4", "hetero16", "scale256"])
+def test_every_placer_is_feasible_on_every_example(problems, example: str) -> None:
+    pb = problems[example]
+    for name in PLACERS:
+        kw = {}
+        if example == "scale256" and name == "gnnsched":
+            kw = {"scorer": bound_scorer(pb)}  # the simulator at this scale is for the bench
+        budget = 8.0 if example == "scale256" else 3.0
+        plan = get_placer(name, **kw).place_problem(pb, seed=1, budget=budget)
+        check_resources(pb, plan, f"{example}/{name}")  # Plan.validate + cores and memory
+        assert len(plan.trainers) == pb.W
+        again = Plan.from_dict(json.loads(json.dumps(plan.to_dict())))
+        assert again.key() == plan.key()
+
+
+def test_colocation_reports_infeasibility(problems) -> None:
+    plan = get_placer("colocation").place_problem(problems["lab4"])
+    assert plan.predicted["colocation_feasible"] is False
+    assert any("store0 has no GPU" in n for n in plan.notes)
+    # every store trains on its own data when it can: samplers stay with the partitions
+    for t in plan.trainers:
+        stores = {problems["lab4"].cluster.machines[problems["lab4"].store_of[p]].name
+                  for p in t.parts}
+        assert {m for m, _ in t.samplers} <= stores
+
+
+def test_colocation_feasible_when_every_store_has_a_gpu() -> None:
+    c = cluster_from_dict({"name": "c", "machines": [
+        {"name": f"m{i}", "cpus": 4, "memory_gb": 16, "nic_gbps": 10, "partitions": [i],
+         "gpus": 1} for i in range(3)]})
+    j = job_from_dict({"num_parts": 3, "trainers": 3, "dataset": "synthetic"})
+    pb = Problem(c, j, synthetic_profile(3, seeds_per_part=64))
+    plan = get_placer("colocation").place_problem(pb)
+    assert plan.predicted["colocation_feasible"] is True
+    assert all(t.machine == f"m{t.parts[0]}" for t in plan.trainers)
+
+
+def test_infeasible_jobs_name_the_shortage(problems) -> None:
+    pb = problems["lab4"]
+    j = job_from_dict({**pb.job.to_dict(), "trainers": 3})
+    with pytest.raises(SpecError, match=r"3 trainers .* only 2 GPU"):
+        Problem(pb.cluster, j, pb.profile)
+    small = cluster_from_dict({**pb.cluster.to_dict(), "machines": [
+        {**m, "gpus": [{"kind": "tiny", "memory_gb": 0.001}]} if "gpus" in m else m
+        for m in pb.cluster.to_dict()["machines"]]})
+    with pytest.raises(SpecError, match="GPU memory"):
+        Problem(small, pb.job, pb.profile)
+    with pytest.raises(SpecError, match="unknown placer"):
+        get_placer("nope")
+
+
+def test_transfers_match_the_cost_model(problems) -> None:
+    pb = problems["hetero16"]
+    plan = get_placer("random").place_problem(pb, seed=3)
+    loads = pb.wl.loads(plan)
+    out = [0.0] * pb.M
+    for (src, _), b in plan_transfers(pb, plan).items():
+        out[src] += b
+    ar = pb.wl.allreduce_bytes(plan)
+    for m, mach in enumerate(pb.cluster.machines):
+        grads = ar * sum(1 for t in plan.trainers if t.machine == mach.name)
+        assert out[m] + grads == pytest.approx(loads.egress[m] * mach.egress, rel=1e-9)
+
+
+# ---------------------------------------------------------------------- CP-SAT vs brute force
+
+
+def _tiny() -> Problem:
+    c = cluster_from_dict({"name": "tiny", "machines": [
+        {"name": "s0", "cpus": 2, "memory_gb": 16, "nic_gbps": 1, "partitions": [0, 1]},
+        {"name": "s1", "cpus": 2, "memory_gb": 16, "nic_gbps": 2, "partitions": [2],
+         "gpus": [{"kind": "t4", "speed": 1.0}]},
+        {"name": "g0", "cpus": 3, "memory_gb": 16, "nic_gbps": 4,
+         "gpus": [{"kind": "v100", "speed": 2.0, "count": 2}]},
+        {"name": "g1", "cpus": 2, "memory_gb": 16, "nic_gbps": 1,
+         "gpus": [{"kind": "a100", "speed": 4.0}]},
+    ]})
+    j = job_from_dict({"num_parts": 3, "trainers": 2, "dataset": "synthetic", "batch_size": 256})
+    prof = synthetic_profile(3, seeds_per_part=512, batch_size=256, sample_s_per_edge=4e-6,
+                             train_s_per_edge=2e-6, feature_dim=64, seed=5)
+    return Problem(c, j, prof)
+
+
+def _brute_force(pb: Problem) -> float:
+    """Time per iteration of the best plan over every part split, device, sampler host and count,
+    and gathering place (at the trainer, or relayed through the big store s0)."""
+    names = pb.names
+    devices = [(s.machine, d) for s in pb.slots for d in s.devices]
+    splits = []
+    for mask in range(1, 2 ** pb.P - 1):
+        a = tuple(p for p in range(pb.P) if mask >> p & 1)
+        b = tuple(p for p in range(pb.P) if not mask >> p & 1)
+        if a < b:
+            splits.append((a, b))
+    best = float("inf")
+    per_trainer = [(S, n, F) for S in range(pb.M) for n in range(1, 4) for F in (-1, 0)]
+    for (pa, pbp), (da, db) in itertools.product(splits, itertools.permutations(devices, 2)):
+        for (sa, na, fa), (sb, nb, fb) in itertools.product(per_trainer, repeat=2):
+            fa, fb = da[0] if fa < 0 else fa, db[0] if fb < 0 else fb  # own machine or s0
+            ts = (TrainerPlan(0, names[da[0]], da[1], pa, ((names[sa], na),), names[fa]),
+                  TrainerPlan(1, names[db[0]], db[1], pbp, ((names[sb], nb),), names[fb]))
+            plan = pb.make_plan("brute", ts)
+            if usage(pb, plan).problems:
+                continue
+            best = min(best, pb.seconds_per_iteration(plan)[0])
+    return best
+
+
+def test_cpsat_matches_brute_force_on_a_small_instance() -> None:
+    pb = _tiny()
+    inst = build_instance(pb)
+    assert inst.exact_parts  # the part split is part of the model here
+    out = run_cpsat(pb, time_limit=10.0)
+    assert out.result.status == "OPTIMAL"
+    brute = _brute_force(pb)
+    got = pb.seconds_per_iteration(out.plan)[0]
+    assert got == pytest.approx(brute, rel=1e-3)
+    assert out.lower_bound_iter_s <= brute * (1 + 1e-9)  # the bound is a real lower bound
+    assert out.lower_bound_iter_s == pytest.approx(brute, rel=1e-3)
+
+
+def test_aggregated_model_bound_is_valid(problems) -> None:
+    pb = problems["hetero16"]
+    exact = run_cpsat(pb, time_limit=5.0)
+    from gnnsched.placement.cpsat import solve
+
+    agg = build_instance(pb, aggregate=True)
+    assert agg.aggregated and len(agg.options) <= len(build_instance(pb).options)
+    res = solve(agg, time_limit=5.0, upper_s=exact.result.objective_s)
+    assert res.bound_s <= exact.result.objective_s * (1 + 1e-6)
+
+
+# ---------------------------------------------------------------------- search
+
+
+def test_search_never_returns_a_worse_plan_and_is_deterministic(problems) -> None:
+    pb = problems["hetero16"]
+    start = get_placer("random").place_problem(pb, seed=7)
+    runs = []
+    for _ in range(2):
+        ev = Evaluator(bound_scorer(pb))
+        best, stats = search(pb, [start], ev, seed=11, max_evals=60, time_budget=60.0)
+        assert is_feasible(pb, best)
+        assert ev(best) <= ev(start)
+        assert stats.best_score <= stats.start_score
+        runs.append((best.key(), stats.evaluations))
+    assert runs[0] == runs[1]
+
+
+def test_search_with_the_simulator_keeps_its_start(problems) -> None:
+    pytest.importorskip("gnnsched.simulator")
+    from gnnsched.placement.placer import simulator_scorer
+
+    pb = problems["lab4"]
+    scorer = simulator_scorer(pb)
+    assert scorer is not None
+    start = get_placer("greedy").place_problem(pb)
+    ev = Evaluator(scorer)
+    best, stats = search(pb, [start], ev, seed=0, max_evals=25, time_budget=30.0)
+    assert ev(best) <= ev(start)
+
+
+def test_gnnsched_is_never_slower_than_the_baselines(problems) -> None:
+    from gnnsched.placement.search import plan_and_compare
+
+    pb = problems["lab4"]
+    plan = plan_and_compare(pb, "gnnsched", seed=0, budget=4.0)
+    pr = plan.predicted
+    for name, row in pr["baselines"].items():
+        assert pr["epoch_time_s"] <= row["epoch_time_s"] * (1 + 1e-9), name
+    assert 0 < pr["lower_bound_s"] <= pr["epoch_time_s"]
+
+
+# ---------------------------------------------------------------------- CLI
+
+
+def test_cli_plan_json_plot(tmp_path: Path, examples: Path) -> None:
+    out, png = tmp_path / "plan.json", tmp_path / "plan.png"
+    cmd = [sys.executable, "-m", "gnnsched", "plan", "--cluster",
+           str(examples / "hetero16/cluster.yaml"), "--job", str(examples / "hetero16/job.yaml"),
+           "--budget", "3", "--out", str(out), "--json", "--plot", str(png)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["placer"] == "gnnsched"
+    assert data["epoch_time_s"] > 0 and data["lower_bound_s"] > 0
+    assert set(data["baselines"]) == {"colocation", "greedy", "random"}
+    assert all("epoch_time_s" in v for v in data["baselines"].values())
+    saved = Plan.load(out)
+    assert saved.predicted["baselines"]["colocation"]["colocation_feasible"] is False
+    assert png.stat().st_size > 10_000
+    text = subprocess.run(cmd[:-5] + ["--out", str(out), "--placer", "greedy"],
+                          capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0, text.stderr
+    assert "lower bound" in text.stdout and "why:" in text.stdout
+
+
+def test_cli_plan_infeasible_job_is_a_clear_error(tmp_path: Path) -> None:
+    cluster, job = tmp_path / "cluster.yaml", tmp_path / "job.yaml"
+    cluster.write_text("""
+machines:
+  - {name: s0, cpus: 4, memory_gb: 8, nic_gbps: 1, partitions: [0, 1]}
+  - {name: g0, cpus: 4, memory_gb: 8, nic_gbps: 1, gpus: 2}
+""")
+    job.write_text("dataset: synthetic\nnum_parts: 2\ntrainers: 3\n")
+    res = subprocess.run([sys.executable, "-m", "gnnsched", "plan", "--cluster", str(cluster),
+                          "--job", str(job), "--out", str(tmp_path / "p.json")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert "trainers" in res.stderr
