@@ -194,16 +194,30 @@ def run_scenario(sc: Scenario, budget: float, seed: int) -> dict[str, Any]:
     }
 
 
+HEADROOM = 1.25  # colocation at least this far above the bound: its placement is the limit
+
+
+def _geo(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     lim = [r["speedup_vs_colocation"] for r in results if r["limited"]]
-    geo = math.exp(sum(math.log(x) for x in lim) / len(lim)) if lim else float("nan")
+    geo = _geo(lim)
+    room = [r["speedup_vs_colocation"] for r in results
+            if r["placers"]["colocation"]["epoch_time_s"] >= HEADROOM * r["lower_bound_s"]]
     ratios = [r["ratio_to_bound"] for r in results]
     big = [r for r in results if r["machines"] >= 256]
     return {
         "never_slower_than_any_baseline": all(r["not_slower_than_baselines"] for r in results),
         "geomean_speedup_vs_colocation_limited": geo,
-        "geomean_speedup_vs_colocation_all": math.exp(
-            sum(math.log(r["speedup_vs_colocation"]) for r in results) / len(results)),
+        "limited_scenarios": [r["name"] for r in results if r["limited"]],
+        "geomean_speedup_vs_colocation_headroom": _geo(room),
+        "headroom_scenarios": [r["name"] for r in results
+                               if r["placers"]["colocation"]["epoch_time_s"]
+                               >= HEADROOM * r["lower_bound_s"]],
+        "geomean_speedup_vs_colocation_all": _geo([r["speedup_vs_colocation"]
+                                                    for r in results]),
         "mean_ratio_to_lower_bound": sum(ratios) / len(ratios),
         "scale256_planning_s": big[0]["planning_s"] if big else None,
         "targets": {"never_slower": True, "geomean_limited": 1.67, "mean_ratio_to_bound": 1.10,
@@ -277,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         suite = [s for s in suite if s.name in keep]
     results = []
     for sc in suite:
-        b = max(budget, 50.0) if sc.cluster.num_parts >= 1024 and not args.budget else budget
+        b = budget
         r = run_scenario(sc, b, args.seed)
         results.append(r)
         print(f"[{sc.name}] gnnsched {r['placers']['gnnsched']['epoch_time_s']:.4g} s, "
@@ -290,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"never slower than any baseline: {summ['never_slower_than_any_baseline']}")
     print(f"speed-up over colocation, geometric mean where colocation is limited: "
           f"{summ['geomean_speedup_vs_colocation_limited']:.2f}x (target >= 1.67x)")
+    print(f"  ... where colocation is >= {HEADROOM}x the lower bound "
+          f"({', '.join(summ['headroom_scenarios'])}): "
+          f"{summ['geomean_speedup_vs_colocation_headroom']:.2f}x")
     print(f"mean ratio to the lower bound: {summ['mean_ratio_to_lower_bound']:.3f} "
           "(target <= 1.10)")
     if summ["scale256_planning_s"] is not None:

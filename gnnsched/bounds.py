@@ -137,8 +137,10 @@ def _first_data(inst: Instance, w: int) -> float:
 
 
 def iteration_loads(inst: Instance, k: int) -> dict[tuple[str, int], float]:
-    """Seconds of iteration-k work on every resource, counting sampler-dependent work on
-    every host it might run on (an over-estimate, as an upper bound needs)."""
+    """Seconds of work that ranks with iteration k under gnnsched on every resource: all of
+    iteration k, plus the remote hops of iteration k + 1. Work whose resource depends on the
+    sampler host is counted on every host it might use (an over-estimate, as an upper bound
+    needs)."""
     L: dict[tuple[str, int], float] = {}
 
     def add(key: tuple[str, int], v: float) -> None:
@@ -148,10 +150,11 @@ def iteration_loads(inst: Instance, k: int) -> dict[tuple[str, int], float]:
         Tw, Fw = inst.T[w], inst.F[w]
         for S, _ in inst.samplers[w]:
             add(("cpu", S), inst.sample_s[w][k] / inst.cores[S])
-            for m, b in inst.struct[w][k]:
-                if m != S:
-                    add(("out", m), b / inst.egress[m])
-                    add(("in", S), b / inst.ingress[S])
+            for j in (k, k + 1) if k + 1 < inst.K else (k,):
+                for m, b in inst.struct[w][j]:
+                    if m != S:
+                        add(("out", m), b / inst.egress[m])
+                        add(("in", S), b / inst.ingress[S])
             if S != Tw:
                 add(("out", S), inst.block[w][k] / inst.egress[S])
                 add(("in", Tw), inst.block[w][k] / inst.ingress[Tw])

@@ -304,7 +304,7 @@ class Instance:
 
 class _Flow:
     __slots__ = ("fid", "s", "d", "skey", "rem", "rate", "t0", "ver", "kind", "w", "k", "tr",
-                 "nbytes", "tag", "t_arr", "src", "dst")
+                 "nbytes", "tag", "t_arr", "src", "dst", "seen")
 
     def __init__(self, fid: int, src: int, dst: int, M: int, nbytes: float, kind: int,
                  w: int, k: int) -> None:
@@ -318,56 +318,85 @@ class _Flow:
         self.skey: tuple = ()
         self.tr: Transfer | None = None
         self.tag = 0.0
+        self.seen = -1
 
 
 class _PriorityNet:
     """Strict-priority, work-conserving allocation, recomputed incrementally.
 
-    Each resource (egress m = m, ingress m = M + m) keeps its flows sorted by key. After a
-    change, the flows from the change point on are revisited in global key order; a resource
-    stops being walked once it is saturated and nothing after holds bandwidth on it.
+    Only the most urgent flow of a (sender, receiver) pair can hold bandwidth (it takes
+    min(egress left, ingress left), exhausting one of the two for every later flow of the pair),
+    so each resource (egress m = m, ingress m = M + m) keeps just the pair heads sorted by key,
+    and the sorted subset that holds bandwidth. After a change, heads from the change point on
+    are revisited in global key order (a heap of per-resource "streams"); a resource stops being
+    walked once it is saturated and nothing after it holds bandwidth there, and a head whose
+    other resource is already saturated by more urgent flows is settled in O(1).
     """
 
     def __init__(self, cap: list[float], schedule: Any, record: Any) -> None:
         self.cap = list(cap)
         R = len(cap)
-        self.on: list[list[tuple]] = [[] for _ in range(R)]
+        self.on: list[list[tuple]] = [[] for _ in range(R)]  # pair heads by key
+        self.pairs: dict[tuple[int, int], list[tuple]] = {}  # (s, d) -> keys, sorted
         self.serving: list[list[tuple]] = [[] for _ in range(R)]
+        self.total = [0.0] * R  # sum of rates of the serving flows
         self.flows: dict[int, _Flow] = {}
         self.changes: dict[int, tuple] = {}
         self.schedule, self.record = schedule, record
         self.tol = 1e-12 * max(cap)
+        self.stamp = 0  # commit counter: a flow's `seen` says it was settled in this commit
+        self.now = 0.0
 
     def _mark(self, r: int, sk: tuple) -> None:
         c = self.changes.get(r)
         if c is None or sk < c:
             self.changes[r] = sk
 
+    def _head_in(self, sk: tuple, s: int, d: int) -> None:
+        insort(self.on[s], sk)
+        insort(self.on[d], sk)
+        self._mark(s, sk)
+        self._mark(d, sk)
+
+    def _head_out(self, sk: tuple, s: int, d: int) -> None:
+        for r in (s, d):
+            lst = self.on[r]
+            del lst[bisect_left(lst, sk)]
+            self._mark(r, sk)
+
     def add(self, f: _Flow, now: float) -> None:
         f.t0 = now
-        insort(self.on[f.s], f.skey)
-        insort(self.on[f.d], f.skey)
         self.flows[f.fid] = f
-        self._mark(f.s, f.skey)
-        self._mark(f.d, f.skey)
+        key = (f.s, f.d)
+        lst = self.pairs.get(key)
+        if lst is None:
+            self.pairs[key] = [f.skey]
+            self._head_in(f.skey, f.s, f.d)
+            return
+        if f.skey < lst[0]:  # the new flow displaces the pair's head
+            old = self.flows[lst[0][-1]]
+            if old.rate > 0.0:
+                self._set_rate(old, 0.0, now)
+            self._head_out(old.skey, f.s, f.d)
+            self._head_in(f.skey, f.s, f.d)
+        insort(lst, f.skey)
 
     def done(self, f: _Flow, ver: int, now: float) -> _Flow | None:
         if f.ver != ver or f.fid not in self.flows:
             return None
-        if self.record is not None and now > f.t0:
-            self.record(f, f.t0, now, f.rate)
+        self._set_rate(f, 0.0, now)
         f.rem = 0.0
-        sk = f.skey
-        for r in (f.s, f.d):
-            lst = self.on[r]
-            del lst[bisect_left(lst, sk)]
-            sv = self.serving[r]
-            i = bisect_left(sv, sk)
-            if i < len(sv) and sv[i] == sk:
-                del sv[i]
-            self._mark(r, sk)
+        key = (f.s, f.d)
+        lst = self.pairs[key]
+        i = bisect_left(lst, f.skey)
+        del lst[i]
+        if i == 0:  # only a head holds bandwidth, so this is always the case
+            self._head_out(f.skey, f.s, f.d)
+            if lst:
+                self._head_in(lst[0], f.s, f.d)
+        if not lst:
+            del self.pairs[key]
         del self.flows[f.fid]
-        f.rate = 0.0
         return f
 
     def set_cap(self, r: int, c: float) -> None:
@@ -379,9 +408,15 @@ class _PriorityNet:
         return bool(self.changes)
 
     def _prefix(self, r: int, sk: tuple) -> float:
+        """Bandwidth of r held by flows more urgent than `sk`."""
+        sv = self.serving[r]
+        if not sv:
+            return 0.0
+        if sv[-1] < sk:
+            return self.total[r]
         tot = 0.0
         flows = self.flows
-        for x in self.serving[r]:
+        for x in sv:
             if x >= sk:
                 break
             tot += flows[x[-1]].rate
@@ -389,30 +424,37 @@ class _PriorityNet:
 
     def _set_rate(self, f: _Flow, new: float, now: float) -> None:
         old = f.rate
+        serving, total = self.serving, self.total
         if old > 0.0:
             dt = now - f.t0
             f.rem -= old * dt
             if self.record is not None and dt > 0:
                 self.record(f, f.t0, now, old)
             for r in (f.s, f.d):
-                sv = self.serving[r]
+                sv = serving[r]
                 del sv[bisect_left(sv, f.skey)]
+                total[r] = total[r] - old if sv else 0.0
         f.t0 = now
         f.rate = new
         f.ver += 1
         if new > 0.0:
-            insort(self.serving[f.s], f.skey)
-            insort(self.serving[f.d], f.skey)
+            for r in (f.s, f.d):
+                insort(serving[r], f.skey)
+                total[r] += new
             self.schedule(now + max(f.rem, 0.0) / new, f)
 
     def commit(self, now: float) -> None:
         changes, self.changes = self.changes, {}
         on, serving, cap, flows, tol = self.on, self.serving, self.cap, self.flows, self.tol
+        total = self.total
+        prefix = self._prefix
+        self.stamp += 1
+        stamp = self.stamp
+        R = len(cap)
         H: list[tuple[tuple, int]] = []
-        used: dict[int, float] = {}
-        at: dict[int, tuple | None] = {}
-        pos: dict[int, int] = {}
-        done: set[int] = set()
+        used = [0.0] * R
+        at: list[tuple | None] = [None] * R  # the key each resource's stream is at
+        pos = [0] * R
         push, pop = heapq.heappush, heapq.heappop
 
         def stream(r: int, i: int, u: float) -> None:
@@ -426,38 +468,54 @@ class _PriorityNet:
                 at[r] = None
 
         for r, c in changes.items():
-            stream(r, bisect_left(on[r], c), self._prefix(r, c))
+            stream(r, bisect_left(on[r], c), prefix(r, c))
         while H:
             sk, r = pop(H)
-            if at.get(r) != sk:
+            if at[r] is not sk:
                 continue
-            f = flows[sk[-1]]
-            if f.fid not in done:
-                done.add(f.fid)
-                s, d = f.s, f.d
-                a_s = cap[s] - (used[s] if at.get(s) == sk else self._prefix(s, sk))
-                a_d = cap[d] - (used[d] if at.get(d) == sk else self._prefix(d, sk))
-                new = a_s if a_s < a_d else a_d
-                if new <= tol:
-                    new = 0.0
-                if abs(new - f.rate) > tol:
-                    self._set_rate(f, new, now)
-                    for x in (s, d):
-                        if at.get(x) != sk:
-                            stream(x, bisect_right(on[x], sk), self._prefix(x, sk) + new)
-            u = used[r] + f.rate
-            used[r] = u
-            i = pos[r] + 1
             lst = on[r]
-            if i < len(lst):
+            n = len(lst)
+            i = pos[r]
+            cr = cap[r]
+            while True:  # walk r's stream inline while it stays the most urgent
+                f = flows[sk[-1]]
+                if f.seen != stamp:
+                    s, d = f.s, f.d
+                    x = d if s == r else s  # the other resource
+                    if f.rate == 0.0 and at[x] is not sk:
+                        sv = serving[x]
+                        if sv and sv[-1] < sk and total[x] >= cap[x] - tol:
+                            x = -1  # saturated by more urgent flows: stays at zero
+                    if x >= 0:
+                        f.seen = stamp
+                        a_s = cap[s] - (used[s] if at[s] is sk else prefix(s, sk))
+                        a_d = cap[d] - (used[d] if at[d] is sk else prefix(d, sk))
+                        new = a_s if a_s < a_d else a_d
+                        if new <= tol:
+                            new = 0.0
+                        if abs(new - f.rate) > tol:
+                            self._set_rate(f, new, now)
+                            for y in (s, d):
+                                if at[y] is not sk:
+                                    stream(y, bisect_right(on[y], sk), prefix(y, sk) + new)
+                u = used[r] + f.rate
+                used[r] = u
+                i += 1
+                if i >= n:
+                    at[r] = None
+                    break
                 nxt = lst[i]
-                sv = serving[r]
-                if cap[r] - u > tol or (sv and sv[-1] >= nxt):
-                    at[r] = nxt
-                    pos[r] = i
+                if cr - u <= tol:
+                    sv = serving[r]
+                    if not sv or sv[-1] < nxt:
+                        at[r] = None
+                        break
+                at[r] = nxt
+                pos[r] = i
+                if H and H[0][0] <= nxt:
                     push(H, (nxt, r))
-                    continue
-            at[r] = None
+                    break
+                sk = nxt
 
 
 class _Group:

@@ -23,6 +23,8 @@ from gnnsched.placement.placer import (
     is_feasible,
     main_store,
     register,
+    seeds_of,
+    store_groups,
     transfers,
 )
 from gnnsched.plan import Plan, TrainerPlan
@@ -94,30 +96,17 @@ class Colocation(Placer):
                       budget: float | None = None) -> Plan:
         W, cl = problem.W, problem.cluster
         stores = sorted({problem.store_of[p] for p in range(problem.P)})
-        parts_of = {s: sorted(cl.machines[s].partitions) for s in stores}
         notes: list[str] = []
-        # trainers per store: round-robin, never more than the parts a store holds
-        groups: list[tuple[int, list[int]]] = []  # (home store, parts)
-        if W >= len(stores):
-            count = {s: 0 for s in stores}
-            left = W
-            while left:
-                moved = False
-                for s in stores:
-                    if left and count[s] < len(parts_of[s]):
-                        count[s] += 1
-                        left -= 1
-                        moved = True
-                if not moved:
-                    break
-            for s in stores:
-                chunks = np.array_split(np.array(parts_of[s]), count[s])
-                groups.extend((s, [int(p) for p in ch]) for ch in chunks)
-        else:
+        # DistDGL: every store trains on its own partitions (seeds split over its trainers)
+        groups = store_groups(problem, W)
+        if W < len(stores):
             notes.append(f"{len(stores)} store machines but only {W} trainers: stores are "
                          "grouped, so not every store trains on its own data")
-            for ch in np.array_split(np.array(stores), W):
-                groups.append((int(ch[0]), [p for s in ch for p in parts_of[int(s)]]))
+        if len(groups) < W:
+            raise SpecError(problem.job.source, "trainers",
+                            f"colocation runs at most one trainer per partition of a store: "
+                            f"{len(groups)} here, the job asks for {W}",
+                            "use another placer or fewer trainers")
         ledger = Ledger(problem)
         homes: list[tuple[int, int]] = []
         # first pass: trainers that fit on their own store machine
@@ -200,9 +189,14 @@ class RandomPlacer(Placer):
     @staticmethod
     def _draw(problem: Problem, rng: np.random.Generator) -> Plan | None:
         W, P = problem.W, problem.P
-        order = rng.permutation(P)
-        cuts = np.sort(rng.choice(np.arange(1, P), size=W - 1, replace=False)) if W > 1 else []
-        groups = [sorted(int(p) for p in g) for g in np.split(order, cuts)]
+        order = [int(p) for p in rng.permutation(P)]
+        groups: list[list[int]] = [[p] for p in order[:W]]  # random, seed-balanced split
+        load = [seeds_of(problem, g) for g in groups]
+        for p in order[W:]:
+            i = int(np.argmin(load))
+            groups[i].append(p)
+            load[i] += seeds_of(problem, [p])
+        groups = [sorted(g) for g in groups]
         ledger = Ledger(problem)
         devices = [(s.machine, d) for s in problem.slots for d in s.devices]
         picks = rng.permutation(len(devices))

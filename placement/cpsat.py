@@ -1,25 +1,36 @@
 """OR-Tools CP-SAT bottleneck model: instance -> model -> solution.
 
-Minimise ``L``, the largest per-iteration load over every resource of
-:meth:`gnnsched.workload.Workload.loads` — NIC egress and ingress per machine, device time per
-trainer (training plus the all-reduce), sampling time per trainer — over
+Minimise ``L``, the time per iteration that no schedule of the placement can beat: the
+largest per-iteration load of :meth:`gnnsched.workload.Workload.loads` (NIC egress and ingress
+per machine, device time per trainer with the all-reduce, sampling time per trainer) or, when
+longer, a trainer's prefetch window (:meth:`Problem.window_s`: batch ``k + prefetch`` cannot
+start before batch ``k`` trains, so sampling + gathering latency over ``prefetch`` bounds an
+iteration). The decisions:
 
-* which device every trainer uses (GPUs of one kind on one machine form a *slot*),
-* which partitions' seeds every trainer owns (a *bundle*: enumerated exactly as set
-  partitioning while the subsets are few, fixed by :func:`bundle_parts` beyond that — one
-  boolean per subset and device grows as ``2^P``; the search reassigns parts later),
-* where a trainer's samplers run (its own machine, or its main store when its own machine is
-  short of cores) and how many,
+* which device every trainer uses (GPUs of one kind on one machine form a *slot*);
+* which partitions' seeds every trainer owns (a *bundle*). While the seed-balanced subsets are
+  few (``ENUM_SUBSETS``), the model chooses among all of them (set partitioning); one boolean
+  per subset and device grows as ``2^P``, so beyond that the split is fixed by
+  :func:`bundle_parts` (measured: 48 parts -> 32 trainers already has ~10^13 subsets) and the
+  search reassigns parts later;
+* where a trainer's samplers run and how many: every machine is a candidate in small models,
+  the trainer's own machine, its main store and the roomiest CPU hosts in large ones.
 
 subject to device counts, cores, host memory and roles. Gathering runs at the trainer: with a
-relay, every NIC carries at least as many bytes as without one (the relay's egress carries the
-whole message), so the model loses nothing by fixing it; the search still tries relays, which
-only the simulator can value (fewer, larger messages).
+relay every NIC carries at least as many bytes and the chain is longer, so fixing it loses
+nothing; the search still tries relays, which only the simulator can value.
 
 Store locations are fixed, so every transfer's bytes are constants times a few booleans: the
 model is linear. Loads are integers in units of ``unit_s`` seconds; every coefficient is
 rounded *down*, so the model never overestimates a load and its proven bound is a valid lower
-bound on the bottleneck of every placement it can express.
+bound for every placement it can express (with the mean costs of the profile).
+
+Scale: beyond ``AGGREGATE_OPTIONS`` options, machines with identical hardware are merged into
+classes (:class:`Host`); a bundle goes to a class unless data it needs is stored on a member,
+and the class's *average* NIC load is constrained, which never exceeds its busiest member's —
+still a valid bound. :func:`to_plan` spreads class members' trainers largest-first (LPT).
+Measured on examples/scale256: 28,672 per-machine options did not leave CP-SAT's presolve in
+15 s on 2 cores; the class model (4,690 options) solves to optimality in 1-6 s.
 
 Sampler counts: the model first gives every trainer one sampler and a per-option lower bound
 on sampling time (its sampler host's cores all to itself). When spreading the spare cores
@@ -54,7 +65,8 @@ from gnnsched.spec import SpecError
 
 ENUM_SUBSETS = 256  # enumerate part bundles exactly while there are at most this many
 BALANCE = 0.5  # a multi-part bundle's seeds stay within 50% of the per-trainer average
-AGGREGATE_OPTIONS = 3000  # beyond this many (bundle, slot) pairs, merge identical machines
+EXACT_OPTIONS = 4000  # every machine is a sampler-host candidate while options stay this few
+AGGREGATE_OPTIONS = 3000  # beyond this many options, merge identical machines into classes
 SAMPLER_HOSTS = 2  # aggregated model: sampler hosts besides the trainer's and the main store
 KB = 1024.0
 
@@ -184,9 +196,11 @@ def build_instance(problem: Problem, bundles: list[tuple[int, ...]] | None = Non
         gpus_on[s.machine] = gpus_on.get(s.machine, 0) + s.count
     W = problem.W
     single = [T for T, g in gpus_on.items() if g >= W] if W > 1 else list(gpus_on)
+    samplers_all = [m for m in range(problem.M) if problem.can_sample[m]]
+    all_helpers = len(bundles) * len(problem.slots) * len(samplers_all) <= EXACT_OPTIONS
     if aggregate is None:
         aggregate = not exact and not single and \
-            len(bundles) * len(problem.slots) > AGGREGATE_OPTIONS
+            len(bundles) * len(problem.slots) * (SAMPLER_HOSTS + 2) > AGGREGATE_OPTIONS
     groups = _classes(problem) if aggregate else [(m,) for m in sorted(gpus_on)]
     hosts: list[Host] = []
     host_of = [-1] * problem.M
@@ -216,8 +230,8 @@ def build_instance(problem: Problem, bundles: list[tuple[int, ...]] | None = Non
         # samplers away from the trainer only help when its cores are short, so beyond its
         # own machine the candidates are every host (small models) or the bundle's main
         # store and the roomiest CPU hosts (large ones)
-        helpers = [m for m in range(problem.M) if problem.can_sample[m]]
-        if aggregate:
+        helpers = samplers_all
+        if aggregate or not all_helpers:
             roomy = sorted(helpers, key=lambda m: (-problem.cpus[m], m))[:SAMPLER_HOSTS]
             helpers = [m for m in dict.fromkeys([home] + roomy) if problem.can_sample[m]]
         mine: list[int] = []

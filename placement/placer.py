@@ -328,38 +328,82 @@ def is_feasible(problem: Problem, plan: Plan) -> bool:
 # ---------------------------------------------------------------------- shared heuristics
 
 
-def bundle_parts(problem: Problem, W: int | None = None) -> list[tuple[int, ...]]:
-    """Split the partitions into W seed-balanced groups of parts stored side by side.
+def split_balanced(items: Sequence[int], weights: Sequence[float], k: int) -> list[list[int]]:
+    """Cut `items` (in order) into `k` non-empty contiguous runs of about equal weight."""
+    n = len(items)
+    if not 1 <= k <= n:
+        raise ValueError(f"cannot cut {n} items into {k} non-empty runs")
+    total = float(sum(weights))
+    out: list[list[int]] = []
+    cur: list[int] = []
+    acc = 0.0
+    for i, (x, w) in enumerate(zip(items, weights)):
+        cur.append(x)
+        acc += w
+        left_items, left_runs = n - i - 1, k - len(out) - 1
+        if left_runs == 0:
+            continue
+        if left_items == left_runs or (acc >= total * (len(out) + 1) / k - w / 2
+                                       and left_items >= left_runs):
+            out.append(cur)
+            cur = []
+    out.append(cur)
+    return out
 
-    Parts stored on the same machine (and, after METIS, ring neighbours) share most of their
-    mini-batches' inputs, so a trainer owning them pulls from few stores; balanced seeds keep
-    every part's sampling rate close to its share of the epoch.
+
+def seeds_of(problem: Problem, parts: Sequence[int]) -> float:
+    return float(sum(max(problem.profile.parts[p].train_seeds, 1) for p in parts))
+
+
+def store_groups(problem: Problem, W: int | None = None) -> list[tuple[int, list[int]]]:
+    """DistDGL's split: (home store, parts) per trainer, every trainer on one store's data.
+
+    With at least as many trainers as stores, every store gets one trainer and the rest go
+    where the seeds are (largest seeds per trainer first, at most one per part); a store's
+    parts are then cut into seed-balanced runs. With fewer trainers than stores, runs of
+    neighbouring stores with balanced seeds share a trainer.
+    """
+    W = problem.W if W is None else W
+    stores = sorted({problem.store_of[p] for p in range(problem.P)})
+    parts_of = {s: sorted(problem.cluster.machines[s].partitions) for s in stores}
+    seeds = {s: seeds_of(problem, parts_of[s]) for s in stores}
+    groups: list[tuple[int, list[int]]] = []
+    if W >= len(stores):
+        count = {s: 1 for s in stores}
+        for _ in range(W - len(stores)):
+            open_ = [s for s in stores if count[s] < len(parts_of[s])]
+            if not open_:
+                break
+            s = max(open_, key=lambda s: (seeds[s] / count[s], -s))
+            count[s] += 1
+        for s in stores:
+            w = [seeds_of(problem, [p]) for p in parts_of[s]]
+            groups.extend((s, g) for g in split_balanced(parts_of[s], w, count[s]))
+    else:
+        for run in split_balanced(stores, [seeds[s] for s in stores], W):
+            groups.append((run[0], [p for s in run for p in parts_of[s]]))
+    return groups
+
+
+def bundle_parts(problem: Problem, W: int | None = None) -> list[tuple[int, ...]]:
+    """The part split placers start from: whose seeds each trainer owns.
+
+    :func:`store_groups` (a trainer's parts all on one store, so its mini-batches pull from
+    few stores and it can sit next to its data), unless that needs more trainers than the
+    stores can give a part each; then seed-balanced runs of parts in store order. Seeds stay
+    balanced because every trainer runs the same number of iterations: a trainer owning more
+    than its share would not visit all of them in an epoch.
     """
     W = problem.W if W is None else W
     P = problem.P
     if W >= P:
         return [(p,) for p in range(P)]
+    groups = store_groups(problem, W)
+    if len(groups) == W:
+        return [tuple(g) for _, g in groups]
     order = sorted(range(P), key=lambda p: (problem.store_of[p], p))
-    seeds = np.array([max(problem.profile.parts[p].train_seeds, 1) for p in order], float)
-    total = seeds.sum()
-    bundles: list[tuple[int, ...]] = []
-    cur: list[int] = []
-    acc = 0.0
-    for i, p in enumerate(order):
-        cur.append(p)
-        acc += seeds[i]
-        left_parts = P - i - 1
-        left_bundles = W - len(bundles) - 1
-        target = total * (len(bundles) + 1) / W
-        if left_bundles == 0:
-            continue
-        if left_parts == left_bundles or (acc >= target - seeds[i] / 2 and left_parts
-                                          >= left_bundles):
-            bundles.append(tuple(sorted(cur)))
-            cur = []
-    bundles.append(tuple(sorted(cur)))
-    assert len(bundles) == W and all(bundles)
-    return bundles
+    runs = split_balanced(order, [seeds_of(problem, [p]) for p in order], W)
+    return [tuple(sorted(r)) for r in runs]
 
 
 def main_store(problem: Problem, parts: Sequence[int]) -> int:
@@ -548,5 +592,5 @@ def get_placer(name: str, **kwargs: Any) -> Placer:
 
 __all__ = ["MAX_SAMPLERS", "PLACERS", "PROCESS_BYTES", "SEARCH_ITERATIONS", "Placer", "Problem", "Scorer", "Slot",
            "Usage", "bound_scorer", "plan_transfers", "transfers", "bundle_parts", "check_resources", "default_scorer",
-           "fill_samplers", "get_placer", "is_feasible", "main_store", "register",
+           "fill_samplers", "get_placer", "seeds_of", "split_balanced", "store_groups", "is_feasible", "main_store", "register",
            "simulator_scorer", "usage"]

@@ -75,9 +75,10 @@ class RunError(RuntimeError):
 class RuntimeOptions:
     """Knobs of the runtime (not of the model): transport, timeouts, evaluation."""
 
-    chunk_bytes: int = CHUNK_BYTES
-    window_bytes: int = WINDOW_BYTES
-    peer_window_bytes: int = PEER_WINDOW_BYTES
+    chunk_bytes: int | None = None  # None: 256 KiB on loopback, ~2 ms of the NIC when shaped
+    window_bytes: int | None = None  # None: 4 chunks
+    peer_window_bytes: int | None = None  # None: 2 chunks
+    grad_first: bool = True  # hold store traffic into a machine while it all-reduces
     request_timeout: float = 120.0  # a store / trainer answer we wait for
     start_timeout: float = 300.0  # all roles up and ready
     orphan_timeout: float = 30.0  # a role exits when the coordinator is silent this long
@@ -271,6 +272,24 @@ class Coordinator:
         for mname in sorted({t.fetch_at for t in self.plan.trainers if t.fetch_at != t.machine}):
             add("fetcher", mname, mname)
 
+    def _sizes(self) -> dict[str, int]:
+        """Chunk and window sizes. On real or shaped links (netns, ssh) a chunk is ~2 ms of
+        the slowest NIC (16..256 KiB), so priority decisions and gradient holds take effect
+        within a few ms; on loopback (local) large chunks keep the CPU cost low."""
+        o = self.opts
+        if o.chunk_bytes:
+            chunk = int(o.chunk_bytes)
+        elif self.launcher.name == "local":
+            chunk = CHUNK_BYTES
+        else:
+            slowest = min(min(m.egress, m.ingress) for m in self.cluster.machines)
+            chunk = int(min(CHUNK_BYTES, max(16 << 10, slowest * 0.002)))
+        return {"chunk_bytes": chunk,
+                "window_bytes": int(o.window_bytes or (WINDOW_BYTES if chunk == CHUNK_BYTES
+                                                       else 4 * chunk)),
+                "peer_window_bytes": int(o.peer_window_bytes or (
+                    PEER_WINDOW_BYTES if chunk == CHUNK_BYTES else 2 * chunk))}
+
     def _config(self) -> dict[str, Any]:
         o = self.opts
         trainers = []
@@ -286,8 +305,8 @@ class Coordinator:
             "machines": self.names, "part_store": self.cluster.part_stores,
             "job": self.job.to_dict(), "feature_dim": self.pset.feature_dim,
             "num_classes": self.pset.num_classes, "feature_bytes": 4 * self.pset.feature_dim,
-            "sharing": self.policy.sharing, "chunk_bytes": o.chunk_bytes,
-            "window_bytes": o.window_bytes, "peer_window_bytes": o.peer_window_bytes,
+            "sharing": self.policy.sharing, **self._sizes(),
+            "grad_first": o.grad_first and len(set(self.T)) > 1,
             "request_timeout": o.request_timeout, "emulate_speed": o.emulate_speed,
             "trainers": trainers,
             "items": [[it.seq, it.epoch, it.phase, it.index] for it in self.items],
@@ -434,6 +453,7 @@ class Coordinator:
         self.stores = {self.cluster.machine_index(r.launch.machine): n
                        for n, r in self.roles.items() if r.launch.role == "store"}
         self.ranked: dict[tuple[int, int, int, str], list] = {}
+        self.reducing: dict[int, int] = defaultdict(int)
         self.tseq = 0
         self.sampled_info: dict[tuple[int, int], dict[str, Any]] = {}
         self.epochs: list[dict[str, Any]] = []
@@ -573,6 +593,17 @@ class Coordinator:
             tr = self.queues[m].pop(int(tid), None)
             if tr is not None:
                 self.policy.on_transfer_done(tr, now)
+
+    def _on_allreduce(self, name: str, r: _Role, body: dict[str, Any]) -> None:
+        """Gradients first: while a machine all-reduces iteration k, stores send it nothing
+        of later iterations (what any trainer needs for barrier k is never held)."""
+        m = self.T[int(body["trainer"])]
+        before = self.reducing[m]
+        self.reducing[m] += 1 if body["on"] else -1
+        if (before == 0) != (self.reducing[m] == 0):
+            for store in self.stores.values():
+                self.send(store, ctrl("hold", machine=m, seq=int(body["seq"]),
+                                      on=bool(body["on"])))
 
     def _on_fetched(self, name: str, r: _Role, body: dict[str, Any]) -> None:
         pass  # the trainer reports the fetch time with the batch

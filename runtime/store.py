@@ -20,7 +20,9 @@ NIC can order it. Priority transmission is real, not a label:
 
 So a high-priority transfer queued behind a large low-priority one overtakes it after at most
 one window of bytes. The store tells the coordinator when a transfer is queued and when its
-last chunk is acknowledged (the policy's ``on_transfer_done``).
+last chunk is acknowledged (the policy's ``on_transfer_done``). Gradients come first, as in
+the cost model: while a trainer's machine all-reduces, the coordinator ``hold``s new chunks to
+that machine for later iterations, so feature prefetch does not slow the synchronous barrier.
 
 :class:`StoreClient` is the other side (used by samplers and fetchers): one DEALER per store,
 request ids, chunk reassembly with size checks before any allocation, and acks.
@@ -177,6 +179,10 @@ class NicQueue:
     transfer's receiver is the slow side. ``fair``: pending transfers take turns, one chunk each.
     Bytes in flight (sent, not acknowledged) are bounded per receiver (``peer_window``) and in
     total (``window``); same-machine transfers bypass both (they never touch the NIC).
+    ``held`` maps a machine whose trainer is all-reducing iteration ``k`` (gradients go ahead
+    of all other traffic in the cost model) to ``k``: transfers of later iterations into it
+    wait until released. Anything of iteration ``k`` or earlier still flows -- another
+    trainer may need it to reach the same barrier -- so a hold can never deadlock.
     """
 
     def __init__(self, sharing: str = "fair", window: int = WINDOW_BYTES,
@@ -191,6 +197,7 @@ class NicQueue:
         self.in_flight: dict[tuple[bytes, int, int], tuple[int, int, bool]] = {}
         self.in_flight_bytes = 0
         self.peer_bytes: dict[bytes, int] = {}
+        self.held: dict[int, int] = {}  # machine all-reducing iteration k -> k
         self._rr = 0
 
     def add(self, t: OutTransfer) -> None:
@@ -229,7 +236,8 @@ class NicQueue:
         for t in ready:
             if t.local:
                 return t
-        ready = [t for t in ready if self._room(t, t.sizes[t.next_chunk])]
+        ready = [t for t in ready if t.seq <= self.held.get(t.dst_machine, t.seq)
+                 and self._room(t, t.sizes[t.next_chunk])]
         if not ready:
             return None
         if self.sharing == "priority":
@@ -451,6 +459,11 @@ class Store(Role):
     def on_control(self, body: dict[str, Any]) -> None:
         if body["op"] == "prio":
             self.nic.set_keys({int(tid): tuple(key) for tid, key in body["keys"]})
+        elif body["op"] == "hold":
+            if body["on"]:
+                self.nic.held[int(body["machine"])] = int(body["seq"])
+            else:
+                self.nic.held.pop(int(body["machine"]), None)
         elif body["op"] == "rank":
             self.nic.set_ranks({(int(t), int(q), str(k)): tuple(key)
                                 for t, q, k, key in body["ranks"]})

@@ -342,6 +342,7 @@ class Trainer(Role):
 
     def train_items(self, model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
         cfg, job = self.config, self.config["job"]
+        self.grad_first = bool(cfg.get("grad_first")) and self.world > 1
         items = cfg["items"]
         last_train = {}
         for seq, epoch, phase, _ in items:
@@ -373,9 +374,13 @@ class Trainer(Role):
                 compute = time.monotonic() - t1
                 self.stretch(compute)
                 t2 = time.monotonic()
+                if self.grad_first:  # stores hold traffic into this machine meanwhile
+                    self.inbox.send("allreduce", trainer=self.rank, seq=seq, on=True)
                 self.allreduce(model)
                 self.sync()
                 t3 = time.monotonic()
+                if self.grad_first:
+                    self.inbox.send("allreduce", trainer=self.rank, seq=seq, on=False)
                 opt.step()
                 self.sync()
                 rec.update(loss=float(loss.detach()), allreduce_s=t3 - t2,

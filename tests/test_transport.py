@@ -207,6 +207,16 @@ def test_nic_queue_priority_fair_windows() -> None:
     assert tids[:5] == [9] * 5 and tids[5:] == [7, 8] and sent[7] is None
     with pytest.raises(MessageError, match="unknown chunk"):
         w.ack(b"zz", 1, 0)
+    # while machine 1 all-reduces iteration 5, only transfers of iterations <= 5 go to it
+    h = NicQueue("priority", window=1000)
+    later, now = _transfer(10, 2), _transfer(11, 2)
+    later.seq, now.seq = 6, 5
+    h.add(later)
+    h.add(now)
+    h.held[1] = 5
+    assert _drain(h) == [11, 11]
+    del h.held[1]
+    assert _drain(h) == [10, 10]
 
 
 def test_chunked_splits_rows() -> None:

@@ -1,0 +1,399 @@
+"""The event-driven simulator: conservation, capacities, barrier, determinism, bad input.
+
+Also holds the small cluster/plan builders the policy and bound tests import (placers live
+elsewhere; these are the simplest valid plans: trainers on GPU hosts, samplers on the store of
+their first partition).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gnnsched.bounds import instance_bound
+from gnnsched.plan import Plan, TrainerPlan
+from gnnsched.profile import synthetic_profile
+from gnnsched.simulator import (
+    Instance,
+    _FairNet,
+    _Flow,
+    _PriorityNet,
+    run,
+    simulate,
+    workload_for,
+)
+from gnnsched.spec import GB, GBIT, GPU, ClusterSpec, JobSpec, Machine, SpecError
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+# ------------------------------------------------------------------------------ builders
+
+
+def make_cluster(stores: int = 2, gpu_hosts: int = 2, parts: int = 4, *, gbps: float = 1.0,
+                 gpu_gbps: float | None = None, cpus: int = 4, gpu_cpus: int = 2,
+                 speeds: list[float] | None = None, gpus_per_host: int = 1,
+                 latency: float = 0.0, memory_gb: float = 16.0) -> ClusterSpec:
+    """Stores holding `parts` partitions round-robin, then GPU hosts."""
+    ms = []
+    for i in range(stores):
+        owned = tuple(p for p in range(parts) if p % stores == i)
+        ms.append(Machine(f"s{i}", cpus, memory_gb * GB, gbps * GBIT, gbps * GBIT, (), owned))
+    for i in range(gpu_hosts):
+        g = (gpu_gbps or gbps) * GBIT
+        sp = speeds[i % len(speeds)] if speeds else 1.0
+        ms.append(Machine(f"g{i}", gpu_cpus, memory_gb * GB, g, g,
+                          tuple(GPU("gpu", sp) for _ in range(gpus_per_host))))
+    return ClusterSpec("test", tuple(ms), latency=latency)
+
+
+def make_plan(cluster: ClusterSpec, trainers: int, *, samplers: int = 1,
+              fetch_at_store: bool = False, sampler_on_gpu: bool = False) -> Plan:
+    """Trainer w owns partitions p % trainers == w; samplers on the store of its first one."""
+    gpus = [(m.name, d) for m in cluster.machines for d in range(m.num_gpus)]
+    out = []
+    for w in range(trainers):
+        parts = tuple(p for p in range(cluster.num_parts) if p % trainers == w)
+        store = cluster.machines[cluster.store_of(parts[0])].name
+        host, dev = gpus[w]
+        out.append(TrainerPlan(w, host, dev, parts,
+                               ((host if sampler_on_gpu else store, samplers),),
+                               store if fetch_at_store else host))
+    return Plan("test", cluster.name, cluster.fingerprint(), tuple(out))
+
+
+def make_problem(trainers: int = 2, parts: int = 4, *, batch: int = 256, prefetch: int = 2,
+                 seed: int = 0, skew: float = 0.0, **kw):
+    plan_kw = {k: kw.pop(k) for k in ("samplers", "fetch_at_store", "sampler_on_gpu")
+               if k in kw}
+    cluster = make_cluster(parts=parts, **kw)
+    job = JobSpec(num_parts=parts, trainers=trainers, batch_size=batch, fanouts=(10, 15),
+                  prefetch=prefetch, dataset="synthetic")
+    prof = synthetic_profile(parts, batch_size=batch, fanouts=(10, 15), seeds_per_part=1500,
+                             seed=seed, skew=skew)
+    return cluster, job, prof, make_plan(cluster, trainers, **plan_kw)
+
+
+def small_instance(seed: int, iterations: int = 3, *, max_trainers: int = 2,
+                   uniform_nics: bool = True) -> Instance:
+    """A random instance of <= 4 machines (stores, GPU hosts with 1-2 GPUs of mixed speed),
+    1-3 cores per host, 1-2 samplers per trainer, optional relay and latency, skew."""
+    rng = np.random.default_rng(seed)
+    n_store = int(rng.integers(1, 3))
+    n_gpu = int(rng.integers(1, 5 - n_store))
+    P = 4
+    base = float(rng.choice([0.2, 0.5, 1.0, 2.0]))
+    owner = np.sort(rng.integers(0, n_store, P))
+    owner[:n_store] = np.arange(n_store)
+    ms = []
+    for i in range(n_store):
+        parts = tuple(int(p) for p in range(P) if owner[p] == i)
+        ms.append(Machine(f"s{i}", int(rng.integers(1, 4)), 16 * GB, base * GBIT, base * GBIT,
+                          (), parts))
+    for i in range(n_gpu):
+        bw = base * (1.0 if uniform_nics else float(rng.choice([0.5, 1.0, 2.0])))
+        ngpu = int(rng.integers(1, 3))
+        ms.append(Machine(f"g{i}", int(rng.integers(1, 3)), 16 * GB, bw * GBIT, bw * GBIT,
+                          tuple(GPU("gpu", float(rng.choice([0.5, 1.0, 2.0])))
+                                for _ in range(ngpu))))
+    cl = ClusterSpec(f"small{seed}", tuple(ms), latency=float(rng.choice([0.0, 0.0, 1e-3])))
+    gpus = [(m.name, d) for m in ms for d in range(m.num_gpus)]
+    W = int(min(len(gpus), rng.integers(2, max_trainers + 1)))
+    pick = rng.permutation(len(gpus))[:W]
+    ts = []
+    for w in range(W):
+        parts = tuple(p for p in range(P) if p % W == w)
+        host, dev = gpus[pick[w]]
+        store = ms[int(owner[parts[0]])].name
+        sampler = store if rng.random() < 0.7 else host
+        fetch = host if rng.random() < 0.75 else store
+        ts.append(TrainerPlan(w, host, dev, parts, ((sampler, int(rng.integers(1, 3))),), fetch))
+    plan = Plan("small", cl.name, cl.fingerprint(), tuple(ts))
+    job = JobSpec(num_parts=P, trainers=W, batch_size=256, fanouts=(10, 15),
+                  prefetch=int(rng.integers(1, 3)), dataset="synthetic")
+    prof = synthetic_profile(P, batch_size=256, fanouts=(10, 15), seeds_per_part=1000,
+                             seed=seed, skew=float(rng.choice([0.0, 1.0])),
+                             train_s_per_edge=float(rng.choice([1e-7, 1e-6, 4e-6])))
+    plan.validate(cl, job)
+    return Instance(workload_for(cl, job, prof), plan, seed=seed,
+                    iterations=min(iterations, max(1, 12 // W)))
+
+
+def timeline_checks(res, inst: Instance) -> None:
+    """Capacity at every instant, bytes conserved, every batch trained once, barrier kept."""
+    spans = res.timeline
+    assert spans is not None
+    events = defaultdict(list)
+    for s in spans:
+        assert s.end >= s.start - 1e-12, s
+        events[s.resource].append((s.start, s.rate))
+        events[s.resource].append((s.end, -s.rate))
+    for resource, ev in events.items():
+        ev.sort(key=lambda e: (e[0], e[1]))  # ends before starts at the same instant
+        cap, cur = res.capacity[resource], 0.0
+        for _, d in ev:
+            cur += d
+            assert cur <= cap * (1 + 1e-9) + 1e-9, (resource, cur, cap)
+    # bytes: every transfer of every batch fully sent, through both of its NICs
+    names = inst.names
+    want: dict[tuple, float] = defaultdict(float)
+    for w in range(inst.W):
+        T, F = inst.T[w], inst.F[w]
+        for k in range(inst.K):
+            S = None
+            for s in spans:  # where it was sampled
+                if s.stage == "sample" and s.trainer == w and s.iteration == k:
+                    S = names.index(s.resource.split(":", 1)[1])
+            assert S is not None
+            for m, b in inst.struct[w][k]:
+                if m != S:
+                    want[(names[m], names[S], "struct", w, k)] += b
+            if S != T:
+                want[(names[S], names[T], "block", w, k)] += inst.block[w][k]
+            for m, b in inst.feat[w][k]:
+                if m != F:
+                    want[(names[m], names[F], "feat", w, k)] += b
+            if F != T:
+                want[(names[F], names[T], "relay", w, k)] += inst.feat_total[w][k]
+    sent: dict[tuple, float] = defaultdict(float)
+    got: dict[tuple, float] = defaultdict(float)
+    for s in spans:
+        kind, _, host = s.resource.partition(":")
+        if kind in ("egress", "ingress") and s.stage != "allreduce":
+            (sent if kind == "egress" else got)[(host, s.stage, s.trainer, s.iteration)] += \
+                s.rate * (s.end - s.start)
+    want_out: dict[tuple, float] = defaultdict(float)
+    want_in: dict[tuple, float] = defaultdict(float)
+    for (src, dst, stage, w, k), b in want.items():
+        want_out[(src, stage, w, k)] += b
+        want_in[(dst, stage, w, k)] += b
+    for key, b in want_out.items():
+        assert sent[key] == pytest.approx(b, rel=1e-6), key
+    for key, b in want_in.items():
+        assert got[key] == pytest.approx(b, rel=1e-6), key
+    assert sum(sent.values()) == pytest.approx(sum(want.values()), rel=1e-6)
+    trains = [(s.trainer, s.iteration) for s in spans if s.stage == "train"]
+    assert sorted(trains) == [(w, k) for w in range(inst.W) for k in range(inst.K)]
+    ts, te, B = res.times["train_start"], res.times["train_end"], res.barriers
+    A = inst.allreduce_s
+    for k in range(inst.K):
+        assert B[k] == pytest.approx(te[:, k].max() + A, rel=1e-9, abs=1e-12)
+        if k:
+            assert (ts[:, k] >= B[k - 1] - 1e-12).all()
+
+
+# ------------------------------------------------------------------------------ networks
+
+
+def _flows(net, specs, M=2):
+    out = []
+    for i, (src, dst, nbytes, key) in enumerate(specs):
+        f = _Flow(i, src, dst, M, nbytes, 2, 0, 0)
+        if key is not None:  # fair sharing: no key (one class)
+            f.skey = key + (i,)
+        net.add(f, 0.0)
+        out.append(f)
+    net.commit(0.0)
+    return out
+
+
+def test_fair_sharing_is_max_min_fair():
+    # egress s0=10, s1=10; ingress g0=2, g1=10 (M=2: machines 0,1; resources eg0 eg1 in0 in1)
+    cap = [10.0, 10.0, 2.0, 10.0]
+    net = _FairNet(cap, lambda t, o: None, None)
+    a, b, c = _flows(net, [(0, 0, 1.0, None), (0, 1, 1.0, None), (1, 1, 1.0, None)])
+    groups = {(g.s, g.d): g.rate for g in net.groups.values()}
+    assert groups[(0, 2)] == pytest.approx(2.0)  # a: limited by g0's ingress
+    assert groups[(0, 3)] == pytest.approx(5.0)  # b and c share g1's ingress
+    assert groups[(1, 3)] == pytest.approx(5.0)
+
+
+def test_priority_sharing_is_work_conserving_in_order():
+    cap = [10.0, 10.0, 2.0, 10.0]
+    net = _PriorityNet(cap, lambda t, o: None, None)
+    a, b, c = _flows(net, [(0, 0, 1.0, (0,)), (0, 1, 1.0, (1,)), (1, 1, 1.0, (2,))])
+    assert (a.rate, b.rate, c.rate) == pytest.approx((2.0, 8.0, 2.0))
+    # the same flows in the other order: c first takes all of g1's ingress
+    net = _PriorityNet(cap, lambda t, o: None, None)
+    a, b, c = _flows(net, [(0, 0, 1.0, (2,)), (0, 1, 1.0, (1,)), (1, 1, 1.0, (0,))])
+    assert (a.rate, b.rate, c.rate) == pytest.approx((2.0, 0.0, 10.0))
+
+
+# ------------------------------------------------------------------------------ simulator
+
+
+@pytest.mark.parametrize("policy", ["fifo", "gnnsched"])
+@pytest.mark.parametrize("variant", [
+    {},
+    {"samplers": 2, "cpus": 1},  # cores shared by more samplers than cores
+    {"fetch_at_store": True, "latency": 5e-4},  # relays and message latency
+    {"sampler_on_gpu": True, "gpu_gbps": 0.5, "speeds": [1.0, 2.0]},  # uneven NICs, devices
+    {"gpus_per_host": 2, "gpu_hosts": 1, "skew": 1.0},  # trainers sharing a NIC; skew
+])
+def test_timeline_is_consistent(policy, variant):
+    variant = dict(variant)
+    skew = variant.pop("skew", 0.0)
+    cluster, job, prof, plan = make_problem(skew=skew, **variant)
+    inst = Instance(workload_for(cluster, job, prof), plan, seed=3, iterations=6)
+    res = run(inst, policy, record=True)
+    timeline_checks(res, inst)
+    assert res.makespan_s >= instance_bound(inst).epoch_s * (1 - 1e-9)
+    # every trainer's epoch is train + stall + barrier time
+    for st in res.stages:
+        assert st["train"] + st["stall"] + st["barrier"] == pytest.approx(res.makespan_s)
+    # the critical path tiles the epoch
+    assert sum(res.critical_share.values()) == pytest.approx(res.makespan_s, rel=1e-6)
+    path = res.critical_path
+    assert path[0].start == pytest.approx(0.0, abs=1e-12)
+    for a, b in zip(path, path[1:]):
+        assert b.start == pytest.approx(a.end, abs=1e-9)
+    # prefetch window: batch k starts sampling only once batch k - prefetch started training
+    pf = res.meta["prefetch"]
+    ss, ts = res.times["sample_start"], res.times["train_start"]
+    assert (ss[:, pf:] >= ts[:, :-pf] - 1e-12).all()
+
+
+def test_recording_does_not_change_the_schedule():
+    cluster, job, prof, plan = make_problem(gbps=0.5)
+    inst = Instance(workload_for(cluster, job, prof), plan, seed=1, iterations=8)
+    for policy in ("fifo", "gnnsched"):
+        a, b = run(inst, policy), run(inst, policy, record=True)
+        assert a.makespan_s == b.makespan_s and a.timeline is None and b.timeline
+
+
+def test_deterministic_by_seed():
+    cluster, job, prof, plan = make_problem()
+    a = simulate(cluster, job, plan, prof, "gnnsched", seed=4, iterations=6)
+    b = simulate(cluster, job, plan, prof, "gnnsched", seed=4, iterations=6)
+    c = simulate(cluster, job, plan, prof, "gnnsched", seed=5, iterations=6)
+    assert a.makespan_s == b.makespan_s
+    np.testing.assert_array_equal(a.barriers, b.barriers)
+    assert a.makespan_s != c.makespan_s
+
+
+def test_extrapolates_when_fewer_iterations_run():
+    cluster, job, prof, plan = make_problem()
+    full = simulate(cluster, job, plan, prof, "gnnsched")
+    part = simulate(cluster, job, plan, prof, "gnnsched", iterations=full.iterations // 2)
+    assert not full.extrapolated and part.extrapolated
+    assert part.epoch_time_s == pytest.approx(full.epoch_time_s, rel=0.15)
+
+
+def test_single_machine_needs_no_network():
+    m = Machine("solo", 4, 64 * GB, GBIT, GBIT, (GPU(), GPU()), (0, 1))
+    cl = ClusterSpec("solo", (m,))
+    job = JobSpec(num_parts=2, trainers=2, batch_size=128, dataset="synthetic")
+    prof = synthetic_profile(2, batch_size=128)
+    plan = Plan("t", "solo", cl.fingerprint(), tuple(
+        TrainerPlan(w, "solo", w, (w,), (("solo", 1),), "solo") for w in range(2)))
+    res = simulate(cl, job, plan, prof, "fifo", record=True, iterations=5)
+    assert not [s for s in res.timeline if s.resource.startswith(("egress", "ingress"))]
+    assert res.epoch_time_s >= res.lower_bound_s
+
+
+def test_examples_simulate():
+    from gnnsched.profile import profile_for
+    from gnnsched.spec import load_cluster, load_job
+
+    cl = load_cluster(EXAMPLES / "hetero16" / "cluster.yaml")
+    job = load_job(EXAMPLES / "hetero16" / "job.yaml")
+    prof = profile_for(job)
+    gpus = [(m.name, d) for m in cl.machines if m.name.startswith("gpu")
+            for d in range(m.num_gpus)]
+    plan = Plan("t", cl.name, cl.fingerprint(), tuple(
+        TrainerPlan(w, gpus[w][0], gpus[w][1], (w,),
+                    ((cl.machines[cl.store_of(w)].name, 2),), gpus[w][0])
+        for w in range(job.trainers)))
+    res = {p: simulate(cl, job, plan, prof, p) for p in ("fifo", "gnnsched")}
+    assert res["gnnsched"].epoch_time_s < res["fifo"].epoch_time_s
+    assert min(r.epoch_time_s for r in res.values()) >= res["fifo"].lower_bound_s
+    # lab4: no GPU on the stores; a synthetic profile with its 4 partitions
+    cl4 = load_cluster(EXAMPLES / "lab4" / "cluster.yaml")
+    job4 = load_job(EXAMPLES / "lab4" / "job.yaml")
+    prof4 = synthetic_profile(4, batch_size=job4.batch_size, fanouts=job4.fanouts)
+    plan4 = Plan("t", cl4.name, cl4.fingerprint(), (
+        TrainerPlan(0, "gpu0", 0, (0, 1), (("store0", 2),), "gpu0"),
+        TrainerPlan(1, "gpu1", 0, (2, 3), (("store1", 2),), "gpu1")))
+    r4 = simulate(cl4, job4, plan4, prof4, "gnnsched", iterations=20)
+    assert r4.epoch_time_s > 0 and r4.lower_bound_s > 0
+
+
+# ------------------------------------------------------------------------------ bad input
+
+
+def _replace_trainer(plan: Plan, i: int, **kw) -> Plan:
+    from dataclasses import replace
+
+    ts = list(plan.trainers)
+    ts[i] = replace(ts[i], **kw)
+    return replace(plan, trainers=tuple(ts), cluster_fingerprint="")
+
+
+def test_plan_with_unknown_machine_is_rejected():
+    cluster, job, prof, plan = make_problem()
+    bad = _replace_trainer(plan, 1, samplers=(("nowhere", 1),))
+    with pytest.raises(SpecError) as err:
+        simulate(cluster, job, bad, prof)
+    assert err.value.field == "trainers[1].samplers[0].machine" and "nowhere" in str(err.value)
+
+
+def test_trainer_without_device_is_rejected():
+    cluster, job, prof, plan = make_problem()
+    bad = _replace_trainer(plan, 0, machine="s0", device=0)
+    with pytest.raises(SpecError) as err:
+        simulate(cluster, job, bad, prof)
+    assert err.value.field == "trainers[0].device" and "'s0'" in str(err.value)
+
+
+def test_profile_of_another_job_is_rejected():
+    cluster, job, prof, plan = make_problem()
+    other = synthetic_profile(8)  # other partitioning
+    with pytest.raises(SpecError) as err:
+        simulate(cluster, job, plan, other)
+    assert "num_parts" in err.value.field
+    measured = synthetic_profile(4, batch_size=512)  # "measured" for batch 512, not 256
+    measured.synthetic = False
+    measured.job_key = {**job.profile_key(), "batch_size": 512}
+    with pytest.raises(SpecError) as err:
+        simulate(cluster, job, plan, measured)
+    assert err.value.field == "job.batch_size"
+
+
+def test_cli_simulate(tmp_path, capsys):
+    import yaml
+
+    from gnnsched.cli import main
+
+    cluster, job, prof, plan = make_problem()
+    cdir = tmp_path / "c.yaml"
+    cdir.write_text(yaml.safe_dump(cluster.to_dict()))
+    from gnnsched.spec import load_cluster
+
+    loaded = load_cluster(cdir)
+    plan = Plan(plan.placer, loaded.name, loaded.fingerprint(), plan.trainers)
+    plan.save(tmp_path / "plan.json")
+    jd = job.to_dict()
+    jd["synthetic"] = {"seeds_per_part": 800}
+    (tmp_path / "j.yaml").write_text(yaml.safe_dump(jd))
+    png = tmp_path / "g.png"
+    rc = main(["simulate", "--cluster", str(cdir), "--job", str(tmp_path / "j.yaml"),
+               "--plan", str(tmp_path / "plan.json"), "--policy", "fifo", "--json",
+               "--gantt", str(png)])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("epoch_time_s", "iteration_time_s", "lower_bound_s", "policy"):
+        assert key in out
+    assert out["policy"] == "fifo" and out["epoch_time_s"] >= out["lower_bound_s"]
+    assert png.stat().st_size > 10_000
+    # a plan naming a machine the cluster lacks: exit 2 with the field in the message
+    bad = json.loads((tmp_path / "plan.json").read_text())
+    bad["trainers"][0]["machine"] = "ghost"
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    rc = main(["simulate", "--cluster", str(cdir), "--job", str(tmp_path / "j.yaml"),
+               "--plan", str(tmp_path / "bad.json")])
+    assert rc == 2
+    assert "trainers[0].machine" in capsys.readouterr().err
