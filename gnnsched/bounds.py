@@ -202,8 +202,13 @@ MAX_EXACT_BATCHES = 24
 
 
 def exact_schedule(inst: Instance, *, time_limit: float = 10.0, workers: int = 2,
-                   prefetch: int | None = None, resolution: int = 10000) -> ExactResult:
-    """Optimal schedule of a small instance with CP-SAT (intervals + cumulative NICs/cores)."""
+                   prefetch: int | None = None, resolution: int = 10000,
+                   work_limit: float | None = None) -> ExactResult:
+    """Optimal schedule of a small instance with CP-SAT (intervals + cumulative NICs/cores).
+
+    `time_limit` is wall seconds; `work_limit` (CP-SAT's deterministic time) stops at the same
+    point however loaded the machine is, which repeatable tests want.
+    """
     if inst.M > MAX_EXACT_MACHINES or inst.W * inst.K > MAX_EXACT_BATCHES:
         raise ValueError(f"exact schedules are for <= {MAX_EXACT_MACHINES} machines and <= "
                          f"{MAX_EXACT_BATCHES} mini-batches (got {inst.M} machines, "
@@ -390,10 +395,13 @@ def exact_schedule(inst: Instance, *, time_limit: float = 10.0, workers: int = 2
                 m.AddNoOverlap([iv for iv, _ in items])
             else:
                 m.AddCumulative([iv for iv, _ in items], [d for _, d in items], caps[r])
+    m.Add(barrier[-1] >= int(lb / unit * (1 - 1e-9)))  # rounding only lengthens schedules
     m.Minimize(barrier[-1])
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = workers
     solver.parameters.max_time_in_seconds = time_limit
+    if work_limit is not None:
+        solver.parameters.max_deterministic_time = work_limit
     solver.parameters.random_seed = 0
     st = solver.Solve(m)
     name = solver.StatusName(st)

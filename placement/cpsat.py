@@ -55,9 +55,11 @@ from gnnsched.placement.placer import (
     Placer,
     Problem,
     bundle_parts,
+    candidate_splits,
     fill_samplers,
     main_store,
     register,
+    split_of,
     transfers,
 )
 from gnnsched.plan import Plan, TrainerPlan
@@ -594,7 +596,8 @@ def solve(inst: Instance, *, time_limit: float = 10.0, workers: int = 2, seed: i
     best = pool.found[-1] if pool.found else None
     if best is not None:
         best.objective_s = solver.ObjectiveValue() * unit
-    bound = solver.BestObjectiveBound() * unit if best is not None else 0.0
+    raw = solver.BestObjectiveBound()
+    bound = raw * unit if status != cp_model.INFEASIBLE and math.isfinite(raw) else 0.0
     nvars = len(m.Proto().variables)
     return CpSatResult(inst, name, best, list(pool.found), max(bound, 0.0),
                        time.perf_counter() - t0, unit, nvars, cpu_model)
@@ -693,23 +696,34 @@ class CpSatOutcome:
 
     plan: Plan
     pool: list[Plan]
-    result: CpSatResult
-    lower_bound_iter_s: float  # proven, per iteration
+    result: CpSatResult  # of the split whose plan won
+    lower_bound_iter_s: float  # proven, per iteration, over every split solved
+    exact_parts: bool  # the model chose among all seed-balanced splits
+    splits: list[tuple[tuple[int, ...], ...]] = field(default_factory=list)  # fixed splits solved
+    bounds: dict[tuple, float] = field(default_factory=dict)  # split -> its bound
+
+    def covers(self, split: tuple[tuple[int, ...], ...]) -> bool:
+        """Whether the bound holds for placements with this part split."""
+        return split in self.bounds
+
+    def scope(self) -> str:
+        if self.exact_parts:
+            return "every placement (all seed-balanced part splits)"
+        return f"placements with the {len(self.bounds)} part split(s) solved"
 
 
-def run_cpsat(problem: Problem, *, time_limit: float = 10.0, seed: int = 0,
-              workers: int = 2, placer: str = "cpsat") -> CpSatOutcome:
-    """Greedy warm start, relaxed-CPU solve, and the exact CPU model only if cores bind."""
+def _solve_once(problem: Problem, inst: Instance, *, time_limit: float, seed: int,
+                workers: int, placer: str) -> tuple[list[Plan], CpSatResult]:
+    """One instance: greedy warm start, relaxed CPU model, exact CPU model if cores bind."""
     from gnnsched.placement.baselines import greedy_plan
 
     t0 = time.perf_counter()
-    inst = build_instance(problem)
-    start = greedy_plan(problem, bundle_parts(problem), placer=placer)
+    split = bundle_parts(problem) if inst.exact_parts else inst.bundles
+    start = greedy_plan(problem, split, placer=placer)
     upper, _ = problem.seconds_per_iteration(start)
     hint = solution_from_plan(inst, start)
     res = solve(inst, time_limit=time_limit, workers=workers, seed=seed, hint=hint,
                 upper_s=upper)
-    notes = []
     plans = [to_plan(inst, s, placer) for s in res.pool]
     best_plan = plans[-1] if plans else start
     sampling = max(problem.wl.loads(best_plan).sampler.values())
@@ -720,18 +734,80 @@ def run_cpsat(problem: Problem, *, time_limit: float = 10.0, seed: int = 0,
         hint2 = solution_from_plan(inst, best_plan)
         res2 = solve(inst, time_limit=max(left, 0.5), workers=workers, seed=seed, hint=hint2,
                      upper_s=upper, cpu_model="exact")
-        notes.append(f"cores bind: exact sampler-count model ({res2.status})")
         if res2.best is not None:
             res2.bound_s = max(res.bound_s, res2.bound_s)  # both are valid bounds
             plans += [to_plan(inst, s, placer) for s in res2.pool]
+            res2.notes.append(f"cores bind: exact sampler-count model ({res2.status})")
             res = res2
+    return plans + [start], res
+
+
+def run_cpsat(problem: Problem, *, time_limit: float = 10.0, seed: int = 0,
+              workers: int = 2, placer: str = "cpsat",
+              splits: list[list[tuple[int, ...]]] | None = None) -> CpSatOutcome:
+    """Solve the model: over all part splits when they are few, else once per candidate
+    split (:func:`candidate_splits`); the best plan wins and the bound is the smallest."""
+    t0 = time.perf_counter()
+    inst = build_instance(problem) if splits is None else None
+    if inst is not None and inst.exact_parts:
+        todo: list[Instance | list[tuple[int, ...]]] = [inst]
+    else:
+        todo = list(splits or candidate_splits(problem))
+    plans: list[Plan] = []
+    results: list[CpSatResult] = []
+    bounds: dict[tuple, float] = {}
+    for i, item in enumerate(todo):
+        left = time_limit - (time.perf_counter() - t0)
+        share = max(0.3 if len(todo) == 1 else 3.0, left / (len(todo) - i))
+        one = item if isinstance(item, Instance) else (
+            inst if inst is not None and not inst.exact_parts and i == 0
+            and sorted(inst.bundles) == sorted(item) else build_instance(problem, list(item)))
+        ps, res = _solve_once(problem, one, time_limit=share, seed=seed, workers=workers,
+                              placer=placer)
+        plans += ps
+        results.append(res)
+        if not one.exact_parts:
+            bounds[tuple(sorted(one.bundles))] = res.bound_s
     seen: dict[tuple, Plan] = {}
-    for p in plans + [start]:
+    for p in plans:
         seen.setdefault(p.key(), p)
     scored = sorted(seen.values(), key=lambda p: problem.seconds_per_iteration(p)[0])
     best = scored[0]
-    res.notes.extend(notes)
-    return CpSatOutcome(best, scored, res, res.bound_s)
+    exact = isinstance(todo[0], Instance)
+    bound = results[0].bound_s if exact else min(bounds.values())
+    won = split_of(best)
+    res = next((r for r in results if r.instance.exact_parts
+                or tuple(sorted(r.instance.bundles)) == won), results[0])
+    return CpSatOutcome(best, scored, res, bound, exact, list(bounds), bounds)
+
+
+def lower_bound(problem: Problem, outcome: CpSatOutcome, plans: list[Plan], *,
+                time_limit: float = 5.0, seed: int = 0) -> float:
+    """The outcome's bound, extended to the part splits of `plans` it does not cover yet.
+
+    Each fixed split's CP-SAT bound holds for placements with that split, so the smallest
+    over every split in play bounds every plan compared (when the model chose the split
+    itself, it already covers every seed-balanced one, but not an unbalanced baseline's).
+    """
+    bound = outcome.lower_bound_iter_s
+    for p in plans:
+        sp = split_of(p)
+        if outcome.covers(sp):
+            continue
+        if outcome.exact_parts and _balanced(problem, sp):
+            continue
+        one = build_instance(problem, [tuple(b) for b in sp])
+        _, res = _solve_once(problem, one, time_limit=time_limit, seed=seed, workers=2,
+                             placer="bound")
+        outcome.bounds[sp] = res.bound_s
+        bound = min(bound, res.bound_s)
+    outcome.lower_bound_iter_s = bound
+    return bound
+
+
+def _balanced(problem: Problem, split: tuple[tuple[int, ...], ...]) -> bool:
+    subs = _subsets(problem)
+    return subs is not None and all(b in subs for b in split)
 
 
 @register("cpsat")
@@ -741,10 +817,11 @@ class CpSatPlacer(Placer):
     def place_problem(self, problem: Problem, *, seed: int = 0,
                       budget: float | None = None) -> Plan:
         out = run_cpsat(problem, time_limit=budget or 10.0, seed=seed)
+        self.outcome = out
         it = problem.wl.iterations
         return out.plan.with_prediction(
             lower_bound_s=out.lower_bound_iter_s * it,
-            lower_bound_iteration_s=out.lower_bound_iter_s,
+            lower_bound_iteration_s=out.lower_bound_iter_s, lower_bound_scope=out.scope(),
             cpsat={"status": out.result.status, "objective_iteration_s": out.result.objective_s,
                    "bound_iteration_s": out.lower_bound_iter_s, "wall_s": out.result.wall_s,
                    "variables": out.result.variables, "exact_parts": out.result.instance.exact_parts,
@@ -752,4 +829,4 @@ class CpSatPlacer(Placer):
 
 
 __all__ = ["CpSatOutcome", "CpSatPlacer", "CpSatResult", "Instance", "Option", "Solution",
-           "build_instance", "run_cpsat", "solution_from_plan", "solve", "to_plan"]
+           "build_instance", "lower_bound", "run_cpsat", "solution_from_plan", "solve", "to_plan"]

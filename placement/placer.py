@@ -401,9 +401,34 @@ def bundle_parts(problem: Problem, W: int | None = None) -> list[tuple[int, ...]
     groups = store_groups(problem, W)
     if len(groups) == W:
         return [tuple(g) for _, g in groups]
-    order = sorted(range(P), key=lambda p: (problem.store_of[p], p))
+    return contiguous_split(problem, W)
+
+
+def contiguous_split(problem: Problem, W: int | None = None) -> list[tuple[int, ...]]:
+    """Seed-balanced runs of parts in store order (runs may straddle two stores)."""
+    W = problem.W if W is None else W
+    if W >= problem.P:
+        return [(p,) for p in range(problem.P)]
+    order = sorted(range(problem.P), key=lambda p: (problem.store_of[p], p))
     runs = split_balanced(order, [seeds_of(problem, [p]) for p in order], W)
     return [tuple(sorted(r)) for r in runs]
+
+
+def split_of(plan: Plan) -> tuple[tuple[int, ...], ...]:
+    """A plan's part split, canonical (sorted), for comparing splits across plans."""
+    return tuple(sorted(tuple(sorted(t.parts)) for t in plan.trainers))
+
+
+def candidate_splits(problem: Problem) -> list[list[tuple[int, ...]]]:
+    """Part splits the model is solved for when it cannot choose the split itself."""
+    out: list[list[tuple[int, ...]]] = []
+    seen: set[tuple] = set()
+    for split in (bundle_parts(problem), contiguous_split(problem)):
+        key = tuple(sorted(split))
+        if key not in seen:
+            seen.add(key)
+            out.append(split)
+    return out
 
 
 def main_store(problem: Problem, parts: Sequence[int]) -> int:
@@ -546,6 +571,7 @@ class Placer(ABC):
         # `search_scorer` (default: `scorer`, or a shorter simulation) scores search moves
         self.scorer = scorer
         self.search_scorer = search_scorer
+        self.outcome: Any = None  # CP-SAT's outcome, for placers that solve the model
 
     def place(self, cluster: ClusterSpec, job: JobSpec, profile: CostProfile, *,
               seed: int = 0, budget: float | None = None) -> Plan:
@@ -591,6 +617,6 @@ def get_placer(name: str, **kwargs: Any) -> Placer:
 
 
 __all__ = ["MAX_SAMPLERS", "PLACERS", "PROCESS_BYTES", "SEARCH_ITERATIONS", "Placer", "Problem", "Scorer", "Slot",
-           "Usage", "bound_scorer", "plan_transfers", "transfers", "bundle_parts", "check_resources", "default_scorer",
+           "Usage", "bound_scorer", "plan_transfers", "transfers", "bundle_parts", "candidate_splits", "check_resources", "contiguous_split", "default_scorer",
            "fill_samplers", "get_placer", "seeds_of", "split_balanced", "store_groups", "is_feasible", "main_store", "register",
-           "simulator_scorer", "usage"]
+           "simulator_scorer", "split_of", "usage"]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from gnnsched.placement.cpsat import BALANCE, run_cpsat
+from gnnsched.placement.cpsat import BALANCE, lower_bound, run_cpsat
 from gnnsched.placement.placer import (
     MAX_SAMPLERS,
     SEARCH_ITERATIONS,
@@ -396,12 +396,15 @@ class GnnschedPlacer(Placer):
         best, stats = search(problem, starts, quick_ev, seed=seed, max_evals=self.max_evals,
                              time_budget=max(0.0, left - reserve), evaluator=quick_ev)
         final = min([best] + starts, key=lambda p: (full_ev(p), p is not best))
+        lb = lower_bound(problem, out, [final], seed=seed,
+                         time_limit=max(1.0, min(5.0, budget - (time.perf_counter() - t0))))
+        self.outcome = out
         it = problem.wl.iterations
         r = out.result
         return replace(final, notes=tuple(out.plan.notes) + tuple(final.notes)).with_prediction(
             epoch_time_s=full_ev(final), scored_by=how,
-            lower_bound_s=out.lower_bound_iter_s * it,
-            lower_bound_iteration_s=out.lower_bound_iter_s,
+            lower_bound_s=lb * it, lower_bound_iteration_s=lb,
+            lower_bound_scope=out.scope(),
             cpsat={"status": r.status, "objective_iteration_s": r.objective_s,
                    "bound_iteration_s": out.lower_bound_iter_s, "wall_s": r.wall_s,
                    "variables": r.variables, "exact_parts": r.instance.exact_parts,
@@ -430,15 +433,16 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
         scorer, how = default_scorer(problem, seed)
     ev = scorer if isinstance(scorer, Evaluator) else Evaluator(scorer)
     t0 = time.perf_counter()
-    plan = get_placer(placer, scorer=ev).place_problem(problem, seed=seed, budget=budget)
+    chosen = get_placer(placer, scorer=ev)
+    plan = chosen.place_problem(problem, seed=seed, budget=budget)
     planning = time.perf_counter() - t0
     it = problem.wl.iterations
     pred = dict(plan.predicted)
-    if "lower_bound_s" not in pred:
-        out = run_cpsat(problem, time_limit=min(10.0, budget or 10.0), seed=seed)
-        pred["lower_bound_s"] = out.lower_bound_iter_s * it
-        pred["lower_bound_iteration_s"] = out.lower_bound_iter_s
-        pred["cpsat"] = {"status": out.result.status}
+    outcome = getattr(chosen, "outcome", None)
+    if outcome is None:
+        outcome = run_cpsat(problem, time_limit=min(10.0, budget or 10.0), seed=seed)
+        pred["cpsat"] = {"status": outcome.result.status}
+    compared = [plan]
     base: dict[str, dict] = {}
     for name in baselines:
         if name == placer:
@@ -456,6 +460,10 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
         if "colocation_feasible" in bp.predicted:
             row["colocation_feasible"] = bp.predicted["colocation_feasible"]
         base[name] = row
+        compared.append(bp)
+    lb = lower_bound(problem, outcome, compared, seed=seed)
+    pred.update(lower_bound_s=lb * it, lower_bound_iteration_s=lb,
+                lower_bound_scope=outcome.scope())
     epoch = ev(plan)
     per_iter, name = problem.seconds_per_iteration(plan)
     pred.update(placer=placer, epoch_time_s=epoch, iterations=it,

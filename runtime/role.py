@@ -13,7 +13,8 @@ No orphans: a watchdog thread ends the process when its parent dies (Linux
 ``PR_SET_PDEATHSIG`` plus a parent-pid check for launchers that exec through ``ip netns exec``
 or ``ssh``) or when the coordinator has been silent for ``--orphan-timeout`` seconds (it pings
 every second). SIGINT is ignored (Ctrl-C is the coordinator's to handle: it stops roles in
-order); SIGTERM exits at once. These are also the hooks heartbeats will use.
+order); SIGTERM ends it at once, even inside a blocking C call. These are also the hooks
+heartbeats will use.
 """
 
 from __future__ import annotations
@@ -256,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     pin_threads(args.threads)
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
+    # The default action, not a Python handler: it ends the process even while it is blocked
+    # in C (a collective waiting for a dead peer), where Python handlers never get to run.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     role = _role_class(args.role)(args)
     return role.main()
 

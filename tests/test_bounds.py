@@ -30,19 +30,22 @@ def test_instance_bound_is_below_every_simulated_epoch(seed):
 
 
 def test_exact_optimum_against_policies():
-    """gnnsched within 10% of CP-SAT's optimum on every instance, and never worse than fifo."""
-    rows = []
+    """gnnsched within 10% of CP-SAT's optimum on every instance, and never worse than fifo.
+
+    Compared with CP-SAT's proven lower bound on the optimum (equal to the optimum when it
+    proves optimality, which it must on at least 20 of the instances)."""
+    rows, proved = [], 0
     for seed in EXACT_SEEDS:
         inst = small_instance(seed, 3)
-        opt = exact_schedule(inst, time_limit=30.0, workers=2)
-        assert opt.optimal, (seed, opt.status)
+        opt = exact_schedule(inst, time_limit=5.0, workers=2)
+        proved += opt.optimal
         g, f = run(inst, "gnnsched").makespan_s, run(inst, "fifo").makespan_s
         lb = instance_bound(inst).epoch_s
         assert lb <= opt.makespan_s * (1 + 1e-9), seed  # the bound is below the optimum
-        assert g <= 1.10 * opt.makespan_s, (seed, g / opt.makespan_s)
+        assert g <= 1.10 * opt.bound_s, (seed, g / opt.bound_s)
         assert g <= f * (1 + 1e-9), (seed, g / f)
         rows.append((g / opt.makespan_s, f / opt.makespan_s))
-    assert len(rows) >= 20
+    assert proved >= 20, proved
     # and the comparison is not vacuous: fifo is clearly off the optimum somewhere
     assert max(f for _, f in rows) > 1.10
 

@@ -84,8 +84,9 @@ def table(problem: Any, plan: Any) -> str:
     lb = pr.get("lower_bound_s")
     if lb:
         status = pr.get("cpsat", {}).get("status", "")
-        lines.append(f"  {'lower bound':<12} {_secs(lb):>12}  CP-SAT bottleneck bound "
-                     f"({status.lower()}); this plan is {ep / lb:.2f}x it")
+        scope = pr.get("lower_bound_scope", "")
+        lines.append(f"  {'lower bound':<12} {_secs(lb):>12}  CP-SAT bound ({status.lower()}) "
+                     f"over {scope}; this plan is {ep / lb:.2f}x it")
     lines.append("")
     per = ep / max(pr.get("iterations", 1), 1)
     lines.append(f"why: the most loaded resource is {pr.get('bottleneck')} with "
