@@ -27,6 +27,8 @@ import math
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from gnnsched.plan import Plan
 from gnnsched.simulator import Instance
 from gnnsched.workload import Bound, Workload
@@ -413,5 +415,64 @@ def exact_schedule(inst: Instance, *, time_limit: float = 10.0, workers: int = 2
     return ExactResult(name, math.inf, solver.BestObjectiveBound() * unit, unit, wall)
 
 
+# ------------------------------------------------------------------------------ instances
+
+
+def small_instance(seed: int, iterations: int = 3, *, max_trainers: int = 2,
+                   uniform_nics: bool = True) -> Instance:
+    """A seeded random instance small enough for :func:`exact_schedule`.
+
+    <= 4 machines: 1-2 stores holding 4 partitions, GPU hosts with 1-2 GPUs of mixed speed
+    (0.5x-2x), 1-3 cores per host, NICs of 0.2-2 Gbit/s (all alike unless `uniform_nics` is
+    False), 1-2 samplers per trainer on its store or its own host, features gathered at the
+    trainer or relayed by the store, one-way latency 0 or 1 ms, prefetch 1-2, even or skewed
+    partitions, train time 0.1x-4x the sampling time. At most 12 mini-batches.
+    """
+    from gnnsched.plan import TrainerPlan
+    from gnnsched.profile import synthetic_profile
+    from gnnsched.simulator import workload_for
+    from gnnsched.spec import GB, GBIT, GPU, ClusterSpec, JobSpec, Machine
+
+    rng = np.random.default_rng(seed)
+    n_store = int(rng.integers(1, 3))
+    n_gpu = int(rng.integers(1, 5 - n_store))
+    P = 4
+    base = float(rng.choice([0.2, 0.5, 1.0, 2.0]))
+    owner = np.sort(rng.integers(0, n_store, P))
+    owner[:n_store] = np.arange(n_store)
+    ms = []
+    for i in range(n_store):
+        parts = tuple(int(p) for p in range(P) if owner[p] == i)
+        ms.append(Machine(f"s{i}", int(rng.integers(1, 4)), 16 * GB, base * GBIT, base * GBIT,
+                          (), parts))
+    for i in range(n_gpu):
+        bw = base * (1.0 if uniform_nics else float(rng.choice([0.5, 1.0, 2.0])))
+        ngpu = int(rng.integers(1, 3))
+        ms.append(Machine(f"g{i}", int(rng.integers(1, 3)), 16 * GB, bw * GBIT, bw * GBIT,
+                          tuple(GPU("gpu", float(rng.choice([0.5, 1.0, 2.0])))
+                                for _ in range(ngpu))))
+    cl = ClusterSpec(f"small{seed}", tuple(ms), latency=float(rng.choice([0.0, 0.0, 1e-3])))
+    gpus = [(m.name, d) for m in ms for d in range(m.num_gpus)]
+    W = int(min(len(gpus), rng.integers(2, max_trainers + 1)))
+    pick = rng.permutation(len(gpus))[:W]
+    ts = []
+    for w in range(W):
+        parts = tuple(p for p in range(P) if p % W == w)
+        host, dev = gpus[pick[w]]
+        store = ms[int(owner[parts[0]])].name
+        sampler = store if rng.random() < 0.7 else host
+        fetch = host if rng.random() < 0.75 else store
+        ts.append(TrainerPlan(w, host, dev, parts, ((sampler, int(rng.integers(1, 3))),), fetch))
+    plan = Plan("small", cl.name, cl.fingerprint(), tuple(ts))
+    job = JobSpec(num_parts=P, trainers=W, batch_size=256, fanouts=(10, 15),
+                  prefetch=int(rng.integers(1, 3)), dataset="synthetic")
+    prof = synthetic_profile(P, batch_size=256, fanouts=(10, 15), seeds_per_part=1000,
+                             seed=seed, skew=float(rng.choice([0.0, 1.0])),
+                             train_s_per_edge=float(rng.choice([1e-7, 1e-6, 4e-6])))
+    plan.validate(cl, job)
+    return Instance(workload_for(cl, job, prof), plan, seed=seed,
+                    iterations=min(iterations, max(1, 12 // W)))
+
+
 __all__ = ["ExactResult", "exact_schedule", "instance_bound", "isolation_bound",
-           "iteration_loads", "plan_bound"]
+           "iteration_loads", "plan_bound", "small_instance"]

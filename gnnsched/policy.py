@@ -24,7 +24,8 @@ Trainers are numbered ``0..W-1`` in the order of ``plan.trainers``; machines by 
 5. ``sharing`` says how a NIC serves its queue: ``"fair"`` — everything at once, bandwidth
    shared max-min fairly (what TCP gives); ``"priority"`` — in ``order``, each transfer gets
    what is left of min(sender egress, receiver ingress) after the ones before it
-   (work-conserving strict priority).
+   (work-conserving strict priority); ``"classes"`` — strict priority between classes given
+   by the first element of the priority key, max-min fair within a class (DSCP-like queues).
 6. Events, as they happen: ``on_sampled(batch, info, now)`` when a mini-batch's sampling
    finished (its sizes are now known; called before its transfers are queued),
    ``on_transfer_done(transfer, now)``, ``on_trained(batch, now)`` when a trainer finished
@@ -82,18 +83,17 @@ right-hand side; tests check it on every iteration of random instances.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 
-@dataclass(frozen=True, order=True)
-class BatchKey:
-    """A mini-batch: iteration ``iteration`` of trainer ``trainer``."""
+class BatchKey(NamedTuple):
+    """A mini-batch: iteration ``iteration`` of trainer ``trainer`` (hashable, ordered)."""
 
     trainer: int
     iteration: int
 
 
-@dataclass
+@dataclass(slots=True)
 class Transfer:
     """One transmission queued on the network. ``kind``: struct | block | feat | relay."""
 
@@ -138,7 +138,7 @@ class Policy:
     """Base class: arrival order everywhere. Subclasses override the decisions they care about."""
 
     name: ClassVar[str] = "base"
-    sharing: ClassVar[str] = "fair"  # "fair": NICs share bandwidth; "priority": in order
+    sharing: ClassVar[str] = "fair"  # "fair" | "priority" | "classes" (see the contract)
 
     def reset(self, ctx: PolicyContext) -> None:
         self.ctx = ctx

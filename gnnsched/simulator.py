@@ -591,35 +591,40 @@ class _FairNet:
         self.dirty = True
 
     @staticmethod
-    def _fill(groups: list[_Group], left: list[float], new: dict[int, float]) -> None:
-        """Progressive filling of `groups` on capacities `left` (reduced in place)."""
-        cnt: dict[int, int] = {}
-        on: dict[int, list[_Group]] = {}
-        for g in groups:
+    def _fill(groups: list[_Group], left: list[float], rate: list[float]) -> None:
+        """Progressive filling of `groups` on capacities `left` (reduced in place): rate[i] is
+        group i's per-flow rate. A heap of resources by fair share; the smallest saturates and
+        freezes its groups, which never lowers another resource's share."""
+        cnt: dict[int, float] = {}
+        on: dict[int, list[int]] = {}
+        for i, g in enumerate(groups):
             for r in (g.s, g.d):
                 if r in cnt:
                     cnt[r] += g.n
-                    on[r].append(g)
+                    on[r].append(i)
                 else:
                     cnt[r] = g.n
-                    on[r] = [g]
+                    on[r] = [i]
         rem = {r: max(left[r], 0.0) for r in cnt}
         ver = dict.fromkeys(cnt, 0)
         H = [(rem[r] / cnt[r], r, 0) for r in cnt]
         heapq.heapify(H)
+        frozen = [False] * len(groups)
         push, pop = heapq.heappush, heapq.heappop
         while H:
             lvl, r, v = pop(H)
-            if v != ver[r] or cnt[r] == 0:
+            if v != ver[r] or cnt[r] <= 0:
                 continue
-            for g in on[r]:
-                gid = id(g)
-                if gid in new:
+            for i in on[r]:
+                if frozen[i]:
                     continue
-                new[gid] = lvl
+                frozen[i] = True
+                g = groups[i]
+                rate[i] = lvl
+                used = lvl * g.n
                 for x in (g.s, g.d):
-                    rem[x] -= lvl * g.n
-                    left[x] -= lvl * g.n
+                    rem[x] -= used
+                    left[x] -= used
                     cnt[x] -= g.n
                     ver[x] += 1
                     if x != r and cnt[x] > 0:
@@ -627,22 +632,25 @@ class _FairNet:
 
     def commit(self, now: float) -> None:
         self.dirty = False
-        groups = self.groups
-        by_cls: dict[Any, list[_Group]] = {}
-        for g in groups.values():
-            by_cls.setdefault(g.cls, []).append(g)
-        left = list(self.cap)
-        new: dict[int, float] = {}  # id(group) -> rate
-        for cls in sorted(by_cls):
-            self._fill(by_cls[cls], left, new)
-        tol = self.tol
         resched = self.resched
-        for key, g in groups.items():
-            rate = new.get(id(g), 0.0)
-            if rate <= tol:
-                rate = 0.0
-            changed = abs(rate - g.rate) > tol
-            if not changed and key not in resched:
+        groups = list(self.groups.values())
+        left = list(self.cap)
+        rate = [0.0] * len(groups)
+        classes = {g.cls for g in groups}
+        if len(classes) <= 1:
+            self._fill(groups, left, rate)
+        else:  # strict priority between classes, max-min fair within each
+            for c in sorted(classes):
+                idx = [i for i, g in enumerate(groups) if g.cls == c]
+                sub = [0.0] * len(idx)
+                self._fill([groups[i] for i in idx], left, sub)
+                for i, v in zip(idx, sub):
+                    rate[i] = v
+        tol = self.tol
+        for i, g in enumerate(groups):
+            new = rate[i] if rate[i] > tol else 0.0
+            changed = abs(new - g.rate) > tol
+            if not changed and (g.cls, g.s, g.d) not in resched:
                 continue
             self._settle(g, now)
             if changed:
@@ -652,7 +660,7 @@ class _FairNet:
                         if now > t:
                             self.record(f, t, now, g.rate)
                 g.tchg = now
-                g.rate = rate
+                g.rate = new
             g.ver += 1
             if g.rate > 0 and g.heap:
                 self.schedule(now + max(g.heap[0][0] - g.V, 0.0) / g.rate, g)

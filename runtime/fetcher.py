@@ -65,9 +65,11 @@ class Gather:
         return len(self.jobs)
 
     def start(self, trainer: int, seq: int, nodes: np.ndarray) -> None:
-        if len(nodes) and (nodes.min() < 0 or nodes.max() >= len(self.node_part)):
-            raise MessageError(f"fetch for trainer {trainer} seq {seq}: node id outside the "
-                               "graph")
+        # bound what we allocate: a mini-batch never has more input nodes than the graph
+        if len(nodes) > len(self.node_part) or (len(nodes) and (
+                nodes.min() < 0 or nodes.max() >= len(self.node_part))):
+            raise MessageError(f"fetch for trainer {trainer} seq {seq}: {len(nodes)} node ids, "
+                               f"not all in 0..{len(self.node_part) - 1}")
         key = (trainer, seq)
         if key in self.jobs:
             raise MessageError(f"fetch for trainer {trainer} seq {seq} requested twice")

@@ -358,6 +358,7 @@ class Store(Role):
         self.peer_machine: dict[bytes, int] = {}
         self.local_bytes = self.remote_bytes = 0
         self.served = {"sample": 0, "feat": 0}
+        self.rejected = 0
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.control.sock, zmq.POLLIN)
@@ -365,10 +366,14 @@ class Store(Role):
             events = dict(poller.poll(50))
             if self.sock in events:
                 for _ in range(64):  # drain a burst before sending more
-                    got = self.data.recv_now()
-                    if got is None:
-                        break
-                    self.handle(*got)
+                    try:
+                        got = self.data.recv_now()
+                        if got is None:
+                            break
+                        self.handle(*got)
+                    except MessageError as exc:  # a bad request must not take the store down
+                        self.rejected += 1
+                        self.log(f"rejected a message: {exc}")
             if self.control.sock in events:
                 self.poll_control()
             self.pump()
@@ -384,11 +389,15 @@ class Store(Role):
         if msg.kind not in (Kind.SAMPLE_REQ, Kind.FEAT_REQ):
             raise MessageError(f"store: unexpected {msg.kind.name} from {peer!r}")
         nodes = msg.arrays["nodes"]
+        if len(nodes) and (nodes.min() < 0 or nodes.max() >= len(self.node_part)):
+            raise MessageError(f"{msg.kind.name}.nodes: node id outside 0..{len(self.node_part) - 1}")
         now = time.monotonic()
         if msg.kind == Kind.SAMPLE_REQ:
             part = msg["part"]
             if part not in self.parts:
                 raise MessageError(f"SAMPLE_REQ.part: partition {part} is not on this store")
+            if msg["fanout"] != -1 and msg["fanout"] < 1:
+                raise MessageError(f"SAMPLE_REQ.fanout: {msg['fanout']} (valid: -1 or >= 1)")
             src, dst = self.parts[part].sample(nodes, msg["fanout"], msg["seed"])
             chunks, sizes = chunked(Kind.SAMPLE_CHUNK, msg["req"], {"src": src, "dst": dst},
                                     16, self.chunk_bytes)
@@ -472,7 +481,7 @@ class Store(Role):
 
     def stats(self) -> dict[str, Any]:
         return {"local_bytes": getattr(self, "local_bytes", 0),
-                "served": getattr(self, "served", {})}
+                "served": getattr(self, "served", {}), "rejected": getattr(self, "rejected", 0)}
 
     def close(self) -> None:
         if hasattr(self, "data"):

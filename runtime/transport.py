@@ -325,7 +325,7 @@ class SocketOptions:
     linger_ms: int = 0
 
 
-CONTROL = SocketOptions(sndhwm=1000, rcvhwm=1000, max_message=64 << 20)
+CONTROL = SocketOptions(sndhwm=1000, rcvhwm=1000, max_message=256 << 20)
 BULK = SocketOptions(sndhwm=4, rcvhwm=16, sndbuf=256 << 10, rcvbuf=1 << 20)
 
 

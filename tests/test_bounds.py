@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from test_simulator import make_problem, small_instance
+from test_simulator import make_problem
 
-from gnnsched.bounds import exact_schedule, instance_bound, plan_bound
+from gnnsched.bounds import exact_schedule, instance_bound, plan_bound, small_instance
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.profile import synthetic_profile
 from gnnsched.simulator import Instance, run, workload_for

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_simulator import make_problem, small_instance
+from test_simulator import make_problem
 
-from gnnsched.bounds import isolation_bound
+from gnnsched.bounds import isolation_bound, small_instance
 from gnnsched.policy import (
     POLICIES,
     BatchInfo,

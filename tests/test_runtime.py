@@ -122,7 +122,7 @@ def test_dead_role_fails_the_run_and_nothing_is_left(lab4, tmp_path: Path) -> No
     def progress(kind: str, **kw) -> None:
         if kind == "batch" and kw["epoch"] == 1 and kw["done"] == 2 and not killed:
             for p in psutil.Process().children(recursive=True):
-                if "sampler" in p.cmdline() and "1" in p.cmdline()[p.cmdline().index("--id") + 1]:
+                if "sampler" in p.cmdline() and p.cmdline()[p.cmdline().index("--id") + 1] == "1":
                     p.kill()
                     killed.append(p.pid)
 

@@ -2,7 +2,7 @@
 
 Also holds the small cluster/plan builders the policy and bound tests import (placers live
 elsewhere; these are the simplest valid plans: trainers on GPU hosts, samplers on the store of
-their first partition).
+their first partition). Random small instances come from ``gnnsched.bounds.small_instance``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 
 from gnnsched.bounds import instance_bound
 from gnnsched.plan import Plan, TrainerPlan
+from gnnsched.policy import GnnSched
 from gnnsched.profile import synthetic_profile
 from gnnsched.simulator import (
     Instance,
@@ -76,51 +77,6 @@ def make_problem(trainers: int = 2, parts: int = 4, *, batch: int = 256, prefetc
     prof = synthetic_profile(parts, batch_size=batch, fanouts=(10, 15), seeds_per_part=1500,
                              seed=seed, skew=skew)
     return cluster, job, prof, make_plan(cluster, trainers, **plan_kw)
-
-
-def small_instance(seed: int, iterations: int = 3, *, max_trainers: int = 2,
-                   uniform_nics: bool = True) -> Instance:
-    """A random instance of <= 4 machines (stores, GPU hosts with 1-2 GPUs of mixed speed),
-    1-3 cores per host, 1-2 samplers per trainer, optional relay and latency, skew."""
-    rng = np.random.default_rng(seed)
-    n_store = int(rng.integers(1, 3))
-    n_gpu = int(rng.integers(1, 5 - n_store))
-    P = 4
-    base = float(rng.choice([0.2, 0.5, 1.0, 2.0]))
-    owner = np.sort(rng.integers(0, n_store, P))
-    owner[:n_store] = np.arange(n_store)
-    ms = []
-    for i in range(n_store):
-        parts = tuple(int(p) for p in range(P) if owner[p] == i)
-        ms.append(Machine(f"s{i}", int(rng.integers(1, 4)), 16 * GB, base * GBIT, base * GBIT,
-                          (), parts))
-    for i in range(n_gpu):
-        bw = base * (1.0 if uniform_nics else float(rng.choice([0.5, 1.0, 2.0])))
-        ngpu = int(rng.integers(1, 3))
-        ms.append(Machine(f"g{i}", int(rng.integers(1, 3)), 16 * GB, bw * GBIT, bw * GBIT,
-                          tuple(GPU("gpu", float(rng.choice([0.5, 1.0, 2.0])))
-                                for _ in range(ngpu))))
-    cl = ClusterSpec(f"small{seed}", tuple(ms), latency=float(rng.choice([0.0, 0.0, 1e-3])))
-    gpus = [(m.name, d) for m in ms for d in range(m.num_gpus)]
-    W = int(min(len(gpus), rng.integers(2, max_trainers + 1)))
-    pick = rng.permutation(len(gpus))[:W]
-    ts = []
-    for w in range(W):
-        parts = tuple(p for p in range(P) if p % W == w)
-        host, dev = gpus[pick[w]]
-        store = ms[int(owner[parts[0]])].name
-        sampler = store if rng.random() < 0.7 else host
-        fetch = host if rng.random() < 0.75 else store
-        ts.append(TrainerPlan(w, host, dev, parts, ((sampler, int(rng.integers(1, 3))),), fetch))
-    plan = Plan("small", cl.name, cl.fingerprint(), tuple(ts))
-    job = JobSpec(num_parts=P, trainers=W, batch_size=256, fanouts=(10, 15),
-                  prefetch=int(rng.integers(1, 3)), dataset="synthetic")
-    prof = synthetic_profile(P, batch_size=256, fanouts=(10, 15), seeds_per_part=1000,
-                             seed=seed, skew=float(rng.choice([0.0, 1.0])),
-                             train_s_per_edge=float(rng.choice([1e-7, 1e-6, 4e-6])))
-    plan.validate(cl, job)
-    return Instance(workload_for(cl, job, prof), plan, seed=seed,
-                    iterations=min(iterations, max(1, 12 // W)))
 
 
 def timeline_checks(res, inst: Instance) -> None:
@@ -226,7 +182,16 @@ def test_priority_sharing_is_work_conserving_in_order():
 # ------------------------------------------------------------------------------ simulator
 
 
-@pytest.mark.parametrize("policy", ["fifo", "gnnsched"])
+class _IterationClasses(GnnSched):
+    """Strict priority between iterations, fair sharing within one ("classes" NICs)."""
+
+    sharing = "classes"
+
+    def priority(self, transfer):
+        return (transfer.batch.iteration, transfer.seq)
+
+
+@pytest.mark.parametrize("policy", ["fifo", "gnnsched", _IterationClasses])
 @pytest.mark.parametrize("variant", [
     {},
     {"samplers": 2, "cpus": 1},  # cores shared by more samplers than cores
@@ -239,7 +204,7 @@ def test_timeline_is_consistent(policy, variant):
     skew = variant.pop("skew", 0.0)
     cluster, job, prof, plan = make_problem(skew=skew, **variant)
     inst = Instance(workload_for(cluster, job, prof), plan, seed=3, iterations=6)
-    res = run(inst, policy, record=True)
+    res = run(inst, policy if isinstance(policy, str) else policy(), record=True)
     timeline_checks(res, inst)
     assert res.makespan_s >= instance_bound(inst).epoch_s * (1 - 1e-9)
     # every trainer's epoch is train + stall + barrier time

@@ -240,16 +240,11 @@ def cora_parts(tmp_path_factory) -> Path:
     return out
 
 
-def _serve(cora_parts: Path, sharing: str, pre_rank: bool = True
-           ) -> tuple[list[str], dict, int]:
-    """A real Store loop (thread), a coordinator stand-in (thread) and a slow client: a large
-    low-priority feature transfer is queued first, then a smaller urgent one. Returns the
-    order in which they completed, the rows received, and how many chunks of the large one
-    arrived between the urgent request and the urgent transfer's last chunk."""
-    from gnnsched.datasets import open_partitions
+def _store(ctx: zmq.Context, cora_parts: Path, sharing: str):
+    """A real Store (both Cora halves on machine m0), set up but not running, and a
+    coordinator socket it reports to."""
     from gnnsched.runtime.store import Store
 
-    ctx = zmq.Context()
     coord = make_socket(ctx, zmq.ROUTER, CONTROL)
     cport = coord.bind_to_random_port("tcp://127.0.0.1")
     args = argparse.Namespace(id="m0", machine="m0", host="127.0.0.1",
@@ -261,7 +256,54 @@ def _serve(cora_parts: Path, sharing: str, pre_rank: bool = True
                     "chunk_bytes": 64 << 10, "window_bytes": 128 << 10,
                     "peer_window_bytes": 128 << 10}
     store.setup()
-    coord_ch = Channel(coord, "coordinator")
+    return store, coord, Channel(coord, "coordinator")
+
+
+def test_store_rejects_bad_requests_and_keeps_serving(cora_parts: Path) -> None:
+    ctx = zmq.Context()
+    store, _, _ = _store(ctx, cora_parts, "fair")
+    thread = threading.Thread(target=store.run, daemon=True)
+    thread.start()
+    try:
+        raw = make_socket(ctx, zmq.DEALER, BULK, identity=b"stranger")
+        raw.connect(store.endpoint)
+        bad = Channel(raw, "stranger")
+        raw.send_multipart([b"GET / HTTP/1.0\r\n\r\n"])  # not our protocol at all
+        bad.send(Message(Kind.FEAT_REQ, {"req": 1, "trainer": 0, "seq": 0, "src_machine": 1},
+                         {"nodes": np.array([10 ** 9])}))  # no such node
+        bad.send(Message(Kind.SAMPLE_REQ, {"req": 2, "trainer": 0, "seq": 0, "layer": 0,
+                                           "part": 7, "fanout": 5, "seed": 0,
+                                           "src_machine": 1}, {"nodes": np.arange(3)}))
+        bad.send(Message(Kind.ACK, {"req": 99, "chunk": 0}))  # acknowledges nothing
+        client = StoreClient(ctx, {0: store.endpoint}, "client", b"client", machine=1)
+        got = {}
+        client.request(0, Kind.FEAT_REQ, {"trainer": 0, "seq": 1, "src_machine": 1},
+                       np.arange(5), 5, 5, lambda m: got.update(rows=m.arrays["feats"].copy()))
+        deadline = time.monotonic() + 20
+        while "rows" not in got and time.monotonic() < deadline:
+            for sock in client.poll_sockets:
+                if sock.poll(100):
+                    client.handle(sock)
+        assert got["rows"].shape == (5, 1433)
+        assert store.rejected == 4 and thread.is_alive()
+        client.close()
+    finally:
+        store.stopping = True
+        thread.join(5)
+        store.close()
+        ctx.destroy(linger=0)
+
+
+def _serve(cora_parts: Path, sharing: str, pre_rank: bool = True
+           ) -> tuple[list[str], dict, int]:
+    """A real Store loop (thread), a coordinator stand-in (thread) and a slow client: a large
+    low-priority feature transfer is queued first, then a smaller urgent one. Returns the
+    order in which they completed, the rows received, and how many chunks of the large one
+    arrived between the urgent request and the urgent transfer's last chunk."""
+    from gnnsched.datasets import open_partitions
+
+    ctx = zmq.Context()
+    store, coord, coord_ch = _store(ctx, cora_parts, sharing)
     if pre_rank:  # as the coordinator does once a batch is sampled: keys before requests
         coord_ch.send(ctrl("rank", ranks=[[0, 9, "feat", [9]], [0, 1, "feat", [1]]]),
                       b"store:m0")

@@ -1,0 +1,90 @@
+"""The evaluation, reproducible with one command: real runs of gnnsched against colocation and
+real DistDGL on an emulated cluster (three shapes, Cora and Coauthor Physics), the simulator's
+prediction for every real run (fidelity), and simulated runs at 16-256 machines from the
+measured profiles. Writes ``results.json``, ``report.md`` and PNG plots to ``--out``.
+
+``--quick`` is the CI mode: Cora, one shape, 2 epochs, small scaling sweep, a few minutes; it
+checks its invariants (every configuration produced a number, systems that train the same
+mini-batches agree on accuracy within 1 point, each run matches single-process training) and
+exits 1 when one fails. The full mode exits 1 only when a configuration produced no number;
+missed performance targets are reported, by how much and why.
+
+The work is in ``bench/bench_eval.py`` of the repository checkout (next to the package).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+HELP = "run the evaluation (real runs vs colocation and DistDGL, fidelity, scaling)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true",
+                   help="CI mode: Cora, one shape, 2 epochs, small sweep; checks invariants")
+    p.add_argument("--out", default=None,
+                   help="results folder (default: docs/results; --quick: runs/bench-quick)")
+    p.add_argument("--work", default=None,
+                   help="run directories, logs, plans (default: runs/bench[-quick])")
+    p.add_argument("--launcher", default="auto", choices=("auto", "netns", "local"),
+                   help="auto: network namespaces when root, else local processes")
+    p.add_argument("--datasets", nargs="+", default=None,
+                   help="cora and/or physics (default: both; --quick: cora)")
+    p.add_argument("--shapes", nargs="+", default=None,
+                   help="plentiful, gpuless, hetero (default: all; --quick: gpuless)")
+    p.add_argument("--systems", nargs="+", default=None,
+                   help="subset of distdgl, colocation+fifo, gnnsched+fifo, gnnsched+gnnsched")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="training epochs per run (default 8; --quick 2)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="real runs per system; the median epoch time is reported")
+    p.add_argument("--budget", type=float, default=None,
+                   help="gnnsched planning seconds per plan (default 10; --quick 3)")
+    p.add_argument("--samples", type=int, default=None,
+                   help="profiled mini-batches per partition (default 32; --quick 8)")
+    p.add_argument("--sizes", type=int, nargs="+", default=None,
+                   help="machines per simulated cluster (default 16 32 64 128 256; "
+                        "--quick 16 32)")
+    p.add_argument("--no-real", action="store_true",
+                   help="skip the real runs (profiles, plans, simulation and scaling only)")
+    p.add_argument("--no-scale", action="store_true", help="skip the simulated sweep")
+    p.add_argument("--no-reference", action="store_true",
+                   help="skip the single-process reference training per seed split")
+    p.add_argument("--seed", type=int, default=0, help="job, planning and simulation seed")
+
+
+def bench_script() -> Path:
+    """``bench/bench_eval.py`` of the checkout this package runs from."""
+    here = Path(__file__).resolve().parents[2] / "bench" / "bench_eval.py"
+    if not here.is_file():
+        raise FileNotFoundError(
+            f"{here} not found: `gnnsched bench` runs the evaluation scripts of a repository "
+            "checkout (pip install -e . from the repository)")
+    return here
+
+
+def load_bench() -> ModuleType:
+    """Import ``bench/bench_eval.py`` as a module (it is not part of the installed package)."""
+    path = bench_script()
+    name = "gnnsched_bench_eval"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        mod = load_bench()
+    except FileNotFoundError as exc:
+        print(f"gnnsched bench: error: {exc}", file=sys.stderr)
+        return 2
+    return int(mod.evaluate(args))
