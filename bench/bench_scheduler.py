@@ -120,10 +120,10 @@ def scenarios(quick: bool) -> list[Scenario]:
         for gbps, label in ((2.0, "scarce"), (25.0, "plentiful")):
             add(f"m48-{label}", f"48 hosts: 32 stores @{gbps:g}G, 16x4 A100 @25G",
                 _cluster(f"m48-{label}", 32, 64, gbps, [("a100", 4, 25.0)] * 16), 64,
-                seeds_per_part=4000)
+                seeds_per_part=16000)
         mixed = [("a100", 4, 100.0)] * 6 + [("v100", 4, 25.0)] * 5 + [("t4", 4, 10.0)] * 5
         add("m48-mixed", "48 hosts: stores @10G, 16x4 GPUs A100/V100/T4 @100/25/10G",
-            _cluster("m48-mixed", 32, 64, 10.0, mixed), 64, skew=0.5, seeds_per_part=4000)
+            _cluster("m48-mixed", 32, 64, 10.0, mixed), 64, skew=0.5, seeds_per_part=16000)
         hosts256 = ([("a100", 4, 100.0)] * 22 + [("v100", 4, 25.0)] * 21
                     + [("t4", 4, 10.0)] * 21)
         add("scale256", "256 hosts: 192 stores @10G (1024 parts), 64x4 GPUs, skew 0.5",

@@ -12,13 +12,18 @@
 The exact model mirrors the simulator step by step (cores, sampler processes, dispatch in
 iteration order, the prefetch window, struct -> block / features -> relay -> train, the
 barrier with the all-reduce reserving its rate on the trainer machines' NICs, latencies), with
-one restriction: every transfer runs at its full rate ``min(egress, ingress)`` from start to end
-(each NIC direction is a cumulative resource whose capacity is its bandwidth). Those are the
-schedules the simulator's ``priority`` sharing realises when the order leaves a transfer alone
-on its path; the fluid simulator may also split a NIC between transfers, so a policy can land
-slightly *below* this optimum — the model's optimum is an upper bound on the fluid optimum and
-both are above :func:`instance_bound`. Durations are rounded up to a time unit of
-``lower bound / 10000``, so the reported optimum is at most ~0.5% above the model's.
+one restriction: every transfer runs at its full rate ``min(egress, ingress)`` from start to end,
+without preemption (each NIC direction is a cumulative resource whose capacity is its
+bandwidth). Those are the schedules the simulator's ``priority`` sharing realises when the order
+leaves each transfer alone on its path. The fluid simulator may also split a NIC or preempt a
+transfer, so a policy can land *below* this optimum: by a fraction of a percent with uniform NIC
+speeds (where whole transfers at full rate lose little), by up to ~10% with mixed NIC speeds
+(where a slow receiver leaves its sender's leftover unused in this model) — so gaps to the
+optimum are measured on uniform-speed instances (tests/test_bounds.py). The model's optimum is
+above :func:`instance_bound` (a constraint states so). Durations are rounded up to a time unit of
+``lower bound / 10000``, so the reported optimum is at most ~0.5% above the model's. CP-SAT
+runs with 2 workers and a time limit; ``ExactResult.bound_s`` is its proven lower bound when
+it stops early.
 """
 
 from __future__ import annotations

@@ -15,20 +15,29 @@ Semantics (the costs themselves come from :class:`gnnsched.workload.Workload`):
   one relay ``fetch_at`` -> trainer. Same-machine transfers are free; each network transfer
   is delayed by the cluster's one-way latency after its last byte.
 * **NICs**: a transfer uses its sender's egress and its receiver's ingress; its rate is limited
-  by both. ``fair`` policies share them max-min fairly (progressive filling); ``priority``
-  policies serve flows in the policy's order, each taking what is left of
-  min(egress, ingress) — work-conserving.
+  by both. ``fair`` policies share them max-min fairly; ``priority`` policies serve flows in
+  the policy's order, each taking what is left of min(egress, ingress) — work-conserving;
+  ``classes`` is strict priority between classes and max-min fair within one.
 * **Training**: ``train_s / speed`` on the trainer's device once the block and the features
   arrived and the previous iteration's all-reduce finished. When every trainer finished
   batch ``k``, a ring all-reduce of ``Workload.allreduce_s`` runs; during it each trainer
   machine's NIC carries its gradient bytes at a reserved rate (ahead of all other traffic), so
   NIC loads match the lower bound's.
 
-Speed: rates are recomputed only around the NICs whose flow set changed (priority mode walks
-the affected flows in priority order and stops where nothing can change; fair mode groups
-flows by (sender, receiver) pair, which share a rate, and runs progressive filling over the
-groups), completions sit in one heap with lazy invalidation, and events at the same instant
-are coalesced before rates are recomputed. ``record=False`` skips the timeline.
+Speed: rates are recomputed only around the NICs whose flow set changed. Priority mode keeps,
+per NIC direction, only the most urgent flow of each (sender, receiver) pair (the only one that
+can hold bandwidth) and re-walks flows in priority order from the change point, stopping where
+nothing can change. Fair mode groups flows by pair (they share one rate) and repairs resource
+"levels" locally until they are a fixed point, which is exactly the max-min fair allocation
+(progressive filling of everything is the fallback). Completions sit in one heap with lazy
+invalidation; events at the same instant are coalesced before rates are recomputed;
+``record=False`` skips the timeline. Measured: 64 trainers x 500 iterations (256,500 events)
+in 11-12 CPU-seconds with either policy, ~21k events/s (``bench/bench_scheduler.py``).
+Placement search can pass ``iterations`` to simulate fewer and extrapolate the epoch.
+
+Output: :class:`SimResult` — epoch and steady-state iteration time, the instance's lower bound,
+per-batch timestamps, per-resource utilisation, per-trainer stage times, the critical path and,
+with ``record=True``, the timeline as :class:`Span` rows.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ import itertools
 import math
 import time
 from bisect import bisect_left, bisect_right, insort
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -532,19 +542,34 @@ class _Group:
 
 
 class _FairNet:
-    """Max-min fair sharing (progressive filling) over (sender, receiver) groups.
+    """Max-min fair sharing over (sender, receiver) groups, repaired incrementally.
 
     Flows of one pair are symmetric, so they share one rate: a group serves them like a
     processor-sharing queue (finish tag = group's served bytes at arrival + size).
+
+    Rates come from resource *levels*: a group's rate is min(level of its egress, level of its
+    ingress), and a resource's level is the water level that fills its capacity given its
+    groups' other levels (infinite if they cannot fill it). Any state where every resource's
+    level is its own water level is the max-min fair allocation (each group is then maximal on
+    a saturated resource, which characterises it uniquely), so after a change the simulator
+    re-levels only the resources around it until nothing moves; if that takes too long it falls
+    back to progressive filling of everything. With several priority classes (``"classes"``)
+    each class is filled in turn on what the ones before left.
     """
 
     def __init__(self, cap: list[float], schedule: Any, record: Any) -> None:
         self.cap = list(cap)
+        R = len(cap)
         self.groups: dict[tuple[int, int], _Group] = {}
+        self.on: list[dict[tuple, _Group]] = [{} for _ in range(R)]  # resource -> its groups
+        self.level = [math.inf] * R
+        self.touched: set[int] = set()  # resources whose groups or capacity changed
         self.resched: set[tuple[int, int]] = set()
         self.dirty = False
         self.schedule, self.record = schedule, record
         self.tol = 1e-12 * max(cap)
+        self.classes = False
+        self.repairs = self.fills = 0  # how commits were solved (for benchmarks)
 
     def _settle(self, g: _Group, now: float) -> None:
         g.V += g.rate * (now - g.t0)
@@ -556,6 +581,10 @@ class _FairNet:
         g = self.groups.get(key)
         if g is None:
             g = self.groups[key] = _Group(f.s, f.d, now, cls)
+            self.on[f.s][key] = g
+            self.on[f.d][key] = g
+            if cls != 0:
+                self.classes = True
         else:
             self._settle(g, now)
         f.tag = g.V + f.nbytes
@@ -563,6 +592,8 @@ class _FairNet:
         heapq.heappush(g.heap, (f.tag, f.fid, f))
         g.n += 1
         self.resched.add(key)
+        self.touched.add(f.s)
+        self.touched.add(f.d)
         self.dirty = True
 
     def done(self, g: _Group, ver: int, now: float) -> _Flow | None:
@@ -580,21 +611,82 @@ class _FairNet:
         key = (g.cls, g.s, g.d)
         if g.n == 0:
             del self.groups[key]
+            del self.on[g.s][key]
+            del self.on[g.d][key]
             self.resched.discard(key)
+            g.rate = 0.0
         else:
             self.resched.add(key)
+        self.touched.add(g.s)
+        self.touched.add(g.d)
         self.dirty = True
         return f
 
     def set_cap(self, r: int, c: float) -> None:
         self.cap[r] = max(c, 0.0)
+        self.touched.add(r)
         self.dirty = True
 
+    def _water(self, r: int) -> float:
+        """Level of r given the levels of its groups' other resources."""
+        cap, level = self.cap[r], self.level
+        items = []
+        cnt = 0
+        finite = 0.0
+        unbounded = False
+        for g in self.on[r].values():
+            c = level[g.d if g.s == r else g.s]
+            cnt += g.n
+            if c == math.inf:
+                unbounded = True
+            else:
+                finite += c * g.n
+            items.append((c, g.n))
+        if not cnt:
+            return math.inf
+        if not unbounded and finite <= cap + self.tol:
+            return math.inf
+        items.sort()
+        rem = max(cap, 0.0)
+        for c, n in items:
+            if c * cnt >= rem:
+                break
+            rem -= c * n
+            cnt -= n
+        return rem / cnt
+
+    def _repair(self, changed: set[int]) -> bool:
+        """Re-level around the touched resources until a fixed point; False if it gives up."""
+        level, tol = self.level, self.tol
+        todo = deque(self.touched)
+        queued = set(self.touched)
+        budget = 64 + 8 * len(queued)
+        while todo:
+            budget -= 1
+            if budget < 0:
+                return False
+            r = todo.popleft()
+            queued.discard(r)
+            new = self._water(r)
+            old = level[r]
+            if new == old or (new != math.inf and old != math.inf and abs(new - old) <= tol):
+                continue
+            level[r] = new
+            changed.add(r)
+            for g in self.on[r].values():
+                x = g.d if g.s == r else g.s
+                if x not in queued:
+                    queued.add(x)
+                    todo.append(x)
+        return True
+
     @staticmethod
-    def _fill(groups: list[_Group], left: list[float], rate: list[float]) -> None:
+    def _fill(groups: list[_Group], left: list[float], rate: list[float],
+              level: list[float] | None = None) -> None:
         """Progressive filling of `groups` on capacities `left` (reduced in place): rate[i] is
-        group i's per-flow rate. A heap of resources by fair share; the smallest saturates and
-        freezes its groups, which never lowers another resource's share."""
+        group i's per-flow rate; `level` gets each saturated resource's level. A heap of
+        resources by fair share; the smallest saturates and freezes its groups, which never
+        lowers another resource's share."""
         cnt: dict[int, float] = {}
         on: dict[int, list[int]] = {}
         for i, g in enumerate(groups):
@@ -615,6 +707,8 @@ class _FairNet:
             lvl, r, v = pop(H)
             if v != ver[r] or cnt[r] <= 0:
                 continue
+            if level is not None:
+                level[r] = lvl
             for i in on[r]:
                 if frozen[i]:
                     continue
@@ -633,27 +727,47 @@ class _FairNet:
     def commit(self, now: float) -> None:
         self.dirty = False
         resched = self.resched
-        groups = list(self.groups.values())
-        left = list(self.cap)
-        rate = [0.0] * len(groups)
-        classes = {g.cls for g in groups}
-        if len(classes) <= 1:
-            self._fill(groups, left, rate)
-        else:  # strict priority between classes, max-min fair within each
-            for c in sorted(classes):
-                idx = [i for i, g in enumerate(groups) if g.cls == c]
-                sub = [0.0] * len(idx)
-                self._fill([groups[i] for i in idx], left, sub)
-                for i, v in zip(idx, sub):
-                    rate[i] = v
+        changed: set[int] = set()
+        todo: list[tuple[_Group, float]] | None = None
+        if not self.classes and self._repair(changed):
+            cand = {id(g): g for r in changed for g in self.on[r].values()}
+            for key in resched:
+                g = self.groups.get(key)
+                if g is not None:
+                    cand[id(g)] = g
+            level = self.level
+            todo = [(g, min(level[g.s], level[g.d])) for g in cand.values()]
+            if any(x == math.inf for _, x in todo):  # not a fixed point after all
+                todo = None
+            else:
+                self.repairs += 1
+        if todo is None:
+            self.fills += 1
+            groups = list(self.groups.values())
+            left = list(self.cap)
+            rate = [0.0] * len(groups)
+            classes = {g.cls for g in groups}
+            if len(classes) <= 1:
+                self.level = [math.inf] * len(self.cap)
+                self._fill(groups, left, rate, self.level)
+            else:  # strict priority between classes, max-min fair within each
+                for c in sorted(classes):
+                    idx = [i for i, g in enumerate(groups) if g.cls == c]
+                    sub = [0.0] * len(idx)
+                    self._fill([groups[i] for i in idx], left, sub)
+                    for i, v in zip(idx, sub):
+                        rate[i] = v
+            todo = list(zip(groups, rate))
+        self.touched.clear()
         tol = self.tol
-        for i, g in enumerate(groups):
-            new = rate[i] if rate[i] > tol else 0.0
-            changed = abs(new - g.rate) > tol
-            if not changed and (g.cls, g.s, g.d) not in resched:
+        for g, new in todo:
+            if new <= tol:
+                new = 0.0
+            changed_rate = abs(new - g.rate) > tol
+            if not changed_rate and (g.cls, g.s, g.d) not in resched:
                 continue
             self._settle(g, now)
-            if changed:
+            if changed_rate:
                 if self.record is not None and g.rate > 0:
                     for _, _, f in g.heap:
                         t = max(g.tchg, f.t_arr)

@@ -736,10 +736,14 @@ class CpSatOutcome:
         """Whether the bound holds for placements with this part split."""
         return split in self.bounds
 
+    only_split: bool = False  # one part per trainer: there is no other split
+
     def scope(self) -> str:
+        if self.only_split:
+            return "every placement"
         if self.exact_parts:
-            return "every placement (all seed-balanced part splits)"
-        return f"placements with the {len(self.bounds)} part split(s) solved"
+            return "every placement with a seed-balanced part split"
+        return f"placements with the {len(self.bounds)} part splits solved"
 
 
 def _solve_once(problem: Problem, inst: Instance, *, time_limit: float, seed: int,
@@ -808,24 +812,28 @@ def run_cpsat(problem: Problem, *, time_limit: float = 10.0, seed: int = 0,
     won = split_of(best)
     res = next((r for r in results if r.instance.exact_parts
                 or tuple(sorted(r.instance.bundles)) == won), results[0])
-    return CpSatOutcome(best, scored, res, bound, exact, list(bounds), bounds)
+    return CpSatOutcome(best, scored, res, bound, exact, list(bounds), bounds,
+                        only_split=problem.W >= problem.P)
 
 
 def lower_bound(problem: Problem, outcome: CpSatOutcome, plans: list[Plan], *,
                 time_limit: float = 5.0, seed: int = 0) -> float:
-    """The outcome's bound, extended to the part splits of `plans` it does not cover yet.
+    """The outcome's bound, made to hold for every plan in `plans` too.
 
-    Each fixed split's CP-SAT bound holds for placements with that split, so the smallest
-    over every split in play bounds every plan compared (when the model chose the split
-    itself, it already covers every seed-balanced one, but not an unbalanced baseline's).
+    Each fixed split's CP-SAT bound holds for placements with that split, so a plan whose
+    split is not covered and whose own time per iteration is below the bound gets its split
+    solved, and the bound becomes the smallest (when the model chose the split itself it
+    covers every seed-balanced one already, but not an unbalanced baseline's).
     """
     bound = outcome.lower_bound_iter_s
     for p in plans:
         sp = split_of(p)
-        if outcome.covers(sp):
+        if outcome.covers(sp) or outcome.only_split:
             continue
         if outcome.exact_parts and _balanced(problem, sp):
             continue
+        if problem.seconds_per_iteration(p)[0] >= bound:
+            continue  # this plan's own load is above the bound already
         one = build_instance(problem, [tuple(b) for b in sp])
         _, res = _solve_once(problem, one, time_limit=time_limit, seed=seed, workers=2,
                              placer="bound")

@@ -414,6 +414,29 @@ def contiguous_split(problem: Problem, W: int | None = None) -> list[tuple[int, 
     return [tuple(sorted(r)) for r in runs]
 
 
+def lpt_split(problem: Problem, W: int | None = None) -> list[tuple[int, ...]]:
+    """The most seed-balanced split: largest part first, each to the lightest trainer.
+
+    Balance matters beyond coverage: a trainer's mini-batches are drawn from its parts in
+    proportion to their seeds, so a part in a light trainer is sampled more often per
+    iteration and its store sends more; equal seeds spread the stores' egress evenly. Among
+    equally light trainers, one already holding parts of the same store is preferred.
+    """
+    W = problem.W if W is None else W
+    if W >= problem.P:
+        return [(p,) for p in range(problem.P)]
+    order = sorted(range(problem.P), key=lambda p: (-seeds_of(problem, [p]), p))
+    groups: list[list[int]] = [[] for _ in range(W)]
+    load = [0.0] * W
+    for p in order:
+        st = problem.store_of[p]
+        i = min(range(W), key=lambda i: (load[i], not any(problem.store_of[q] == st
+                                                          for q in groups[i]), i))
+        groups[i].append(p)
+        load[i] += seeds_of(problem, [p])
+    return [tuple(sorted(g)) for g in groups]
+
+
 def split_of(plan: Plan) -> tuple[tuple[int, ...], ...]:
     """A plan's part split, canonical (sorted), for comparing splits across plans."""
     return tuple(sorted(tuple(sorted(t.parts)) for t in plan.trainers))
@@ -423,7 +446,7 @@ def candidate_splits(problem: Problem) -> list[list[tuple[int, ...]]]:
     """Part splits the model is solved for when it cannot choose the split itself."""
     out: list[list[tuple[int, ...]]] = []
     seen: set[tuple] = set()
-    for split in (bundle_parts(problem), contiguous_split(problem)):
+    for split in (bundle_parts(problem), contiguous_split(problem), lpt_split(problem)):
         key = tuple(sorted(split))
         if key not in seen:
             seen.add(key)

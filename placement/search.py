@@ -459,6 +459,9 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
                "bottleneck_iteration_s": bv}
         if "colocation_feasible" in bp.predicted:
             row["colocation_feasible"] = bp.predicted["colocation_feasible"]
+        if bp.notes:
+            row["notes"] = list(bp.notes[:3]) + ([f"... {len(bp.notes) - 3} more like these"]
+                                                 if len(bp.notes) > 3 else [])
         base[name] = row
         compared.append(bp)
     lb = lower_bound(problem, outcome, compared, seed=seed)

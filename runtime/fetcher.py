@@ -25,15 +25,7 @@ import zmq
 
 from gnnsched.runtime.role import Role
 from gnnsched.runtime.store import StoreClient
-from gnnsched.runtime.transport import (
-    BULK,
-    Channel,
-    Kind,
-    Message,
-    MessageError,
-    bind_random,
-    make_socket,
-)
+from gnnsched.runtime.transport import BULK, Channel, Kind, Message, MessageError
 
 
 @dataclass
@@ -127,8 +119,7 @@ class Fetcher(Role):
         cfg = self.config
         self.machine_index = cfg["machines"].index(self.args.machine)
         self.node_part = np.load(cfg["node_part_file"], allow_pickle=False)
-        self.sock = make_socket(self.ctx, zmq.PULL, BULK)
-        self.endpoint = bind_random(self.sock, self.args.host)
+        self.sock, self.endpoint = self.bind(zmq.PULL, BULK)
         self.inbox = Channel(self.sock, f"{self.name} requests")
 
     def ready_fields(self) -> dict[str, Any]:
@@ -137,11 +128,12 @@ class Fetcher(Role):
     def run(self) -> None:
         peers = self.peers
         self.stores = StoreClient(self.ctx, {int(m): ep for m, ep in peers["stores"].items()},
-                                  self.name, self.name.encode(), self.machine_index)
+                                  self.name, self.ident.encode(), self.machine_index,
+                                  curve=self.curve)
         self.to_trainer: dict[int, Channel] = {}
         for t in peers["trainers"]:
             if t.get("relay_machine") == self.args.machine:
-                sock = make_socket(self.ctx, zmq.PUSH, BULK)
+                sock = self.socket(zmq.PUSH, BULK)
                 sock.connect(t["data"])
                 machine = self.config["trainers"][int(t["id"])]["machine"]
                 self.to_trainer[int(t["id"])] = Channel(
@@ -158,13 +150,23 @@ class Fetcher(Role):
                 if sock is self.control.sock:
                     self.poll_control()
                 elif sock is self.sock:
-                    while (got := self.inbox.recv_now()) is not None:
-                        msg = got[1]
-                        if msg.kind != Kind.FETCH_REQ or msg["trainer"] not in self.to_trainer:
-                            raise MessageError(f"{self.name}: unexpected {msg!r}")
+                    while True:
+                        try:  # a malformed push is dropped (and logged), never trusted
+                            got = self.inbox.recv_now()
+                            if got is None:
+                                break
+                            msg = got[1]
+                            if msg.kind != Kind.FETCH_REQ or \
+                                    msg["trainer"] not in self.to_trainer:
+                                raise MessageError(f"{self.name}: unexpected {msg!r}")
+                        except MessageError as exc:
+                            self.log(f"rejected a message: {exc}")
+                            continue
                         self.gather.start(msg["trainer"], msg["seq"], msg.arrays["nodes"].copy())
                 else:
                     self.gather.handle(sock)
+            self.doing = f"gathering {self.gather.in_flight} mini-batch(es)" \
+                if self.gather.in_flight else "idle"
             if self.gather.oldest() > timeout:
                 raise TimeoutError(f"{self.name}: a feature gather waited more than "
                                    f"{timeout:.0f} s for the stores")

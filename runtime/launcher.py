@@ -15,6 +15,14 @@ the coordinator (which then stops roles in order), and nothing is left behind: `
 -> grace -> ``kill``. Roles also die with their parent (``PR_SET_PDEATHSIG``) and exit when
 the coordinator goes silent (see :mod:`gnnsched.runtime.role`), which covers ``kill -9`` of the
 coordinator and lost SSH sessions.
+
+For recovery a launcher also answers whether a machine can still run processes
+(:meth:`Launcher.reachable`: the ssh launcher asks the host, the netns launcher checks the
+host's namespace) and stops a chosen subset of processes (:meth:`Launcher.stop`).
+:meth:`Launcher.mark_down` emulates the death of a whole machine for fault injection: its
+processes are killed and it stops being reachable, so the coordinator must re-plan around it.
+Before anything starts, :meth:`Launcher.preflight` checks every host is reachable, so a dead
+host is one clear error naming it, not a role that never says hello.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -32,6 +41,10 @@ from typing import IO, Any
 from gnnsched.spec import ClusterSpec, SpecError
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+class LaunchError(RuntimeError):
+    """A process could not be started where the plan puts it (host down or unreachable)."""
 
 
 @dataclass
@@ -47,10 +60,17 @@ class RoleLaunch:
     orphan_timeout: float = 30.0
     start_timeout: float = 300.0
     env: dict[str, str] = field(default_factory=dict)
+    gen: int = 0  # restart generation: the role's identity is NAME/GEN
+    heartbeat_s: float = 1.0
+    curve_keys: str | None = None  # folder with the cluster's CURVE key pair
 
     @property
     def name(self) -> str:
         return f"{self.role}:{self.id}"
+
+    @property
+    def ident(self) -> str:
+        return f"{self.name}/{self.gen}"
 
 
 class Process:
@@ -102,6 +122,7 @@ class Launcher:
         self.cluster = cluster
         self.python = python or sys.executable
         self.procs: list[Process] = []
+        self.down: set[str] = set()  # machines declared dead (fault injection or probes)
 
     # ---------------------------------------------------------------- where
     def coordinator_host(self) -> str:
@@ -119,11 +140,15 @@ class Launcher:
     # ---------------------------------------------------------------- how
     def role_argv(self, launch: RoleLaunch) -> list[str]:
         """The role's own command line (the same for every launcher)."""
-        return [self.python, "-m", "gnnsched.runtime.role", launch.role, "--id", launch.id,
+        argv = [self.python, "-m", "gnnsched.runtime.role", launch.role, "--id", launch.id,
                 "--machine", launch.machine, "--host", self.host_of(launch.machine),
                 "--coordinator", launch.coordinator, "--threads", str(launch.threads),
                 "--orphan-timeout", f"{launch.orphan_timeout:g}",
-                "--start-timeout", f"{launch.start_timeout:g}"]
+                "--start-timeout", f"{launch.start_timeout:g}",
+                "--gen", str(launch.gen), "--heartbeat", f"{launch.heartbeat_s:g}"]
+        if launch.curve_keys:
+            argv += ["--curve-keys", str(launch.curve_keys)]
+        return argv
 
     def role_env(self, launch: RoleLaunch) -> dict[str, str]:
         """Variables the role needs (thread pinning, unbuffered logs, gloo's interface)."""
@@ -139,6 +164,9 @@ class Launcher:
         return self.role_argv(launch)
 
     def start(self, launch: RoleLaunch) -> Process:
+        if launch.machine in self.down:
+            raise LaunchError(f"cannot start {launch.name} on {launch.machine}: the machine "
+                              "is down")
         launch.log.parent.mkdir(parents=True, exist_ok=True)
         log = open(launch.log, "ab")
         env = {**os.environ, **self.role_env(launch)}
@@ -148,13 +176,13 @@ class Launcher:
         self.procs.append(proc)
         return proc
 
-    def stop_all(self, grace: float = 5.0) -> list[str]:
-        """SIGTERM every live process group, wait ``grace``, SIGKILL the rest; reap all.
-
-        Returns the names of processes that had to be signalled."""
-        live = [p for p in self.procs if p.poll() is None]
+    def stop(self, procs: list[Process], grace: float = 2.0) -> list[str]:
+        """SIGTERM these process groups (SIGCONT first: a frozen one must get it), wait
+        ``grace``, SIGKILL what is left; reap them. Returns the names that were signalled."""
+        live = [p for p in procs if p.poll() is None]
         for p in live:
             p.signal(signal.SIGTERM)
+            p.signal(signal.SIGCONT)
         end = time.monotonic() + grace
         for p in live:
             p.wait(max(0.0, end - time.monotonic()))
@@ -162,9 +190,38 @@ class Launcher:
             if p.poll() is None:
                 p.signal(signal.SIGKILL)
                 p.wait(5.0)
-        for p in self.procs:
+        for p in procs:
+            p.wait(0.0)
             p.close()
         return [p.launch.name for p in live]
+
+    def stop_all(self, grace: float = 5.0) -> list[str]:
+        """SIGTERM every live process group, wait ``grace``, SIGKILL the rest; reap all.
+
+        Returns the names of processes that had to be signalled."""
+        return self.stop(self.procs, grace)
+
+    def reachable(self, machine: str, timeout: float = 5.0) -> bool:
+        """Can ``machine`` still run processes? (Recovery re-plans around it when not.)"""
+        return machine not in self.down
+
+    def mark_down(self, machine: str) -> list[int]:
+        """Emulate the death of ``machine``: SIGKILL its processes, refuse new ones there.
+        Returns the pids killed (fault injection)."""
+        self.down.add(machine)
+        killed = []
+        for p in self.procs:
+            if p.launch.machine == machine and p.poll() is None:
+                p.signal(signal.SIGKILL)
+                killed.append(p.pid)
+        return killed
+
+    def preflight(self, machines: list[str], timeout: float = 10.0) -> None:
+        """Raise :class:`LaunchError` naming every machine that cannot run processes."""
+        bad = [m for m in machines if not self.reachable(m, timeout)]
+        if bad:
+            raise LaunchError(f"machine(s) {', '.join(bad)} cannot be reached by the "
+                              f"{self.name} launcher")
 
     def close(self) -> None:
         self.stop_all()
@@ -219,6 +276,17 @@ class NetnsLauncher(Launcher):
     def command(self, launch: RoleLaunch) -> list[str]:
         return [*self.net.exec_prefix(launch.machine), *self.role_argv(launch)]
 
+    def reachable(self, machine: str, timeout: float = 5.0) -> bool:
+        """The host's namespace still exists (``gnnsched cluster down`` or a crash removes it)."""
+        from gnnsched.runtime.netns import list_namespaces
+
+        if machine in self.down:
+            return False
+        try:
+            return self.net.host(machine).ns in list_namespaces()
+        except Exception:
+            return False
+
 
 class SshLauncher(Launcher):
     """Roles on real hosts over SSH (``machines[*].ssh: user@host`` in the cluster file).
@@ -267,6 +335,33 @@ class SshLauncher(Launcher):
         m = self.cluster.machine(machine)
         return m.ssh or m.address or machine
 
+    def probe(self, machine: str, timeout: float = 10.0) -> str | None:
+        """Run ``true`` on the host over ssh; None when it answered, else why not."""
+        argv = [self.ssh, *self.ssh_options, "-o", f"ConnectTimeout={max(1, int(timeout))}",
+                self.destination(machine), "true"]
+        try:
+            res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                                 text=True, timeout=timeout + 5)
+        except FileNotFoundError:
+            return f"ssh client {self.ssh!r} not found"
+        except subprocess.TimeoutExpired:
+            return f"no answer within {timeout:.0f} s"
+        if res.returncode != 0:
+            return (res.stderr.strip().splitlines() or [f"ssh exit code {res.returncode}"])[-1]
+        return None
+
+    def reachable(self, machine: str, timeout: float = 5.0) -> bool:
+        return machine not in self.down and self.probe(machine, timeout) is None
+
+    def preflight(self, machines: list[str], timeout: float = 10.0) -> None:
+        """Probe every host at once; one error naming each unreachable host and why."""
+        machines = sorted(set(machines))
+        with ThreadPoolExecutor(max_workers=min(16, len(machines) or 1)) as pool:
+            why = dict(zip(machines, pool.map(lambda m: self.probe(m, timeout), machines)))
+        bad = [f"{m} ({self.destination(m)}): {w}" for m, w in why.items() if w is not None]
+        if bad:
+            raise LaunchError("unreachable host(s) over ssh: " + "; ".join(bad))
+
     def command(self, launch: RoleLaunch) -> list[str]:
         argv = self.role_argv(launch)
         argv[0] = self.remote_python
@@ -289,5 +384,5 @@ def get_launcher(name: str | Launcher, cluster: ClusterSpec, **kwargs: Any) -> L
     return cls(cluster, **kwargs)
 
 
-__all__ = ["LAUNCHERS", "Launcher", "LocalLauncher", "NetnsLauncher", "Process", "RoleLaunch",
-           "SshLauncher", "get_launcher"]
+__all__ = ["LAUNCHERS", "LaunchError", "Launcher", "LocalLauncher", "NetnsLauncher", "Process",
+           "RoleLaunch", "SshLauncher", "get_launcher"]

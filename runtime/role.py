@@ -9,12 +9,28 @@ endpoints; receive ``start`` (everyone's endpoints); ``run()``; on ``stop`` send
 (bytes sent, role counters) and exit 0. Any exception is reported to
 the coordinator as ``error`` (with the traceback) before the process exits 1.
 
-No orphans: a watchdog thread ends the process when its parent dies (Linux
+Identity. A role connects as ``NAME/GEN`` (``sampler:1/0``): ``--gen`` is the restart
+generation the coordinator gives each launch, so after a recovery nothing a dead incarnation
+left in a queue can be mistaken for the new one's, and stores see every restarted client as a
+new peer.
+
+Heartbeats (failure detection). A heartbeat thread with its own socket (identity
+``NAME/GEN/hb``) sends ``hb`` every ``--heartbeat`` seconds carrying what the role is doing
+(:attr:`Role.doing`, e.g. ``training step 37 (epoch 4)``); the coordinator answers each one.
+Its own thread and socket keep heartbeats independent of how long a step takes, so silence
+means the process or its host is gone or frozen, not busy -- stalls are caught by the receive
+timeouts instead. The coordinator declares a role dead after ``dead_after_s`` without one and
+logs the last thing it said it was doing.
+
+No orphans: the same thread ends the process when its parent dies (Linux
 ``PR_SET_PDEATHSIG`` plus a parent-pid check for launchers that exec through ``ip netns exec``
-or ``ssh``) or when the coordinator has been silent for ``--orphan-timeout`` seconds (it pings
-every second). SIGINT is ignored (Ctrl-C is the coordinator's to handle: it stops roles in
-order); SIGTERM ends it at once, even inside a blocking C call. These are also the hooks
-heartbeats will use.
+or ``ssh``) or when the coordinator has not answered a heartbeat for ``--orphan-timeout``
+seconds. SIGINT is ignored (Ctrl-C is the coordinator's to handle: it stops roles in order);
+SIGTERM ends it at once, even inside a blocking C call.
+
+CURVE: with ``--curve-keys DIR`` every socket of the role is a CURVE client or server with the
+cluster's key pair, and a ZAP handler admits only holders of that pair (see
+:mod:`~gnnsched.runtime.transport`).
 """
 
 from __future__ import annotations
@@ -36,13 +52,18 @@ from gnnsched.runtime.transport import (
     CONTROL,
     STATS,
     Channel,
+    CurveKeys,
     Kind,
     Message,
     MessageError,
+    SocketOptions,
     TransportTimeout,
+    bind_random,
     ctrl,
     ctrl_body,
+    load_keys,
     make_socket,
+    start_authenticator,
 )
 
 _BORN = time.monotonic()  # when this module was imported: start-up time in the logs
@@ -97,8 +118,13 @@ class Role:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.name = f"{self.role}:{args.id}"
+        self.gen = int(getattr(args, "gen", 0) or 0)
+        self.ident = f"{self.name}/{self.gen}"
         self.ctx = zmq.Context(io_threads=1)
-        sock = make_socket(self.ctx, zmq.DEALER, CONTROL, identity=self.name.encode())
+        keys_dir = getattr(args, "curve_keys", None)
+        self.curve: CurveKeys | None = load_keys(keys_dir) if keys_dir else None
+        self.auth = start_authenticator(self.ctx, self.curve) if self.curve else None
+        sock = self.socket(zmq.DEALER, CONTROL, identity=self.ident.encode())
         sock.connect(args.coordinator)
         self.control = Channel(sock, f"{self.name} control")
         self.config: dict[str, Any] = {}
@@ -106,6 +132,17 @@ class Role:
         self.stopping = False
         self.last_heard = time.monotonic()
         self.t0 = time.monotonic()
+        self.doing = "starting"  # what the heartbeat reports; set by the role as it works
+
+    def socket(self, kind: int, opts: SocketOptions = CONTROL, identity: bytes | None = None,
+               server: bool = False) -> zmq.Socket:
+        """A socket of this process: CURVE-secured when the cluster requires keys."""
+        return make_socket(self.ctx, kind, opts, identity, curve=self.curve, server=server)
+
+    def bind(self, kind: int, opts: SocketOptions) -> tuple[zmq.Socket, str]:
+        """A server socket bound to this machine's address only (``--host``)."""
+        sock = self.socket(kind, opts, server=True)
+        return sock, bind_random(sock, self.args.host)
 
     # ------------------------------------------------------------------ hooks
     def setup(self) -> None:
@@ -187,19 +224,42 @@ class Role:
             self.dispatch(msg)
 
     def watchdog(self, orphan_timeout: float) -> None:
+        """Start the heartbeat thread (also the orphan and parent-death watchdog)."""
         parent = os.getppid()
+        period = float(getattr(self.args, "heartbeat", 1.0) or 1.0)
+        sock = self.socket(zmq.DEALER, CONTROL, identity=f"{self.ident}/hb".encode())
+        sock.connect(self.args.coordinator)
+        beat = Channel(sock, f"{self.name} heartbeat")
+        heard = [time.monotonic()]
 
         def watch() -> None:
+            nxt = 0.0
             while True:
-                time.sleep(0.5)
+                now = time.monotonic()
+                if now >= nxt:
+                    nxt = now + period
+                    try:
+                        beat.send(ctrl("hb", doing=self.doing, pid=os.getpid()),
+                                  flags=zmq.NOBLOCK)
+                    except zmq.ZMQError:
+                        pass  # queue full: the coordinator is not reading; the timeout decides
+                try:
+                    while beat.recv_now() is not None:  # the coordinator's answers
+                        heard[0] = time.monotonic()
+                except (MessageError, zmq.ZMQError):
+                    pass
+                if sock.poll(int(min(period, 0.5) * 1000), zmq.POLLIN):
+                    continue
                 if os.getppid() != parent:
                     self.log("parent process died; exiting")
                     os._exit(3)
-                if time.monotonic() - self.last_heard > orphan_timeout:
-                    self.log(f"coordinator silent for {orphan_timeout:.0f} s; exiting")
+                silent = time.monotonic() - max(heard[0], self.last_heard)
+                if silent > orphan_timeout:
+                    self.log(f"coordinator silent for {silent:.0f} s (no answer to heartbeats); "
+                             "exiting")
                     os._exit(3)
 
-        threading.Thread(target=watch, name="watchdog", daemon=True).start()
+        threading.Thread(target=watch, name="heartbeat", daemon=True).start()
 
     def main(self) -> int:
         self.watchdog(self.args.orphan_timeout)
@@ -229,6 +289,8 @@ class Role:
             try:
                 self.close()
             finally:  # closes any socket a role forgot; lingers so stats/error get out
+                if self.auth is not None:
+                    self.auth.stop()
                 self.ctx.destroy(linger=200)
 
 
@@ -249,6 +311,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="intra-op threads")
     p.add_argument("--orphan-timeout", type=float, default=30.0)
     p.add_argument("--start-timeout", type=float, default=300.0)
+    p.add_argument("--gen", type=int, default=0, help="restart generation (identity suffix)")
+    p.add_argument("--heartbeat", type=float, default=1.0, help="seconds between heartbeats")
+    p.add_argument("--curve-keys", default=None, help="folder with the cluster's CURVE keys")
     return p.parse_args(argv)
 
 
@@ -260,7 +325,12 @@ def main(argv: list[str] | None = None) -> int:
     # The default action, not a Python handler: it ends the process even while it is blocked
     # in C (a collective waiting for a dead peer), where Python handlers never get to run.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    role = _role_class(args.role)(args)
+    try:
+        role = _role_class(args.role)(args)
+    except Exception as exc:  # no coordinator link yet: say it on stderr (the role's log)
+        print(f"[{args.role}:{args.id}] cannot start: {type(exc).__name__}: {exc}",
+              file=sys.stderr, flush=True)
+        return 2
     return role.main()
 
 

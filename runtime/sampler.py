@@ -27,7 +27,7 @@ import zmq
 
 from gnnsched.runtime.role import Role, seed_of
 from gnnsched.runtime.store import PartGraph, StoreClient, load_parts
-from gnnsched.runtime.transport import BULK, Channel, Kind, Message, MessageError, make_socket
+from gnnsched.runtime.transport import BULK, Channel, Kind, Message, MessageError
 
 MAX_EDGES = 1 << 31
 
@@ -131,20 +131,21 @@ class Sampler(Role):
     def run(self) -> None:
         peers = self.peers
         self.stores = StoreClient(self.ctx, {int(m): ep for m, ep in peers["stores"].items()},
-                                  self.name, self.name.encode(), self.machine_index)
+                                  self.name, self.ident.encode(), self.machine_index,
+                                  curve=self.curve)
         machine_of = {t["id"]: self.config["trainers"][int(t["id"])]["machine"]
                       for t in peers["trainers"]}
         self.part_store = [int(m) for m in self.config["part_store"]]
         self.to_trainer: dict[int, Channel] = {}
         self.to_fetcher: dict[int, Channel] = {}
         for t in peers["trainers"]:
-            sock = make_socket(self.ctx, zmq.PUSH, BULK)
+            sock = self.socket(zmq.PUSH, BULK)
             sock.connect(t["data"])
             self.to_trainer[int(t["id"])] = Channel(
                 sock, f"{self.name}->trainer{t['id']}",
                 remote=machine_of[t["id"]] != self.args.machine)
             if t.get("relay"):
-                sock = make_socket(self.ctx, zmq.PUSH, BULK)
+                sock = self.socket(zmq.PUSH, BULK)
                 sock.connect(t["relay"])
                 self.to_fetcher[int(t["id"])] = Channel(
                     sock, f"{self.name}->fetcher", remote=t["relay_machine"] != self.args.machine)
@@ -153,6 +154,7 @@ class Sampler(Role):
         for s in self.stores.poll_sockets:
             self.poller.register(s, zmq.POLLIN)
         self.timeout = float(self.config.get("request_timeout", 120.0))
+        self.doing = "idle (no batch assigned)"
         while not self.stopping:  # the coordinator sends BATCH when this sampler may start
             events = dict(self.poller.poll(200))
             if self.control.sock in events:
@@ -164,6 +166,7 @@ class Sampler(Role):
     def on_message(self, msg: Message) -> None:
         if msg.kind != Kind.BATCH:
             super().on_message(msg)
+            return
         if self.batch is not None:
             raise MessageError(f"{self.name}: a second BATCH before the first was built")
         self.batch = msg
@@ -172,6 +175,7 @@ class Sampler(Role):
         t0 = time.monotonic()
         trainer, seq = job["trainer"], job["seq"]
         self._key = (trainer, seq)
+        self.doing = f"sampling trainer {trainer} step {seq} (epoch {job['epoch']})"
         seeds = job.arrays["seeds"].copy()
         if len(seeds) and (seeds.min() < 0 or seeds.max() >= len(self.node_part)):
             raise MessageError("BATCH.seeds: node id outside the graph")
@@ -198,6 +202,7 @@ class Sampler(Role):
                                                   {"nodes": batch.input_nodes}))
         self.sampled += 1
         self.busy_s += sample_s
+        self.doing = f"idle (last built trainer {trainer} step {seq})"
 
     def sample_parts(self, requests: dict[int, tuple[np.ndarray, int, int]]
                      ) -> dict[int, tuple[np.ndarray, np.ndarray]]:

@@ -33,10 +33,12 @@ node ids; samplers on a store's machine use it for local hops.
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,11 +48,11 @@ from gnnsched.runtime.role import Role
 from gnnsched.runtime.transport import (
     BULK,
     Channel,
+    CurveKeys,
     Kind,
     Message,
     MessageError,
     SocketOptions,
-    bind_random,
     ctrl,
     make_socket,
 )
@@ -130,10 +132,46 @@ class PartGraph:
         return self.inner_orig[m], self.labels[m]
 
 
-def load_parts(partitions: str, parts: list[int], keep_features: bool = True
-               ) -> dict[int, PartGraph]:
+def verify_files(partitions: str, parts: list[int] | None) -> int:
+    """Check the sha256 of partition files against ``gnnsched.json`` before trusting them.
+
+    ``parts``: verify the files of these parts (``partN/...``); ``None``: the shared files
+    only (node map, DGL config). Each store verifies what it loads, so the cost is spread over
+    the stores and equals one extra read of the data. Returns the bytes hashed; raises
+    :class:`~gnnsched.spec.SpecError` naming the missing or corrupted file.
+    """
+    from gnnsched.datasets.partition import META_FILE, sha256_file
+    from gnnsched.spec import SpecError
+
+    root = Path(partitions)
+    meta = json.loads((root / META_FILE).read_text())
+    sums = meta.get("sha256")
+    if not isinstance(sums, dict) or not sums:
+        raise SpecError(str(root / META_FILE), "sha256", "is missing or empty",
+                        "re-run gnnsched partition")
+    want = {f"part{p}" for p in parts} if parts is not None else None
+    hashed = 0
+    for rel, expected in sorted(sums.items()):
+        top = rel.split("/", 1)[0] if "/" in rel else None
+        if (want is None and top is not None) or (want is not None and top not in want):
+            continue
+        path = root / rel
+        if not path.is_file():
+            raise SpecError(str(path), "", "partition file is missing",
+                            f"listed in {META_FILE}; restore it or re-run gnnsched partition")
+        if sha256_file(path) != expected:
+            raise SpecError(str(path), "sha256", "checksum mismatch: the file is corrupted or "
+                            "changed after partitioning", "re-run gnnsched partition")
+        hashed += path.stat().st_size
+    return hashed
+
+
+def load_parts(partitions: str, parts: list[int], keep_features: bool = True,
+               verify: bool = False) -> dict[int, PartGraph]:
     from gnnsched.datasets import open_partitions
 
+    if verify:
+        verify_files(partitions, parts)
     pset = open_partitions(partitions, verify=False)
     return {p: PartGraph(pset.load_part(p), pset.orig_nids, pset.new_nids, keep_features)
             for p in parts}
@@ -288,6 +326,16 @@ class NicQueue:
             return t
         return None
 
+    def reset(self) -> None:
+        """Forget every transfer, window and hold (recovery: the receivers were restarted)."""
+        self.active.clear()
+        self.keys.clear()
+        self.ranks.clear()
+        self.in_flight.clear()
+        self.in_flight_bytes = 0
+        self.peer_bytes.clear()
+        self.held.clear()
+
     def drop_peer(self, peer: bytes) -> None:
         for tid in [t.tid for t in self.active.values() if t.peer == peer]:
             del self.active[tid]
@@ -326,11 +374,16 @@ class Store(Role):
         cfg = self.config
         self.machine_index = cfg["machines"].index(me)
         self.my_parts = [p for p, m in enumerate(cfg["part_store"]) if m == self.machine_index]
-        self.parts = load_parts(cfg["partitions"], self.my_parts)
+        self.doing = f"loading partitions {self.my_parts}"
+        t0 = time.monotonic()
+        self.parts = load_parts(cfg["partitions"], self.my_parts,
+                                verify=bool(cfg.get("verify_partitions", False)))
+        self.log(f"loaded partitions {self.my_parts} in {time.monotonic() - t0:.2f} s"
+                 + (" (checksums verified)" if cfg.get("verify_partitions") else ""))
         self.node_part = np.load(cfg["node_part_file"], allow_pickle=False)
-        self.sock = make_socket(self.ctx, zmq.ROUTER, STORE_SOCKET)
-        self.endpoint = bind_random(self.sock, self.args.host)
+        self.sock, self.endpoint = self.bind(zmq.ROUTER, STORE_SOCKET)
         self.data = Channel(self.sock, f"store {me} data")
+        self.doing = f"serving partitions {self.my_parts}"
 
     def ready_fields(self) -> dict[str, Any]:
         return {"endpoint": self.endpoint, "parts": self.my_parts}
@@ -374,6 +427,10 @@ class Store(Role):
                     except MessageError as exc:  # a bad request must not take the store down
                         self.rejected += 1
                         self.log(f"rejected a message: {exc}")
+                    except Exception as exc:  # e.g. DGL refusing a request: same, but say so
+                        self.rejected += 1
+                        self.log(f"rejected a request it could not serve: "
+                                 f"{type(exc).__name__}: {exc}")
             if self.control.sock in events:
                 self.poll_control()
             self.pump()
@@ -476,6 +533,12 @@ class Store(Role):
         elif body["op"] == "rank":
             self.nic.set_ranks({(int(t), int(q), str(k)): tuple(key)
                                 for t, q, k, key in body["ranks"]})
+        elif body["op"] == "reset":  # recovery: every client was restarted
+            dropped = len(self.nic.active)
+            self.nic.reset()
+            self.queued, self.done = [], []
+            self.log(f"reset for recovery {body.get('attempt')}: dropped {dropped} transfers "
+                     "to restarted clients")
         else:
             super().on_control(body)
 
@@ -512,10 +575,10 @@ class StoreClient:
     """
 
     def __init__(self, ctx: zmq.Context, stores: dict[int, str], name: str,
-                 identity: bytes, machine: int = -1) -> None:
+                 identity: bytes, machine: int = -1, curve: CurveKeys | None = None) -> None:
         self.channels: dict[int, Channel] = {}
         for m, endpoint in stores.items():
-            sock = make_socket(ctx, zmq.DEALER, BULK, identity=identity)
+            sock = make_socket(ctx, zmq.DEALER, BULK, identity=identity, curve=curve)
             sock.connect(endpoint)
             self.channels[m] = Channel(sock, f"{name}->store{m}", remote=m != machine)
         self.by_sock = {ch.sock: m for m, ch in self.channels.items()}
@@ -574,4 +637,4 @@ class StoreClient:
 
 
 __all__ = ["CHUNK_BYTES", "NicQueue", "OutTransfer", "PartGraph", "Store", "StoreClient",
-           "WINDOW_BYTES", "chunked", "load_parts"]
+           "WINDOW_BYTES", "chunked", "load_parts", "verify_files"]

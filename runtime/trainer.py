@@ -16,6 +16,16 @@ Gradients are averaged over trainers only (gloo on CPU, NCCL when every trainer 
 CUDA device). Dropout is seeded per (job seed, trainer, sequence number), so a run is
 reproducible and equal to :mod:`~gnnsched.runtime.reference`.
 
+Checkpoints (what recovery resumes from). Every ``checkpoint_every`` training steps and at the
+end of every epoch, trainer 0 saves model + optimizer + the step (``seq``) and epoch it
+completed: written to a temporary file, fsynced, then renamed, so a crash leaves the previous
+checkpoint intact; ``latest.pt`` and ``epoch-NNN.pt`` are hard links swapped in the same way.
+Only then does it report ``checkpointed`` to the coordinator, which therefore only ever rolls
+back to a complete file. Trainers are synchronous, so trainer 0's state is every trainer's.
+Started with ``resume`` in its configuration, a trainer loads that checkpoint and trains the
+steps after it: every mini-batch being a function of (seed, trainer, step), this replays
+exactly the lost steps from exactly the model state they first saw.
+
 Slower devices on a CPU box: a cluster may say a trainer's GPU has ``speed`` < 1 relative to the
 profiling device. With ``emulate_speed`` (on by default only when there is no CUDA) each step's
 compute time ``c`` is stretched to ``c / speed`` by sleeping ``c (1/speed - 1)``, so placement
@@ -42,16 +52,7 @@ from gnnsched.runtime.fetcher import Gather
 from gnnsched.runtime.model import Block, build_model
 from gnnsched.runtime.role import PHASES, Role, seed_of, seeds_hash
 from gnnsched.runtime.store import StoreClient
-from gnnsched.runtime.transport import (
-    BULK,
-    Channel,
-    Kind,
-    Message,
-    MessageError,
-    bind_random,
-    ctrl,
-    make_socket,
-)
+from gnnsched.runtime.transport import BULK, Channel, Kind, Message, MessageError, ctrl
 
 
 @dataclass
@@ -151,8 +152,7 @@ class Inbox(threading.Thread):
             events = dict(poller.poll(200))
             for sock in events:
                 if sock is t.data_sock:
-                    while (got := t.data.recv_now()) is not None:
-                        self.on_data(got[1])
+                    self.drain(self.on_data)
                 elif sock is t.control.sock:
                     t.poll_control()
                 elif sock is self.wake_rx:
@@ -186,18 +186,35 @@ class Inbox(threading.Thread):
             if self.t.control.sock in dict(poller.poll(200)):
                 self.t.poll_control()
             else:  # drain anything else so peers never block on us
-                while self.t.data.recv_now() is not None:
-                    pass
+                self.drain(lambda msg: None)
         with self.cond:
             self.stopped = True
             self.cond.notify_all()
 
+    def drain(self, handle: Any) -> None:
+        """Every queued data message to ``handle``; malformed or unexpected ones (a bug, or a
+        stranger on an unsecured cluster) are logged and dropped, never trusted."""
+        t = self.t
+        while True:
+            try:
+                got = t.data.recv_now()
+                if got is None:
+                    return
+                handle(got[1])
+            except MessageError as exc:
+                t.rejected += 1
+                t.log(f"rejected a data message: {exc}")
+
     def on_data(self, msg: Message) -> None:
         t = self.t
+        if msg.kind in (Kind.BLOCK, Kind.FEATS) and (
+                msg["trainer"] != t.rank or msg["seq"] not in t.expected):
+            raise MessageError(f"{t.name}: {msg.kind.name} for trainer {msg['trainer']} step "
+                               f"{msg['seq']}, which it does not train")
         if msg.kind == Kind.BLOCK:
-            if msg["trainer"] != t.rank:
-                raise MessageError(f"{t.name}: BLOCK for trainer {msg['trainer']}")
             seq = msg["seq"]
+            if seq in self.blocks:
+                raise MessageError(f"{t.name}: a second BLOCK for step {seq}")
             self.blocks[seq] = msg
             if t.gather is not None:
                 t.gather.start(t.rank, seq, msg.arrays["input_nodes"])
@@ -248,9 +265,9 @@ class Trainer(Role):
                                    if self.has_cuda else "cpu")
         emulate = cfg.get("emulate_speed")
         self.emulate = (not self.has_cuda) if emulate is None else bool(emulate)
-        self.data_sock = make_socket(self.ctx, zmq.PULL, BULK)
-        self.data_endpoint = bind_random(self.data_sock, self.args.host)
+        self.data_sock, self.data_endpoint = self.bind(zmq.PULL, BULK)
         self.data = Channel(self.data_sock, f"{self.name} data")
+        self.rejected = 0
         # Model and optimizer now, while stores load their partitions (the first Adam imports
         # torch._dynamo: ~2 s that would otherwise delay the first iteration).
         job = cfg["job"]
@@ -259,6 +276,14 @@ class Trainer(Role):
                                  int(cfg["num_classes"]), len(job["fanouts"]),
                                  float(job["dropout"])).to(self.device)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=float(job["lr"]))
+        self.resume_seq = -1
+        resume = cfg.get("resume")
+        if resume:
+            self.doing = f"loading checkpoint of step {resume['seq']}"
+            self.load_checkpoint(resume["path"], int(resume["seq"]))
+        items = [tuple(int(v) for v in it) for it in cfg["items"]]
+        self.items = [it for it in items if it[0] > self.resume_seq]
+        self.expected = {it[0] for it in self.items}
         self.master_port = None
         self.tcp_store = None
         self.allreduce_bytes = 0
@@ -323,7 +348,8 @@ class Trainer(Role):
         self.inbox = Inbox(self)
         if me.get("relay") is None:  # fetch_at == this machine: gather in process
             stores = StoreClient(self.ctx, {int(m): ep for m, ep in peers["stores"].items()},
-                                 self.name, self.name.encode(), self.machine_index)
+                                 self.name, self.ident.encode(), self.machine_index,
+                                 curve=self.curve)
             self.gather = Gather(stores, np.load(cfg["node_part_file"], allow_pickle=False),
                                  cfg["part_store"], self.feature_dim, self.machine_index,
                                  self.inbox.on_gathered)
@@ -343,16 +369,18 @@ class Trainer(Role):
     def train_items(self, model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
         cfg, job = self.config, self.config["job"]
         self.grad_first = bool(cfg.get("grad_first")) and self.world > 1
-        items = cfg["items"]
+        every = int(cfg.get("checkpoint_every", 0) or 0)
         last_train = {}
-        for seq, epoch, phase, _ in items:
+        for seq, epoch, phase, _ in cfg["items"]:
             if phase == 0:
                 last_train[epoch] = seq
         loss_fn = torch.nn.CrossEntropyLoss()
-        for seq, epoch, phase, index in items:
+        for seq, epoch, phase, index in self.items:
             t0 = time.monotonic()
+            self.doing = f"waiting for the mini-batch of step {seq} (epoch {epoch})"
             batch = self.inbox.get(seq, self.timeout)
             wait_s = time.monotonic() - t0
+            self.doing = f"{PHASES[phase]} step {seq} (epoch {epoch}, batch {index})"
             self.inbox.send("started", trainer=self.rank, seq=seq)  # opens the prefetch window
             x = torch.from_numpy(batch.feats).to(self.device, non_blocking=True)
             y = torch.from_numpy(batch.labels).to(self.device)
@@ -376,6 +404,7 @@ class Trainer(Role):
                 t2 = time.monotonic()
                 if self.grad_first:  # stores hold traffic into this machine meanwhile
                     self.inbox.send("allreduce", trainer=self.rank, seq=seq, on=True)
+                self.doing = f"all-reducing step {seq} (epoch {epoch})"
                 self.allreduce(model)
                 self.sync()
                 t3 = time.monotonic()
@@ -393,9 +422,13 @@ class Trainer(Role):
                 self.stretch(time.monotonic() - t1)
                 rec.update(train_s=time.monotonic() - t1, allreduce_s=0.0)
             rec["correct"] = int((out.argmax(1) == y).sum()) if len(y) else 0
-            if phase == 0 and seq == last_train[epoch] and self.rank == 0:
-                self.checkpoint(model, opt, epoch, seq)
+            epoch_end = seq == last_train.get(epoch)
+            if phase == 0 and self.rank == 0 and (epoch_end or (every and (index + 1) % every
+                                                                == 0)):
+                self.doing = f"checkpointing step {seq} (epoch {epoch})"
+                self.checkpoint(model, opt, epoch, seq, epoch_end)
             self.inbox.send("trained", **rec)
+        self.doing = "done: waiting for stop"
         self.inbox.send("done", trainer=self.rank)
 
     def sync(self) -> None:
@@ -407,21 +440,55 @@ class Trainer(Role):
             time.sleep(compute * (1.0 / self.speed - 1.0))
 
     def checkpoint(self, model: torch.nn.Module, opt: torch.optim.Optimizer, epoch: int,
-                   seq: int) -> None:
-        """Atomic: write a temporary file, then rename it over the target."""
+                   seq: int, epoch_end: bool = True) -> None:
+        """Atomic: write a temporary file, fsync, rename; aliases are hard links swapped in
+        the same way. Reported to the coordinator only once complete."""
+        t0 = time.monotonic()
         folder = Path(self.config["run_dir"]) / "checkpoints"
         folder.mkdir(parents=True, exist_ok=True)
         state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch,
                  "seq": seq, "job": self.config["job"]}
-        for name in (f"epoch-{epoch:03d}.pt", "latest.pt"):
-            tmp = folder / f".{name}.tmp-{os.getpid()}"
-            torch.save(state, tmp)
-            os.replace(tmp, folder / name)
+        name = folder / f"step-{seq:06d}.pt"
+        tmp = folder / f".{name.name}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, name)
+        for alias in ["latest.pt"] + ([f"epoch-{epoch:03d}.pt"] if epoch_end else []):
+            tmp = folder / f".{alias}.tmp-{os.getpid()}"
+            tmp.unlink(missing_ok=True)
+            try:
+                os.link(name, tmp)
+            except OSError:  # no hard links here: a second copy
+                torch.save(state, tmp)
+            os.replace(tmp, folder / alias)
+        steps = sorted(folder.glob("step-*.pt"))
+        for old in steps[:-2]:  # the aliases keep their data alive through their links
+            old.unlink(missing_ok=True)
+        self.inbox.send("checkpointed", seq=seq, epoch=epoch, path=str(name),
+                        bytes=name.stat().st_size, seconds=time.monotonic() - t0)
+
+    def load_checkpoint(self, path: str, seq: int) -> None:
+        """Model and optimizer as they were after step ``seq`` (tensors only: no pickle code
+        runs, ``weights_only``)."""
+        try:
+            state = torch.load(path, map_location=self.device, weights_only=True)
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise RuntimeError(f"{self.name}: cannot load checkpoint {path}: {exc}") from None
+        if int(state.get("seq", -2)) != seq:
+            raise RuntimeError(f"{self.name}: checkpoint {path} is of step {state.get('seq')}, "
+                               f"the coordinator resumes after step {seq}")
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.resume_seq = seq
+        self.log(f"resumed from {path}: step {seq} (epoch {state.get('epoch')})")
 
     def stats(self) -> dict[str, Any]:
         g = getattr(self, "gather", None)
         return {"fetched": g.fetched if g else 0,
-                "allreduce_bytes": getattr(self, "allreduce_bytes", 0)}
+                "allreduce_bytes": getattr(self, "allreduce_bytes", 0),
+                "rejected": getattr(self, "rejected", 0)}
 
     def close(self) -> None:
         if getattr(self, "world", 1) > 1:

@@ -22,16 +22,27 @@ Sockets are made by :func:`make_socket` with high-water marks, kernel buffer siz
 ``MAXMSGSIZE`` (libzmq drops a peer that announces a bigger frame, so no huge allocation
 happens on our side) and ``LINGER`` set; :class:`Channel` wraps one socket, counts every
 payload byte it sends, and its receives always take a timeout.
+
+Security. A cluster with ``curve: true`` has one CURVE key pair (``gnnsched keys``): every
+bound socket is a CURVE server and every connecting socket a CURVE client with that pair, and
+each process runs a ZAP handler (:func:`start_authenticator`) that admits only clients whose
+public key is the cluster's. A peer without the secret key cannot complete the handshake, so
+it can neither read nor inject anything. :func:`bind_random` / :func:`bind_port` bind only to
+the address they are given and refuse wildcards (``*``, ``0.0.0.0``, ``::``): servers listen
+on the interfaces the cluster file names, nothing else.
 """
 
 from __future__ import annotations
 
+import errno
+import ipaddress
 import json
 import struct
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import IntEnum
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,6 +68,10 @@ class MessageError(ValueError):
 
 class TransportTimeout(TimeoutError):
     """No message arrived within the receive timeout; says from whom and what was awaited."""
+
+
+class TransportError(RuntimeError):
+    """A socket could not be set up (address not on this host, port in use, missing keys)."""
 
 
 class Kind(IntEnum):
@@ -261,6 +276,9 @@ def decode(frames: list[Any], *, max_bytes: int = DEFAULT_MAX_MESSAGE,
         off += 8 * nd
         if any(s < 0 for s in shape):
             raise MessageError(f"{kind.name}.{name} from {peer}: negative shape {shape}")
+        if any(s > max_bytes for s in shape):  # even when another dimension is 0
+            raise MessageError(f"{kind.name}.{name} from {peer}: shape {list(shape)} exceeds "
+                               f"the limit of {max_bytes}")
         nbytes = dt.itemsize
         for s in shape:
             nbytes *= s
@@ -298,8 +316,9 @@ def ctrl_body(msg: Message, peer: str = "peer") -> dict[str, Any]:
         raise MessageError(f"CTRL from {peer}: json: {raw.nbytes} bytes > {MAX_CTRL_BYTES}")
     try:
         body = json.loads(raw.tobytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MessageError(f"CTRL from {peer}: json: not valid JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 / JSON, or absurdly deep nesting
+        raise MessageError(f"CTRL from {peer}: json: not valid JSON "
+                           f"({type(exc).__name__}: {str(exc)[:200]})") from None
     if not isinstance(body, dict) or not isinstance(body.get("op"), str):
         raise MessageError(f"CTRL from {peer}: json: must be an object with a string 'op'")
     return body
@@ -329,8 +348,55 @@ CONTROL = SocketOptions(sndhwm=1000, rcvhwm=1000, max_message=256 << 20)
 BULK = SocketOptions(sndhwm=4, rcvhwm=16, sndbuf=256 << 10, rcvbuf=1 << 20)
 
 
+@dataclass(frozen=True)
+class CurveKeys:
+    """The cluster's CURVE key pair (Z85 bytes) and the folder holding its public key."""
+
+    public: bytes
+    secret: bytes
+    folder: str
+
+
+KEY_NAME = "cluster"  # keys_dir/cluster.key (public) and keys_dir/cluster.key_secret
+
+
+def load_keys(keys_dir: str | Path) -> CurveKeys:
+    """Read the cluster key pair written by ``gnnsched keys``; a clear error if absent."""
+    import zmq.auth
+
+    folder = Path(keys_dir)
+    secret_file = folder / f"{KEY_NAME}.key_secret"
+    if not secret_file.is_file():
+        raise TransportError(f"{secret_file}: no CURVE secret key (the cluster has curve: "
+                             f"true); create the keys with `gnnsched keys --cluster FILE "
+                             f"--out {folder}`")
+    try:
+        public, secret = zmq.auth.load_certificate(str(secret_file))
+    except (OSError, ValueError, zmq.ZMQError) as exc:
+        raise TransportError(f"{secret_file}: not a CURVE key file ({exc})") from None
+    if not secret or len(public) != 40 or len(secret) != 40:
+        raise TransportError(f"{secret_file}: not a CURVE key pair")
+    return CurveKeys(public, secret, str(folder))
+
+
+def start_authenticator(ctx: zmq.Context, keys: CurveKeys) -> Any:
+    """A ZAP handler in this process admitting only clients that hold the cluster's key.
+
+    Without it a CURVE server accepts any client key pair; with it, a client must prove it
+    holds the cluster's secret key. Returns the authenticator (``stop()`` it at the end).
+    """
+    from zmq.auth.thread import ThreadAuthenticator
+
+    auth = ThreadAuthenticator(ctx)
+    auth.start()
+    auth.configure_curve(domain="*", location=keys.folder)  # public keys in keys_dir
+    return auth
+
+
 def make_socket(ctx: zmq.Context, kind: int, opts: SocketOptions = CONTROL,
-                identity: bytes | None = None) -> zmq.Socket:
+                identity: bytes | None = None, *, curve: CurveKeys | None = None,
+                server: bool = False) -> zmq.Socket:
+    """A socket with our bounds set; with ``curve`` a CURVE server (binds) or client."""
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, opts.linger_ms)
     sock.setsockopt(zmq.SNDHWM, opts.sndhwm)
@@ -344,14 +410,70 @@ def make_socket(ctx: zmq.Context, kind: int, opts: SocketOptions = CONTROL,
         sock.setsockopt(zmq.IDENTITY, identity)
     if kind == zmq.ROUTER:
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # unknown peer: an error, not a silent drop
+        # a restarted role reconnects under its old identity before the dead connection is
+        # noticed: the new connection takes over instead of being ignored
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+    if curve is not None:
+        if server:
+            sock.curve_server = True
+            sock.curve_secretkey = curve.secret
+            sock.curve_publickey = curve.public
+        else:
+            sock.curve_serverkey = curve.public
+            sock.curve_publickey = curve.public
+            sock.curve_secretkey = curve.secret
     return sock
 
 
+_WILDCARDS = ("*", "0.0.0.0", "::", "[::]", "")
+
+
+def _check_host(host: str) -> None:
+    if host in _WILDCARDS:
+        raise TransportError(f"refusing to bind to {host or 'an empty address'!r} (all "
+                             "interfaces): servers bind only to the address the cluster file "
+                             "names for their machine (machines[*].address)")
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        raise TransportError(f"cannot bind to {host!r}: not an IP address (give the "
+                             "machine's `address` in the cluster file)") from None
+
+
 def bind_random(sock: zmq.Socket, host: str) -> str:
-    """Bind to an ephemeral port on ``host``; returns the connectable endpoint."""
-    port = sock.bind_to_random_port(f"tcp://{host}", min_port=20000, max_port=60000,
-                                    max_tries=200)
+    """Bind to an ephemeral port on ``host`` only; returns the connectable endpoint."""
+    _check_host(host)
+    try:
+        port = sock.bind_to_random_port(f"tcp://{host}", min_port=20000, max_port=60000,
+                                        max_tries=200)
+    except zmq.ZMQBindError:
+        raise TransportError(f"no free port on {host} in 20000..60000") from None
+    except zmq.ZMQError as exc:
+        raise TransportError(_bind_problem(host, None, exc)) from None
     return f"tcp://{host}:{port}"
+
+
+def bind_port(sock: zmq.Socket, host: str, port: int) -> str:
+    """Bind to ``host:port`` (a fixed port the user asked for); clear error when taken."""
+    _check_host(host)
+    if not 1 <= int(port) <= 65535:
+        raise TransportError(f"port {port} is not in 1..65535")
+    try:
+        sock.bind(f"tcp://{host}:{int(port)}")
+    except zmq.ZMQError as exc:
+        raise TransportError(_bind_problem(host, port, exc)) from None
+    return f"tcp://{host}:{int(port)}"
+
+
+def _bind_problem(host: str, port: int | None, exc: zmq.ZMQError) -> str:
+    where = f"{host}:{port}" if port is not None else host
+    if exc.errno == errno.EADDRINUSE:
+        return f"cannot bind {where}: port {port} is already in use (another run, or a " \
+               "process that did not exit?)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"cannot bind {where}: {host} is not an address of this host (check " \
+               "machines[*].address in the cluster file)"
+    return f"cannot bind {where}: {exc}"
 
 
 class Stats:
@@ -465,7 +587,8 @@ class Deadline:
 
 
 __all__ = [
-    "BULK", "CONTROL", "Channel", "Deadline", "Kind", "Message", "MessageError", "SCHEMAS",
-    "STATS", "Schema", "SocketOptions", "Stats", "TransportTimeout", "bind_random", "ctrl",
-    "ctrl_body", "decode", "encode", "make_socket",
+    "BULK", "CONTROL", "Channel", "CurveKeys", "Deadline", "Kind", "Message", "MessageError",
+    "SCHEMAS", "STATS", "Schema", "SocketOptions", "Stats", "TransportError",
+    "TransportTimeout", "bind_port", "bind_random", "ctrl", "ctrl_body", "decode", "encode",
+    "load_keys", "make_socket", "start_authenticator",
 ]

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gnnsched.bounds import instance_bound
+from gnnsched.bounds import instance_bound, small_instance
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.policy import GnnSched
 from gnnsched.profile import synthetic_profile
@@ -166,6 +166,16 @@ def test_fair_sharing_is_max_min_fair():
     assert groups[(0, 2)] == pytest.approx(2.0)  # a: limited by g0's ingress
     assert groups[(0, 3)] == pytest.approx(5.0)  # b and c share g1's ingress
     assert groups[(1, 3)] == pytest.approx(5.0)
+
+
+def test_fair_repair_equals_progressive_filling(monkeypatch):
+    """The incremental level repair gives exactly what filling everything from scratch gives."""
+    insts = [small_instance(seed, 6, max_trainers=3, uniform_nics=seed % 2 == 0)
+             for seed in range(12)]
+    fast = [run(i, "fifo").makespan_s for i in insts]
+    monkeypatch.setattr(_FairNet, "_repair", lambda self, changed: False)
+    slow = [run(i, "fifo").makespan_s for i in insts]
+    assert fast == pytest.approx(slow, rel=1e-12)
 
 
 def test_priority_sharing_is_work_conserving_in_order():

@@ -74,6 +74,8 @@ def table(problem: Any, plan: Any) -> str:
         note = ""
         if row.get("colocation_feasible") is False:
             note = "colocation infeasible here (see notes)"
+        elif row.get("colocation_feasible"):
+            note = "every store trains on its own partitions"
         entries.append((name, row["epoch_time_s"], note))
     for name, t, note in entries:
         if t is None:
@@ -93,12 +95,15 @@ def table(problem: Any, plan: Any) -> str:
                  f"{_ms(pr.get('bottleneck_iteration_s', 0.0))} of work per iteration; "
                  f"simulated iteration {_ms(per)} (the rest is pipeline fill, barrier waits "
                  "and contention)")
-    if plan.notes:
+    notes = [f"{plan.placer}: {n}" for n in plan.notes[:12]]
+    if len(plan.notes) > 12:
+        notes.append(f"{plan.placer}: ... {len(plan.notes) - 12} more in the plan file")
+    for name, row in base.items():
+        notes.extend(f"{name}: {n}" for n in row.get("notes", []))
+    if notes:
         lines.append("")
         lines.append("notes:")
-        lines.extend(f"  - {n}" for n in plan.notes[:12])
-        if len(plan.notes) > 12:
-            lines.append(f"  ... {len(plan.notes) - 12} more in the plan file")
+        lines.extend(f"  - {n}" for n in notes)
     return "\n".join(lines)
 
 

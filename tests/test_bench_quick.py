@@ -1,0 +1,133 @@
+"""`gnnsched bench --quick` end to end, plus the evaluation's pure pieces.
+
+The quick mode trains Cora on the GPU-less shape with every gnnsched-runtime system (network
+namespaces when root, else local processes), records DistDGL's infeasibility there, simulates
+a small sweep, and writes results.json, report.md and the plots. Its invariants: every
+configuration produced a number; systems that train the same mini-batches agree on accuracy
+within 1 point; each run equals single-process training of its seed split within 1 point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gnnsched.commands.bench import add_arguments, load_bench
+from gnnsched.plan import Plan, TrainerPlan
+from gnnsched.profile import synthetic_profile
+
+bench = load_bench()
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def test_shapes_load_and_fit_the_jobs() -> None:
+    from gnnsched.spec import check_compatible
+
+    for name in bench.SHAPES:
+        cluster = bench.load_shape(name)
+        assert len(cluster.machines) == 4 and cluster.num_parts == 4
+        for ds in bench.DATASETS:
+            check_compatible(cluster, bench.make_job(ds, 3))
+    # DistDGL's feasibility is part of each shape's definition
+    from gnnsched.runtime.distdgl import infeasible_reason
+
+    assert not infeasible_reason(bench.load_shape("plentiful"))
+    assert infeasible_reason(bench.load_shape("gpuless"))
+    assert not infeasible_reason(bench.load_shape("hetero"))
+
+
+def test_canonical_orders_trainers_by_lowest_part() -> None:
+    plan = Plan("x", "c", "", (TrainerPlan(0, "b", 0, (3, 2), (("b", 1),), "b"),
+                               TrainerPlan(1, "a", 0, (1, 0), (("a", 1),), "a")))
+    c = bench.canonical(plan)
+    assert [t.machine for t in c.trainers] == ["a", "b"]
+    assert [t.id for t in c.trainers] == [0, 1]
+    assert bench.split_of(c) == [[0, 1], [2, 3]]
+
+
+def test_scale_profile_keeps_measured_batches_with_ring_owners() -> None:
+    base = synthetic_profile(4, seeds_per_part=30, batch_size=8, samples=5, seed=3)
+    job = replace(bench.make_job("cora", 2), num_parts=16, trainers=8)
+    prof = bench.scale_profile(base, job)
+    assert prof.num_parts == 16 and len(prof.parts) == 16
+    prof.check_job(job)
+    for p in (0, 5, 15):
+        src, new = base.parts[p % 4], prof.parts[p]
+        assert new.part == p and new.train_seeds == src.train_seeds
+        np.testing.assert_array_equal(new.sample_s, src.sample_s)
+        for i in range(src.n):
+            assert sorted(new.input_nodes[i]) == sorted(src.input_nodes[i])
+            assert p in set(new.input_parts[i].tolist())  # the seed part keeps its share
+            offsets = {((q - p + 8) % 16) - 8 for q in new.input_parts[i].tolist()}
+            assert offsets <= {-1, 0, 1, 2}
+    # the replicated cluster stores exactly those partitions
+    cluster = bench.replicate(bench.load_shape("gpuless"), 4)
+    assert len(cluster.machines) == 16 and cluster.num_parts == 16
+
+
+def test_bytes_per_epoch_uses_steady_epochs() -> None:
+    t = bench.Tracker("x", None)
+    assert t.bytes_per_epoch(5) == (None, "")
+
+    class Fake:
+        n = 0
+
+        def read(self) -> dict[str, int]:
+            self.n += 100
+            return {"h": self.n}
+
+    t = bench.Tracker("x", Fake())  # type: ignore[arg-type]
+    t("epoch_start", epoch=0)
+    for e in range(5):
+        t("batch", epoch=e, done=9, total=9)
+    per, note = t.bytes_per_epoch(5)
+    assert per == {"h": 100.0} and "epochs 2..4" in note
+
+
+def test_defaults_by_mode() -> None:
+    q = bench.resolve(_args("--quick", "--launcher", "local"))
+    assert q.quick and q.datasets == ["cora"] and q.shapes == ["gpuless"] and q.epochs == 2
+    assert q.launcher == "local" and "local" in q.launcher_reason
+    full = bench.resolve(_args("--launcher", "local"))
+    assert full.datasets == ["cora", "physics"] and len(full.shapes) == 3
+    assert full.epochs >= 4 and full.sizes[-1] == 256
+    with pytest.raises(SystemExit):
+        bench.resolve(_args("--shapes", "nope", "--launcher", "local"))
+
+
+@pytest.mark.slow
+def test_bench_quick(tmp_path: Path) -> None:
+    from gnnsched.cli import main
+
+    out, work = tmp_path / "out", tmp_path / "work"
+    rc = main(["bench", "--quick", "--out", str(out), "--work", str(work)])
+    doc = json.loads((out / "results.json").read_text())
+    failed = [i for i in doc["invariants"] if not i["ok"]]
+    assert rc == 0 and not failed, failed
+    names = {i["name"] for i in doc["invariants"]}
+    assert "every configuration produced a number" in names
+    assert "systems training the same mini-batches agree within 1 point" in names
+    assert "every run matches single-process training of its seed split within 1 point" \
+        in names
+    for c in doc["configs"]:
+        dd = c["systems"]["distdgl"]
+        assert dd["feasible"] is False and "GPU" in dd["reason"]
+        for name in bench.RUNTIME_SYSTEMS:
+            r = c["systems"][name]
+            assert r["ok"] and r["epoch_time_s"] > 0 and r["sim"]["epoch_time_s"] > 0
+            assert 0.5 < r["test_accuracy"] <= 1.0
+            assert abs(r["test_accuracy"] - r["reference_accuracy"]) <= 0.01
+    assert doc["scaling"] and all(s["ok"] for s in doc["scaling"])
+    for f in ("report.md", "speedup.png", "stages.png", "scaling.png", "fidelity.png"):
+        assert (out / f).stat().st_size > 0, f
+    assert "## Headline" in (out / "report.md").read_text()
