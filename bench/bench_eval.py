@@ -4,10 +4,16 @@ simulator's fidelity, and simulated runs at 16-256 machines. Run: ``gnnsched ben
 
 **Real runs.** Three cluster shapes (``bench/shapes/*.yaml``, 4 hosts, 4 METIS partitions,
 2 trainers, 50-200 Mbit/s NICs so the network and not this box's 2 cores decides): plentiful,
-GPU-less stores, heterogeneous NICs and devices. Two datasets: Cora (its 1,433 raw features)
-and Coauthor Physics (8,415 keyword features randomly projected to 128). Their public splits
-train only 140 / 100 nodes, so the job uses 8 seeds per trainer and mini-batch (9 / 7
-synchronous iterations per epoch). Per shape x dataset: DistDGL (where it can run), and the
+GPU-less stores, heterogeneous NICs and devices. Two datasets: Cora (its 1,433 raw features,
+public Planetoid split: 140 training nodes, so 8 seeds per trainer and mini-batch give 9
+synchronous iterations per epoch) and Coauthor Physics (8,415 keyword features randomly
+projected to 128). Physics' shared splits train 20 nodes per class (100): with 8-seed
+batches a mini-batch moves ~0.3 MB and the runtime's fixed per-iteration costs, not the
+NICs, decide; its 34k test nodes also cost minutes of evaluation traffic per run on these
+NICs. So Physics uses a seeded random split of 1,000 / 500 / 5,000 train / val / test nodes
+(``numpy.random.default_rng(0)`` permutation; a copy of the file in the gnnsched cache) and 32
+seeds per trainer and mini-batch (16 iterations, ~1 MB of features per mini-batch). Per
+shape x dataset: DistDGL (where it can run), and the
 gnnsched runtime with colocation + fifo, gnnsched placement + fifo and gnnsched placement +
 the gnnsched policy. Each run trains ``--epochs`` epochs with validation only after the last
 (``eval_every = epochs``, so epoch times are training only); the epoch time is the median
@@ -76,12 +82,16 @@ class DatasetCfg:
     dataset: str
     label: str
     feature_dim: int | None  # None: keep the raw features
+    batch_size: int  # seeds per trainer and iteration
+    split: tuple[int, int, int] | None = None  # seeded (train, val, test); None: public split
 
 
 DATASETS: dict[str, DatasetCfg] = {
-    "cora": DatasetCfg("cora", "cora", "Cora", None),
-    "physics": DatasetCfg("physics", "coauthor_physics", "Coauthor Physics", 128),
+    "cora": DatasetCfg("cora", "cora", "Cora", None, 8),
+    "physics": DatasetCfg("physics", "coauthor_physics", "Coauthor Physics", 128, 32,
+                          (1000, 500, 5000)),
 }
+SPLIT_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -101,7 +111,6 @@ SYSTEMS: dict[str, System] = {s.key: s for s in (
 RUNTIME_SYSTEMS = ("colocation+fifo", "gnnsched+fifo", "gnnsched+gnnsched")
 HEADLINE = "gnnsched+gnnsched"
 
-BATCH_SIZE = 8  # seeds per trainer and iteration: the public splits train 140 / 100 nodes
 EVAL_BATCH = 256
 ACC_POINTS = 0.01  # "within 1 point"
 SIM_SEEDS = 3
@@ -195,15 +204,45 @@ def load_shape(name: str) -> Any:
     return load_cluster(SHAPES_DIR / f"{name}.yaml")
 
 
+def dataset_path(ds: str) -> str:
+    """The job's ``dataset``: the shared name, or a copy with a seeded split (made once)."""
+    d = DATASETS[ds]
+    if d.split is None:
+        return d.dataset
+    import numpy as np
+
+    from gnnsched.datasets import available_datasets
+    from gnnsched.datasets.cache import cache_root
+
+    tr, va, te = d.split
+    path = cache_root() / "datasets" / f"{d.dataset}-{tr}-{va}-{te}-s{SPLIT_SEED}.npz"
+    if not path.is_file():
+        src = available_datasets()[d.dataset]
+        with np.load(src, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        n = int(arrays["num_nodes"])
+        order = np.random.default_rng(SPLIT_SEED).permutation(n)
+        for name, (a, b) in (("train_mask", (0, tr)), ("val_mask", (tr, tr + va)),
+                             ("test_mask", (tr + va, tr + va + te))):
+            mask = np.zeros(n, dtype=bool)
+            mask[order[a:b]] = True
+            arrays[name] = mask
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}.npz")
+        np.savez_compressed(tmp, **arrays)
+        tmp.rename(path)
+    return str(path)
+
+
 def make_job(ds: str, epochs: int, seed: int = 0) -> Any:
     """The job of dataset ``ds``: GraphSAGE, fan-outs 10/25, 2 trainers over 4 METIS parts."""
     from gnnsched.spec import job_from_dict
 
     d = DATASETS[ds]
     return job_from_dict({
-        "name": f"{ds}-sage", "dataset": d.dataset, "feature_dim": d.feature_dim,
+        "name": f"{ds}-sage", "dataset": dataset_path(ds), "feature_dim": d.feature_dim,
         "num_parts": 4, "part_method": "metis", "model": "sage", "hidden": 128,
-        "fanouts": [10, 25], "batch_size": BATCH_SIZE, "epochs": epochs, "lr": 0.01,
+        "fanouts": [10, 25], "batch_size": d.batch_size, "epochs": epochs, "lr": 0.01,
         "dropout": 0.5, "trainers": 2, "seed": seed, "prefetch": 2, "eval_every": epochs,
     }, source=f"bench:{ds}")
 
@@ -372,22 +411,32 @@ def run_runtime(st: Settings, cluster: Any, job: Any, plan: Any, prof: Any, sysn
                 part_dir: Path, run_dir: Path, net: Any, counters: NicCounters | None
                 ) -> dict[str, Any]:
     """Really train with the gnnsched runtime; ``repeats`` runs, median epoch time."""
+    import dataclasses
+
     from gnnsched.commands.train import summary, train
     from gnnsched.runtime.coordinator import RuntimeOptions
 
     s = SYSTEMS[sysname]
-    opts = RuntimeOptions(start_timeout=300, request_timeout=120, orphan_timeout=120)
+    known = {f.name for f in dataclasses.fields(RuntimeOptions)}
+    # a loaded 2-core box starts a dozen processes slowly; checkpoints only at epoch ends
+    want = {"start_timeout": 300, "request_timeout": 120, "orphan_timeout": 120,
+            "dead_after_s": 60.0, "checkpoint_every": 10**6}
+    opts = RuntimeOptions(**{k: v for k, v in want.items() if k in known})
     lopts = {"emulated": net} if st.launcher == "netns" else None
     reps: list[dict[str, Any]] = []
     for rep in range(st.repeats):
         tag = sysname if st.repeats == 1 else f"{sysname} #{rep + 1}"
         tracker = Tracker(tag, counters)
         t0 = time.perf_counter()
+        before = counters.read() if counters else None
         res = train(cluster, job, plan, policy=s.policy, launcher=st.launcher,
                     out_dir=run_dir / (sysname.replace("+", "-") + f"-{rep}"),
                     partitions=part_dir, profile=prof, options=opts, progress=tracker,
                     launcher_options=lopts)
         row = summary(res)
+        row["nic_bytes_run"] = _delta(before, counters.read()) if counters else None
+        if row.get("recoveries"):
+            say(f"    {tag}: recovered {len(row['recoveries'])} time(s): timing is suspect")
         row.pop("bytes_by_process", None)
         per_host, note = tracker.bytes_per_epoch(job.epochs)
         row["nic_bytes_per_epoch"] = per_host
@@ -408,6 +457,7 @@ def run_runtime(st: Settings, cluster: Any, job: Any, plan: Any, prof: Any, sysn
         "bytes_per_epoch": float(sum(nic.values())) if nic else None,
         "bytes_by_host_per_epoch": nic, "bytes_note": best["nic_bytes_note"] or
         "not measured per epoch (local launcher: no NICs)",
+        "bytes_run": best["nic_bytes_run"],
         "run_network_bytes": best["network_bytes"], "run_bytes_sent": best["bytes_sent"],
         "allreduce_bytes": best["allreduce_bytes"], "iterations_per_epoch": K,
         "stages": {"input": mean["wait_s"], "train": mean["train_s"],
@@ -415,11 +465,19 @@ def run_runtime(st: Settings, cluster: Any, job: Any, plan: Any, prof: Any, sysn
                    "fetch": mean["fetch_s"]},
         "stages_by_trainer": st_, "startup_s": best["startup_s"], "wall_s": best["wall_s"],
         "run_dir": best["run_dir"], "seconds": sum(r["seconds"] for r in reps),
+        "recoveries": [rc for r in reps for rc in r.get("recoveries", [])],
     }
 
 
+def _delta(before: dict[str, int] | None, after: dict[str, int]) -> int | None:
+    """Bytes sent by all hosts between two counter readings."""
+    if before is None:
+        return None
+    return int(sum(after[h] - before.get(h, 0) for h in after))
+
+
 def run_distdgl_system(st: Settings, cluster: Any, job: Any, part_dir: Path, run_dir: Path,
-                       net: Any) -> dict[str, Any]:
+                       net: Any, counters: NicCounters | None) -> dict[str, Any]:
     from gnnsched.runtime.distdgl import run_distdgl
 
     kw: dict[str, Any] = {}
@@ -429,12 +487,14 @@ def run_distdgl_system(st: Settings, cluster: Any, job: Any, part_dir: Path, run
     reps = []
     for rep in range(st.repeats):
         t0 = time.perf_counter()
+        before = counters.read() if counters else None
         r = run_distdgl(cluster, job, part_dir, out_dir=run_dir / f"distdgl-{rep}",
                         timeout_s=900, eval_fanouts=list(job.fanouts),
                         eval_batch_size=EVAL_BATCH, **kw)
         if not r.feasible:
             return {"ok": True, "feasible": False, "reason": r.reason}
         d = r.to_dict()
+        d["nic_bytes_run"] = _delta(before, counters.read()) if counters else None
         d["seconds"] = time.perf_counter() - t0
         reps.append(d)
     times = [r["epoch_time_s"] for r in reps]
@@ -457,6 +517,7 @@ def run_distdgl_system(st: Settings, cluster: Any, job: Any, part_dir: Path, run
         "bytes_per_epoch": float(sum(per_epoch.values())) if per_epoch else None,
         "bytes_by_host_per_epoch": per_epoch, "bytes_note": note or "not measured",
         "bytes_hosts_missing": missing if bytes_host else None,
+        "bytes_run": best["nic_bytes_run"],
         "iterations_per_epoch": steps,
         "stages": {"input": stage.get("sample_s", 0.0) + stage.get("fetch_s", 0.0),
                    "train": stage.get("train_s", 0.0), "barrier": 0.0,
@@ -490,7 +551,10 @@ class Context:
         t0 = time.perf_counter()
         part_dir = partitions_for(job, quiet=True)
         pset = open_partitions(part_dir)
-        path = st.work / "profiles" / f"{ds}-{st.samples}.json"
+        from gnnsched.spec import fingerprint
+
+        key = fingerprint([job.profile_key(), st.samples, st.seed])
+        path = st.work / "profiles" / f"{ds}-{st.samples}-{key}.json"
         if path.is_file():
             prof = CostProfile.load(path)
             prof.check_job(job, str(path))
@@ -618,7 +682,8 @@ def run_config(ctx: Context, shape: str, ds: str) -> dict[str, Any]:
                     row.update(ok=True, feasible=not why, reason=why, skipped="--no-real")
                     continue
                 try:
-                    row.update(run_distdgl_system(st, cluster, job, part_dir, run_dir, net))
+                    row.update(run_distdgl_system(st, cluster, job, part_dir, run_dir, net,
+                                                  counters))
                 except Exception as exc:  # noqa: BLE001
                     row.update(ok=False, feasible=True, error=_error(exc))
                     traceback.print_exc()
@@ -1080,11 +1145,14 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
              "training), *barrier* the gradient all-reduce including waiting for the slower "
              "trainer. DistDGL (sampling in the trainer process): *input* is sampling + "
              "feature fetching, in sequence with training; its *train* includes DDP's "
-             "all-reduce. Bytes: NIC bytes per training epoch.")
+             "all-reduce. *MB per epoch*: NIC bytes per training epoch (see the notes); *MB "
+             "per run*: NIC bytes of every host from start to end of the run, evaluation of "
+             "the validation and test sets included (the same for every system).")
     L.append("")
     L.append("| configuration | system | input ms | train ms | barrier ms | sample ms | fetch ms "
-             "| MB per epoch | plan (trainer: machine [parts] samplers -> fetch at) |")
-    L.append("|---|---|---:|---:|---:|---:|---:|---:|---|")
+             "| MB per epoch | MB per run | plan (trainer: machine [parts] samplers -> fetch "
+             "at) |")
+    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for c in doc["configs"]:
         for name, r in c["systems"].items():
             if not r.get("ok") or r.get("feasible") is False or not r.get("stages"):
@@ -1099,7 +1167,9 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
             mb = _fmt(r["bytes_per_epoch"] / 1e6 if r.get("bytes_per_epoch") else None, ".1f")
             L.append(f"| {c['shape']}/{c['dataset']} | {name} | {1e3 * s['input']:.0f} | "
                      f"{1e3 * s['train']:.0f} | {1e3 * s['barrier']:.0f} | "
-                     f"{1e3 * s['sample']:.0f} | {1e3 * s['fetch']:.0f} | {mb} | {ptxt} |")
+                     f"{1e3 * s['sample']:.0f} | {1e3 * s['fetch']:.0f} | {mb} | "
+                     f"{_fmt(r['bytes_run'] / 1e6 if r.get('bytes_run') else None, '.0f')} | "
+                     f"{ptxt} |")
     notes = sorted({r.get("bytes_note", "") for c in doc["configs"]
                     for r in c["systems"].values() if r.get("bytes_note")})
     if notes:

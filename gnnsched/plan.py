@@ -78,6 +78,11 @@ class Plan:
         for key in ("placer", "cluster", "trainers"):
             if key not in d:
                 raise SpecError(source, key, "is missing (required)", "a file from `gnnsched plan`")
+        if not isinstance(d["trainers"], list):
+            raise SpecError(source, "trainers", "must be a list of trainer entries")
+        for key, kind in (("predicted", dict), ("notes", list)):
+            if not isinstance(d.get(key, kind()), kind):
+                raise SpecError(source, key, f"must be a {'mapping' if kind is dict else 'list'}")
         trainers = []
         for i, t in enumerate(d["trainers"]):
             where = f"trainers[{i}]"
@@ -87,7 +92,7 @@ class Plan:
                                             int(t.get("device", 0)),
                                             tuple(int(p) for p in t["parts"]), samplers,
                                             str(t.get("fetch_at", t["machine"]))))
-            except (KeyError, TypeError, ValueError) as exc:
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 raise SpecError(source, where, f"malformed trainer entry ({exc!s})",
                                 "{id, machine, device, parts, samplers:[{machine,count}], "
                                 "fetch_at}") from None

@@ -138,12 +138,26 @@ class CostProfile:
 
     @classmethod
     def from_dict(cls, d: Any, source: str = "<profile>") -> CostProfile:
+        """Parse a profile; anything malformed is a SpecError naming the file."""
+        try:
+            return cls._from_dict(d, source)
+        except SpecError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            raise SpecError(source, "", f"malformed cost profile ({type(exc).__name__}: "
+                            f"{str(exc)[:200]})", "a file written by `gnnsched profile`") \
+                from None
+
+    @classmethod
+    def _from_dict(cls, d: Any, source: str) -> CostProfile:
         if not isinstance(d, dict):
             raise SpecError(source, "", "a cost profile must be a JSON object")
         for key in ("job_key", "num_parts", "feature_bytes", "grad_bytes", "parts"):
             if key not in d:
                 raise SpecError(source, key, "is missing (required)",
                                 "a file written by `gnnsched profile`")
+        if not isinstance(d["job_key"], dict):
+            raise SpecError(source, "job_key", "must be a mapping")
         if d.get("version", PROFILE_VERSION) != PROFILE_VERSION:
             raise SpecError(source, "version", f"unsupported version {d.get('version')!r}",
                             str(PROFILE_VERSION))

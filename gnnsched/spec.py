@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,12 +68,14 @@ class _Reader:
     def number(self, key: str, default: Any = ..., *, minimum: float | None = 0.0,
                strict: bool = False, integer: bool = False) -> Any:
         value = self.raw(key, default)
-        if value is None or (default is not ... and value is default):
-            return value
+        if default is not ... and (value is None or value is default):
+            return default  # absent, or present but empty (`key:` in YAML): the default
         ok = isinstance(value, int) if integer else isinstance(value, (int, float))
         if isinstance(value, bool) or not ok:
             kind = "an integer" if integer else "a number"
             raise SpecError(self.source, self._p(key), f"must be {kind}, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(self.source, self._p(key), f"must be a finite number, got {value!r}")
         if minimum is not None and (value <= minimum if strict else value < minimum):
             cmp = ">" if strict else ">="
             raise SpecError(self.source, self._p(key), f"must be {cmp} {minimum}, got {value!r}")
@@ -83,8 +86,8 @@ class _Reader:
 
     def string(self, key: str, default: Any = ..., *, choices: tuple[str, ...] = ()) -> Any:
         value = self.raw(key, default)
-        if value is None or (default is not ... and value is default):
-            return value
+        if default is not ... and (value is None or value is default):
+            return default
         if not isinstance(value, str) or not value:
             raise SpecError(self.source, self._p(key), f"must be a non-empty string, got {value!r}")
         if choices and value not in choices:
@@ -94,8 +97,8 @@ class _Reader:
 
     def seq(self, key: str, default: Any = ...) -> list:
         value = self.raw(key, default)
-        if value is None or (default is not ... and value is default):
-            return value
+        if default is not ... and (value is None or value is default):
+            return default
         if not isinstance(value, list):
             raise SpecError(self.source, self._p(key), f"must be a list, got {_kind(value)}")
         return value

@@ -275,39 +275,57 @@ def greedy_plan(problem: Problem, bundles: Sequence[Sequence[int]],
         parts = bundles[b]
         c = problem.cost(parts)
         home = main_store(problem, parts)
+        local = set(c.feat_from) | set(c.struct_from)
+        # loads when neither trainer nor samplers sit on a machine holding the inputs: the
+        # same for every such candidate, so computed once
+        far_o: dict[int, float] = {}
+        for m, v in list(c.feat_from.items()) + list(c.struct_from.items()):
+            far_o[m] = far_o.get(m, 0.0) + v / eg[m]
+        far_max = max((out_s[m] + v for m, v in far_o.items()), default=0.0)
+        far_in = sum(c.feat_from.values()) + sum(c.struct_from.values())
         best = None
         for T in sorted(ledger.devices):
             d = ledger.device_for(T, parts)
             if d is None:
                 continue
             speed = cl.machines[T].gpus[d].speed
-            for S in dict.fromkeys([T, home]):
+            starved = ledger.cores[T] - 1 < 2 * max(1, len(ledger.devices[T]))
+            for S in dict.fromkeys([T, home] if starved or not problem.can_sample[T]
+                                   else [T]):
                 reserve = 1 if S == T else 0
                 if not ledger.can_sample(S, parts, reserve):
                     continue
                 share = max(1, int(gpus_on[S]) if S == T else 2)
                 n = max(1, min(MAX_SAMPLERS, (ledger.cores[S] - reserve) // share))
-                o, i = out_s.copy(), in_s.copy()
-                touched_o, touched_i = {T}, {T}
-                for src, dst, v, _ in transfers(c, T, [(S, 1.0)], T):
-                    o[src] += v / eg[src]
-                    i[dst] += v / ig[dst]
-                    touched_o.add(src)
-                    touched_i.add(dst)
-                o[T] += ar_bytes / eg[T]
-                i[T] += ar_bytes / ig[T]
-                # HEFT: when would *this* task finish, given what its resources already carry
-                finish = max(max(o[k] for k in touched_o), max(i[k] for k in touched_i),
-                             c.train_s / speed, c.sample_s / n)
-                added = float((o - out_s).sum() + (i - in_s).sum())
+                if S == T and T not in local:
+                    add_o = {T: ar_bytes / eg[T]}
+                    add_i = {T: (far_in + ar_bytes) / ig[T]}
+                    finish = max(far_max, out_s[T] + add_o[T], in_s[T] + add_i[T],
+                                 c.train_s / speed, c.sample_s / n)
+                    add_o = {**far_o, T: far_o.get(T, 0.0) + add_o[T]}
+                else:
+                    add_o = {T: ar_bytes / eg[T]}
+                    add_i = {T: ar_bytes / ig[T]}
+                    for src, dst, v, _ in transfers(c, T, [(S, 1.0)], T):
+                        add_o[src] = add_o.get(src, 0.0) + v / eg[src]
+                        add_i[dst] = add_i.get(dst, 0.0) + v / ig[dst]
+                    # HEFT: when would *this* task finish, given what its resources carry
+                    finish = max(max(out_s[k] + v for k, v in add_o.items()),
+                                 max(in_s[k] + v for k, v in add_i.items()),
+                                 c.train_s / speed, c.sample_s / n)
+                added = sum(add_o.values()) + sum(add_i.values())
                 key = (finish, added, -speed, S != T, T)
                 if best is None or key < best[0]:
-                    best = (key, T, d, S, o, i)
+                    best = (key, T, d, S, add_o, add_i)
         if best is None:
             raise SpecError(problem.job.source, "trainers",
                             f"greedy placement ran out of devices at the trainer of parts "
                             f"{list(parts)}", "fewer trainers or more GPUs")
-        _, T, d, S, out_s, in_s = best
+        _, T, d, S, add_o, add_i = best
+        for k, v in add_o.items():
+            out_s[k] += v
+        for k, v in add_i.items():
+            in_s[k] += v
         ledger.take_trainer(T, d, parts)
         ledger.take_sampler(S, parts)
         chosen[b] = (T, d, S)

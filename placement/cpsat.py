@@ -737,6 +737,7 @@ class CpSatOutcome:
         return split in self.bounds
 
     only_split: bool = False  # one part per trainer: there is no other split
+    warm_starts: list[Plan] = field(default_factory=list)  # greedy's, first split first
 
     def scope(self) -> str:
         if self.only_split:
@@ -788,17 +789,19 @@ def run_cpsat(problem: Problem, *, time_limit: float = 10.0, seed: int = 0,
     else:
         todo = list(splits or candidate_splits(problem))
     plans: list[Plan] = []
+    warm: list[Plan] = []
     results: list[CpSatResult] = []
     bounds: dict[tuple, float] = {}
     for i, item in enumerate(todo):
         left = time_limit - (time.perf_counter() - t0)
-        share = max(0.3 if len(todo) == 1 else 3.0, left / (len(todo) - i))
+        share = max(0.3, left / (len(todo) - i))
         one = item if isinstance(item, Instance) else (
             inst if inst is not None and not inst.exact_parts and i == 0
             and sorted(inst.bundles) == sorted(item) else build_instance(problem, list(item)))
         ps, res = _solve_once(problem, one, time_limit=share, seed=seed, workers=workers,
                               placer=placer)
         plans += ps
+        warm.append(ps[-1])
         results.append(res)
         if not one.exact_parts:
             bounds[tuple(sorted(one.bundles))] = res.bound_s
@@ -813,7 +816,7 @@ def run_cpsat(problem: Problem, *, time_limit: float = 10.0, seed: int = 0,
     res = next((r for r in results if r.instance.exact_parts
                 or tuple(sorted(r.instance.bundles)) == won), results[0])
     return CpSatOutcome(best, scored, res, bound, exact, list(bounds), bounds,
-                        only_split=problem.W >= problem.P)
+                        only_split=problem.W >= problem.P, warm_starts=warm)
 
 
 def lower_bound(problem: Problem, outcome: CpSatOutcome, plans: list[Plan], *,
@@ -835,8 +838,12 @@ def lower_bound(problem: Problem, outcome: CpSatOutcome, plans: list[Plan], *,
         if problem.seconds_per_iteration(p)[0] >= bound:
             continue  # this plan's own load is above the bound already
         one = build_instance(problem, [tuple(b) for b in sp])
-        _, res = _solve_once(problem, one, time_limit=time_limit, seed=seed, workers=2,
-                             placer="bound")
+        try:
+            _, res = _solve_once(problem, one, time_limit=time_limit, seed=seed, workers=2,
+                                 placer="bound")
+        except SpecError:  # no warm start for this split: its quick bound still holds
+            bound = min(bound, quick_bound(one))
+            continue
         outcome.bounds[sp] = res.bound_s
         bound = min(bound, res.bound_s)
     outcome.lower_bound_iter_s = bound

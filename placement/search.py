@@ -369,8 +369,7 @@ class GnnschedPlacer(Placer):
 
     def place_problem(self, problem: Problem, *, seed: int = 0,
                       budget: float | None = None) -> Plan:
-        from gnnsched.placement.baselines import Colocation, greedy_plan
-        from gnnsched.placement.placer import bundle_parts
+        from gnnsched.placement.baselines import Colocation
 
         t0 = time.perf_counter()
         budget = 30.0 if budget is None else budget
@@ -384,9 +383,8 @@ class GnnschedPlacer(Placer):
         quick_ev = full_ev if quick is full else Evaluator(quick)
         out = run_cpsat(problem, time_limit=min(20.0, max(0.5, 0.3 * budget)), seed=seed,
                         placer="gnnsched")
-        starts = list(out.pool)[:3]
-        for base in (greedy_plan(problem, bundle_parts(problem)),
-                     Colocation().place_problem(problem)):
+        starts = list(out.pool)[:3]  # the pool holds greedy's warm starts too
+        for base in out.warm_starts[:1] + [Colocation().place_problem(problem)]:
             base = replace(base, placer="gnnsched", predicted={}, notes=())
             if all(base.key() != p.key() for p in starts):
                 starts.append(base)

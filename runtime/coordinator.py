@@ -1,4 +1,5 @@
-"""Coordinator: starts and watches the run, drives the online policy live, collects metrics.
+"""Coordinator: starts and watches the run, drives the online policy live, collects metrics,
+and recovers from dead processes and machines.
 
 It runs in the ``gnnsched train`` process, binds one ROUTER socket, and every role connects a
 DEALER to it. Start-up: launch all roles -> ``hello`` -> ``config`` (the run's settings) ->
@@ -26,28 +27,73 @@ measured train time per edge and fetch time per trainer).
 Mini-batches (:class:`Schedule`): every trainer runs ``K = ceil(train seeds / (W * batch))``
 iterations per epoch; trainer ``t``'s seeds (the training nodes of its plan's parts) are
 shuffled per epoch with seed (job seed, epoch, t) and split into ``K`` near-equal batches, so
-each seed is trained exactly once per epoch and nobody waits at epoch end. Validation batches
-follow each ``eval_every``-th epoch and test batches the last one, equally many per trainer.
+each seed is trained exactly once per epoch and nobody waits at epoch end (a trainer with
+fewer seeds gets smaller, possibly empty, batches). Validation batches follow each
+``eval_every``-th epoch and test batches the last one, equally many per trainer.
+
+Failure detection. A role is dead when its process exits (the launcher owns it: seen within
+one poll, ~50 ms), when it sends no heartbeat for ``dead_after_s`` (a frozen process, a lost
+host or network), or when the coordinator can no longer reach it. The log names the process,
+its machine and pid, and what its last heartbeat said it was doing. A role that *reports* an
+exception is not itself the cause when another role just died (a peer's all-reduce fails when
+a trainer is killed): the coordinator looks for a dead role first and recovers from that;
+otherwise the error is deterministic (bad input, a bug), replaying would hit it again, and the
+run fails with it.
+
+Recovery (``RuntimeOptions.recover``). Decided as follows, and logged with the time it took:
+
+1. *Where*: if the dead role's machine can still run processes (:meth:`Launcher.reachable`),
+   the resource is not lost -- only a process died -- and the same plan is kept (``replan:
+   auto``; a new placement would move healthy work and add planning time to the outage).
+   If the machine is gone, the placer (the plan's own, else ``greedy``; ``replan_budget``
+   seconds) re-plans on ``cluster.without(machine)``, which moves that machine's partitions to
+   the least-loaded live store host (shared/replicated storage; ``storage: local`` cannot
+   recover). Seed ownership stays: trainer ``w`` keeps its partitions' seeds, only where its
+   tasks run changes, so its mini-batches are the same. ``replan: always`` re-plans even for
+   a process death; ``never`` refuses to run without the lost machine.
+2. *What restarts*: every non-store role (simplest and always consistent: new processes get
+   fresh endpoints and generation-tagged identities), plus dead stores; live stores keep their
+   partitions loaded and drop queued transfers (``reset``). When the machine set changed every
+   role restarts (machine indices changed).
+3. *From where*: trainers checkpoint every ``checkpoint_every`` steps and at each epoch end
+   (atomically; reported when complete). All trainers load the last reported checkpoint, so
+   the synchronous model state is consistent; the steps after it that had completed are
+   *replayed* -- each from the very model state it first saw (mini-batches and dropout are
+   functions of (seed, trainer, step)), so none is applied twice to the model. The run's log
+   and ``metrics.jsonl`` (``type: recovery``) record detection time, what was re-planned, the
+   checkpoint, the replayed steps, and how long restarting and catching up took.
+
+Fault injection (``RuntimeOptions.faults``): ``Fault("sampler:1", at_step=20)`` makes the
+coordinator SIGKILL that role's real process when a trainer starts step 20 (``signal="STOP"``
+freezes it instead: only heartbeats can tell); ``Fault("machine:store0", ...)`` kills every
+process on that machine and marks it down in the launcher -- what tests and
+``bench/bench_faults.py`` use.
+
+Shutdown order: trainers first (they consume), then samplers and relays, then stores (which
+serve the others); each group gets ``stop`` and ``stop_grace_s`` to exit, then the launcher
+sends SIGTERM and SIGKILL to whatever is left. After a failure or Ctrl-C the same happens with
+a short grace, so no process outlives the run and every port is closed.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import signal
 import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import zmq
 
-from gnnsched.plan import Plan
+from gnnsched.plan import Plan, TrainerPlan, plan_dict_diff
 from gnnsched.policy import BatchInfo, BatchKey, Policy, PolicyContext, Transfer, get_policy
-from gnnsched.runtime.launcher import Launcher, Process, RoleLaunch
+from gnnsched.runtime.launcher import Launcher, LaunchError, Process, RoleLaunch
 from gnnsched.runtime.role import PHASES, seed_of, seeds_hash
 from gnnsched.runtime.store import CHUNK_BYTES, PEER_WINDOW_BYTES, WINDOW_BYTES
 from gnnsched.runtime.transport import (
@@ -57,23 +103,58 @@ from gnnsched.runtime.transport import (
     Kind,
     Message,
     MessageError,
+    TransportError,
+    bind_port,
     bind_random,
     ctrl,
     ctrl_body,
+    load_keys,
     make_socket,
+    start_authenticator,
 )
-from gnnsched.spec import ClusterSpec, JobSpec
+from gnnsched.spec import ClusterSpec, JobSpec, SpecError
 
 STAGES = ("sample_s", "fetch_s", "wait_s", "train_s", "allreduce_s")
+ROLE_ORDER = (("trainer",), ("sampler", "fetcher"), ("store",))  # shutdown order
 
 
 class RunError(RuntimeError):
     """The run could not finish; the message names the role, its machine and what happened."""
 
 
+class RoleFailure(Exception):
+    """A role died (exited, went silent, unreachable): what recovery starts from."""
+
+    def __init__(self, name: str, machine: str, pid: int | None, how: str, doing: str,
+                 detected: float, last_heard_s: float | None, log_tail: str = "",
+                 log: str = "") -> None:
+        self.name, self.machine, self.pid, self.how, self.doing = name, machine, pid, how, doing
+        self.detected, self.last_heard_s = detected, last_heard_s
+        self.log_tail, self.log = log_tail, log
+        self.collateral: list[str] = []
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        heard = f"; last heard from {self.last_heard_s:.1f} s before" \
+            if self.last_heard_s is not None else ""
+        return (f"{self.name} on machine {self.machine} (pid {self.pid}) {self.how} while "
+                f"{self.doing}{heard}")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Fault injection: at ``at_step`` (when a trainer starts it) send ``signal`` to ``role``
+    (``sampler:1``, ``trainer:0``, ``store:store1``, ``fetcher:store0``) or to every process
+    of a machine (``machine:store0``, which also marks the machine down)."""
+
+    role: str
+    at_step: int
+    signal: str = "KILL"  # KILL | STOP (a hang: only heartbeats detect it) | TERM
+
+
 @dataclass
 class RuntimeOptions:
-    """Knobs of the runtime (not of the model): transport, timeouts, evaluation."""
+    """Knobs of the runtime (not of the model): transport, timeouts, evaluation, recovery."""
 
     chunk_bytes: int | None = None  # None: 256 KiB on loopback, ~2 ms of the NIC when shaped
     window_bytes: int | None = None  # None: 4 chunks
@@ -82,12 +163,24 @@ class RuntimeOptions:
     request_timeout: float = 120.0  # a store / trainer answer we wait for
     start_timeout: float = 300.0  # all roles up and ready
     orphan_timeout: float = 30.0  # a role exits when the coordinator is silent this long
-    ping_s: float = 1.0
+    ping_s: float = 1.0  # unused (kept for callers): liveness is the heartbeat below
     threads: int = 1  # intra-op threads per role process
     emulate_speed: bool | None = None  # None: stretch compute to GPU speed when no CUDA
     eval_batch_size: int = 256
     stop_grace_s: float = 10.0
-    verify_partitions: bool = False
+    verify_partitions: bool = True  # each store checks its parts' sha256 before loading
+    # failure detection and recovery
+    heartbeat_s: float = 1.0  # every role sends a heartbeat this often
+    dead_after_s: float = 10.0  # ... and is declared dead after this long without one
+    checkpoint_every: int = 10  # training steps between checkpoints (and every epoch end)
+    recover: bool = True  # False: a dead role fails the run
+    max_recoveries: int = 3
+    replan: str = "auto"  # auto: re-plan only when a machine is lost | always | never
+    replan_placer: str | None = None  # None: the plan's placer if registered, else greedy
+    replan_budget: float = 2.0  # planning seconds during recovery
+    progress_timeout: float | None = None  # None: 2 x request_timeout + dead_after_s
+    faults: tuple[Fault, ...] = ()  # fault injection (tests, bench)
+    coordinator_port: int | None = None  # None: an ephemeral port
 
 
 # --------------------------------------------------------------------------------------
@@ -186,6 +279,8 @@ class RunResult:
     wall_s: float
     iterations_per_epoch: int
     processes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    recoveries: list[dict[str, Any]] = field(default_factory=list)  # one per recovered failure
+    checkpoints: int = 0  # checkpoints written
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -199,9 +294,11 @@ class RunResult:
 class _Role:
     launch: RoleLaunch
     proc: Process | None = None
-    state: str = "launched"  # launched | hello | ready | running | done | exited
+    state: str = "launched"  # launched | hello | ready | running | done | exited | stopped
     info: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] | None = None
+    last_heard: float | None = None  # monotonic time of its last heartbeat or message
+    doing: str = "starting"  # what its last heartbeat said
 
 
 @dataclass
@@ -213,6 +310,16 @@ class _Sampler:
 
 
 Progress = Callable[..., None]
+_SIGNALS = {"KILL": signal.SIGKILL, "STOP": signal.SIGSTOP, "TERM": signal.SIGTERM}
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"exited with code {code} ({signal.Signals(-code).name})"
+        except ValueError:
+            pass
+    return f"exited with code {code}"
 
 
 class Coordinator:
@@ -224,53 +331,132 @@ class Coordinator:
                  progress: Progress | None = None) -> None:
         from gnnsched.datasets import open_partitions
 
-        self.cluster, self.job, self.plan = cluster, job, plan
+        self.job = job
         self.launcher, self.opts = launcher, options or RuntimeOptions()
+        o = self.opts
+        if o.replan not in ("auto", "always", "never"):
+            raise SpecError("runtime options", "replan", f"unknown value {o.replan!r}",
+                            "auto, always, never")
+        for f in o.faults:
+            if f.signal not in _SIGNALS:
+                raise SpecError("runtime options", "faults", f"unknown signal {f.signal!r}",
+                                ", ".join(_SIGNALS))
         self.policy = get_policy(policy)
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.pset = open_partitions(partitions, verify=self.opts.verify_partitions)
+        (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self.pset = open_partitions(partitions, verify=False)
+        if self.pset.num_parts != cluster.num_parts:
+            raise SpecError(str(self.pset.root), "num_parts",
+                            f"the partition directory has {self.pset.num_parts} parts, cluster "
+                            f"{cluster.source} stores {cluster.num_parts}",
+                            "partitions made for this job (gnnsched partition)")
+        if o.verify_partitions:
+            from gnnsched.runtime.store import verify_files
+
+            verify_files(str(self.pset.root), None)  # the shared maps; stores check their parts
+        self.keys = None
+        if cluster.curve:
+            if not cluster.keys_dir:
+                raise SpecError(cluster.source, "keys_dir", "is missing: curve: true needs "
+                                "the folder with the cluster's keys",
+                                f"gnnsched keys --cluster {cluster.source}")
+            try:
+                self.keys = load_keys(cluster.keys_dir)
+            except TransportError as exc:
+                raise SpecError(cluster.source, "keys_dir", str(exc)) from None
         self.partitions = str(self.pset.root.resolve())
         self.profile = profile
         self.progress = progress or (lambda *a, **k: None)
         self.W = len(plan.trainers)
+        self.trainer_parts = [tuple(t.parts) for t in plan.trainers]
+        self._bind(cluster, plan)
+        self.schedule = Schedule(job, [list(p) for p in self.trainer_parts],
+                                 part_counts(self.pset.meta), o.eval_batch_size)
+        self.items = self.schedule.items
+        self.record_seq = self._record_seqs()
+        self.metrics = open(self.run_dir / "metrics.jsonl", "w")
+        self.logfile = open(self.run_dir / "logs" / "coordinator.log", "a")
+        self.roles: dict[str, _Role] = {}
+        self.samplers: dict[str, _Sampler] = {}
+        self.splits: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+        self.attempt = 0  # recoveries so far; the generation of every role launched since
+        self.recoveries: list[dict[str, Any]] = []
+        self.ckpts: list[tuple[int, int, str]] = []  # reported checkpoints: (seq, epoch, path)
+        self.checkpoints = 0
+        self.fired: set[int] = set()
+        self.fault_log: list[dict[str, Any]] = []
+        self.training = False
+        self.stale = 0  # messages from replaced incarnations, dropped
+        self.rejected = 0  # malformed messages or unknown peers, dropped
+        self.catchup: dict[str, Any] | None = None
+        self.trained: dict[tuple[int, int], dict[str, Any]] = {}
+        self.epochs: list[dict[str, Any]] = []
+        self.barrier_at = [math.nan] * len(self.items)
+        self.per_edge = [0.0] * self.W
+        self.tseq = 0
+        self.last_barrier = -1
+
+    def _bind(self, cluster: ClusterSpec, plan: Plan) -> None:
+        """Adopt a (new) cluster and plan: machine indices and where trainers run."""
+        self.cluster, self.plan = cluster, plan
+        self.launcher.cluster = cluster
         self.names = [m.name for m in cluster.machines]
         idx = cluster.machine_index
         self.T = [idx(t.machine) for t in plan.trainers]
         self.F = [idx(t.fetch_at) for t in plan.trainers]
-        self.schedule = Schedule(job, [list(t.parts) for t in plan.trainers],
-                                 part_counts(self.pset.meta), self.opts.eval_batch_size)
-        self.items = self.schedule.items
-        self.metrics = open(self.run_dir / "metrics.jsonl", "w")
-        self.roles: dict[str, _Role] = {}
-        self.samplers: dict[str, _Sampler] = {}
-        self.splits: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+
+    def _record_seqs(self) -> dict[int, int]:
+        """Epoch -> the step after whose barrier its record (and validation) is complete."""
+        out = {}
+        for i, it in enumerate(self.items):
+            nxt = self.items[i + 1] if i + 1 < len(self.items) else None
+            if it.phase != 2 and (nxt is None or nxt.epoch != it.epoch or nxt.phase == 2):
+                out[it.epoch] = it.seq
+        return out
+
+    def log(self, msg: str) -> None:
+        """A line in ``logs/coordinator.log`` and on the user's progress output."""
+        stamp = time.strftime("%H:%M:%S") + f".{int(time.time() * 1000) % 1000:03d}"
+        self.logfile.write(f"[{stamp} coordinator] {msg}\n")
+        self.logfile.flush()
+        self.progress("log", msg=msg)
 
     # ------------------------------------------------------------------ set-up
-    def _plan_roles(self, endpoint: str) -> None:
-        o = self.opts
-
-        def add(role: str, rid: str, machine: str) -> None:
-            launch = RoleLaunch(role, rid, machine, endpoint,
-                                self.run_dir / "logs" / f"{role}-{rid}.log", o.threads,
-                                o.orphan_timeout, o.start_timeout)
-            self.roles[launch.name] = _Role(launch)
-
-        for m in self.cluster.machines:
-            if m.partitions:
-                add("store", m.name, m.name)
-        for w, t in enumerate(self.plan.trainers):
-            add("trainer", str(w), t.machine)
+    def _role_specs(self) -> list[tuple[str, str, str]]:
+        """(role, id, machine) of every process the current plan needs; fills samplers."""
+        specs = [("store", m.name, m.name) for m in self.cluster.machines if m.partitions]
+        specs += [("trainer", str(w), t.machine) for w, t in enumerate(self.plan.trainers)]
+        self.samplers = {}
         sid = 0
         for w, t in enumerate(self.plan.trainers):
             for mname, count in t.samplers:
                 for _ in range(count):
-                    add("sampler", str(sid), mname)
+                    specs.append(("sampler", str(sid), mname))
                     self.samplers[f"sampler:{sid}"] = _Sampler(
                         f"sampler:{sid}", w, self.cluster.machine_index(mname))
                     sid += 1
-        for mname in sorted({t.fetch_at for t in self.plan.trainers if t.fetch_at != t.machine}):
-            add("fetcher", mname, mname)
+        specs += [("fetcher", m, m) for m in sorted({t.fetch_at for t in self.plan.trainers
+                                                     if t.fetch_at != t.machine})]
+        return specs
+
+    def _add_role(self, role: str, rid: str, machine: str) -> str:
+        o = self.opts
+        launch = RoleLaunch(role, rid, machine, self.endpoint,
+                            self.run_dir / "logs" / f"{role}-{rid}.log", o.threads,
+                            o.orphan_timeout, o.start_timeout, gen=self.attempt,
+                            heartbeat_s=o.heartbeat_s,
+                            curve_keys=self.keys.folder if self.keys else None)
+        self.roles[launch.name] = _Role(launch)
+        return launch.name
+
+    def _launch(self, names: list[str]) -> None:
+        for n in names:
+            r = self.roles[n]
+            try:
+                r.proc = self.launcher.start(r.launch)
+            except (LaunchError, OSError) as exc:
+                raise RunError(f"cannot start {n} on machine {r.launch.machine}: {exc}") \
+                    from None
 
     def _sizes(self) -> dict[str, int]:
         """Chunk and window sizes. On real or shaped links (netns, ssh) a chunk is ~2 ms of
@@ -290,7 +476,7 @@ class Coordinator:
                 "peer_window_bytes": int(o.peer_window_bytes or (
                     PEER_WINDOW_BYTES if chunk == CHUNK_BYTES else 2 * chunk))}
 
-    def _config(self) -> dict[str, Any]:
+    def _config(self, resume: dict[str, Any] | None = None) -> dict[str, Any]:
         o = self.opts
         trainers = []
         for w, t in enumerate(self.plan.trainers):
@@ -308,6 +494,8 @@ class Coordinator:
             "sharing": self.policy.sharing, **self._sizes(),
             "grad_first": o.grad_first and len(set(self.T)) > 1,
             "request_timeout": o.request_timeout, "emulate_speed": o.emulate_speed,
+            "verify_partitions": o.verify_partitions,
+            "checkpoint_every": o.checkpoint_every, "resume": resume,
             "trainers": trainers,
             "items": [[it.seq, it.epoch, it.phase, it.index] for it in self.items],
         }
@@ -335,35 +523,66 @@ class Coordinator:
 
     # ------------------------------------------------------------------ messaging
     def send(self, name: str, msg: Message) -> None:
+        r = self.roles[name]
         try:
-            self.chan.send(msg, name.encode())
+            self.chan.send(msg, r.launch.ident.encode())
         except zmq.ZMQError as exc:
-            if self.roles[name].state not in ("done", "exited"):
-                raise RunError(f"cannot reach {name} on {self.roles[name].launch.machine}: "
-                               f"{exc}") from None
+            if r.state not in ("done", "exited", "stopped"):
+                self._check_roles()  # a dead process is the better explanation
+                raise self._failure(r, f"cannot be reached ({exc})") from None
 
     def event(self, record: dict[str, Any]) -> None:
-        self.metrics.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self.metrics.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
+        self.metrics.flush()
 
     def now(self) -> float:
         return time.monotonic() - self.t0
+
+    def _failure(self, r: _Role, how: str) -> RoleFailure:
+        now = time.monotonic()
+        return RoleFailure(r.launch.name, r.launch.machine, r.proc.pid if r.proc else None,
+                           how, r.doing if r.state != "ready" else f"ready ({r.doing})", now,
+                           None if r.last_heard is None else now - r.last_heard,
+                           r.proc.log_tail() if r.proc else "", str(r.launch.log))
 
     # ------------------------------------------------------------------ the run
     def run(self) -> RunResult:
         self.t0 = time.monotonic()
         ctx = zmq.Context(io_threads=1)
-        sock = make_socket(ctx, zmq.ROUTER, CONTROL)
-        endpoint = bind_random(sock, self.launcher.coordinator_host())
+        self.auth = start_authenticator(ctx, self.keys) if self.keys else None
+        sock = make_socket(ctx, zmq.ROUTER, CONTROL, curve=self.keys, server=True)
         self.chan = Channel(sock, "coordinator")
-        self._plan_roles(endpoint)
         ok = False
         try:
-            for r in self.roles.values():
-                r.proc = self.launcher.start(r.launch)
-            self.progress("log", msg=f"started {len(self.roles)} processes "
-                                     f"({self.launcher.name} launcher)")
-            self._startup()
-            self._train()
+            host = self.launcher.coordinator_host()
+            try:
+                self.endpoint = bind_port(sock, host, self.opts.coordinator_port) \
+                    if self.opts.coordinator_port else bind_random(sock, host)
+            except TransportError as exc:
+                raise RunError(f"coordinator: {exc}") from None
+            try:
+                self.launcher.preflight(sorted({m for _, _, m in self._role_specs()}))
+            except LaunchError as exc:
+                raise RunError(str(exc)) from None
+            names = [self._add_role(*spec) for spec in self._role_specs()]
+            self._launch(names)
+            self.log(f"started {len(names)} processes ({self.launcher.name} launcher"
+                     + (", CURVE on" if self.keys else "") + f"; coordinator {self.endpoint})")
+            try:
+                self._startup(names, first=True)
+            except RoleFailure as f:  # before training: nothing to recover, say why
+                raise self._fatal(f, "while starting up") from None
+            self._begin_training(0)
+            failure: RoleFailure | None = None
+            while True:
+                try:
+                    if failure is not None:
+                        self._recover(failure)
+                        failure = None
+                    self._train()
+                    break
+                except RoleFailure as f:
+                    failure = f
             result = self._finish()
             ok = True
             return result
@@ -371,46 +590,103 @@ class Coordinator:
             if not ok:
                 self._abort()
             self.metrics.close()
+            self.logfile.close()
             self.chan.close()
-            ctx.term()
+            if self.auth is not None:
+                self.auth.stop()
+            ctx.destroy(linger=0)
 
-    def _poll(self, timeout_s: float) -> None:
-        """Handle every message that arrives within ``timeout_s``; check processes."""
-        if self.chan.sock.poll(int(timeout_s * 1000), zmq.POLLIN):
-            for _ in range(1000):
-                got = self.chan.recv_now()
-                if got is None:
-                    break
-                ident, msg = got
-                self._handle(ident.decode(errors="replace") if ident else "?", msg)
+    def _fatal(self, f: RoleFailure, why: str = "") -> RunError:
+        tail = f"; last log lines ({f.log}):\n{f.log_tail}" if f.log_tail else ""
+        extra = "".join(f"\n  then: {c}" for c in f.collateral)
+        return RunError(f"{f.describe()}{' ' + why if why else ''}{tail}{extra}")
+
+    def _check_roles(self) -> None:
+        """Raise :class:`RoleFailure` for the first role that is dead (exited or silent)."""
         now = time.monotonic()
-        if now - self.last_ping >= self.opts.ping_s:
-            self.last_ping = now
-            for name, r in self.roles.items():
-                if r.state in ("hello", "ready", "running"):
-                    self.send(name, ctrl("ping"))
-        for name, r in self.roles.items():
-            code = r.proc.poll() if r.proc else None
-            if code is not None and r.state != "exited":
+        for r in self.roles.values():
+            if r.proc is None or r.state in ("exited", "stopped", "error"):
+                continue
+            code = r.proc.poll()
+            if code is not None:
                 was = r.state
                 r.state = "exited"
                 if code != 0 or was != "done":
-                    raise RunError(f"{name} on machine {r.launch.machine} (pid {r.proc.pid}) "
-                                   f"exited with code {code} while {was}; last log lines "
-                                   f"({r.launch.log}):\n{r.proc.log_tail()}")
+                    raise self._failure(r, _exit_text(code))
+                continue
+            if r.last_heard is not None and now - r.last_heard > self.opts.dead_after_s:
+                raise self._failure(r, f"sent no heartbeat for {now - r.last_heard:.1f} s "
+                                       f"(dead_after_s={self.opts.dead_after_s:g})")
 
-    def _startup(self) -> None:
-        self.last_ping = time.monotonic()
-        self.cfg = self._config()
+    def _poll(self, timeout_s: float) -> None:
+        """Handle every message that arrives within ``timeout_s``; check processes."""
+        now = time.monotonic()
+        gap = now - getattr(self, "last_poll", now)
+        if gap > 1.0:  # we were busy (re-planning...): silence meanwhile is not the roles'
+            for r in self.roles.values():
+                if r.last_heard is not None:
+                    r.last_heard += gap
+        self._check_roles()
+        if self.chan.sock.poll(int(timeout_s * 1000), zmq.POLLIN):
+            for _ in range(1000):
+                try:
+                    got = self.chan.recv_now()
+                except MessageError as exc:  # malformed: drop it, never trust it
+                    self.rejected += 1
+                    self.log(f"rejected a message: {exc}")
+                    continue
+                if got is None:
+                    break
+                ident, msg = got
+                self._dispatch(ident.decode(errors="replace") if ident else "?", msg)
+        self.last_poll = time.monotonic()
+        self._check_roles()
+
+    def _dispatch(self, ident: str, msg: Message) -> None:
+        hb = ident.endswith("/hb")
+        base = ident[:-3] if hb else ident
+        name, _, gen = base.rpartition("/")
+        r = self.roles.get(name)
+        if r is None or gen != str(r.launch.gen):
+            if r is None and not any(name == n for n in self.roles):
+                known = name.split(":")[0] in ("store", "sampler", "fetcher", "trainer")
+                if not known:
+                    self.rejected += 1
+                    self.log(f"rejected a message from unknown peer {ident!r}")
+                    return
+            self.stale += 1  # a replaced incarnation: whatever it says is void
+            return
+        r.last_heard = time.monotonic()
+        try:
+            if hb:
+                body = ctrl_body(msg, ident) if msg.kind == Kind.CTRL else {}
+                r.doing = str(body.get("doing", r.doing))[:200]
+                try:
+                    self.chan.send(ctrl("hb"), ident.encode())
+                except zmq.ZMQError:
+                    pass
+                return
+            self._handle(name, r, msg)
+        except MessageError as exc:
+            self.rejected += 1
+            self.log(f"rejected a message from {name}: {exc}")
+
+    def _startup(self, names: list[str], first: bool = False) -> None:
+        """Wait until ``names`` are ready (and every partition's seeds are known), then send
+        them everyone's endpoints."""
+        self.last_poll = time.monotonic()
+        self.cfg = self._config(getattr(self, "resume", None))
         deadline = time.monotonic() + self.opts.start_timeout
-        while any(r.state != "ready" for r in self.roles.values()) or \
+        while any(self.roles[n].state != "ready" for n in names) or \
                 len(self.splits) < self.pset.num_parts:
             if time.monotonic() > deadline:
-                late = [n for n, r in self.roles.items() if r.state != "ready"]
+                late = [f"{n} ({self.roles[n].state}: {self.roles[n].doing})" for n in names
+                        if self.roles[n].state != "ready"]
                 raise RunError(f"roles not ready within {self.opts.start_timeout:.0f} s: "
                                f"{', '.join(late)}")
             self._poll(0.1)
-        self.schedule.set_nodes(self.splits)
+        if first:
+            self.schedule.set_nodes(self.splits)
         stores = {str(self.cluster.machine_index(r.launch.machine)): r.info["endpoint"]
                   for r in self.roles.values() if r.launch.role == "store"}
         fetchers = {r.launch.machine: r.info["endpoint"] for r in self.roles.values()
@@ -428,44 +704,61 @@ class Coordinator:
         start = ctrl("start", stores=stores, trainers=trainers, backend=backend,
                      master_addr=self.launcher.host_of(self.plan.trainers[0].machine),
                      master_port=master)
-        self.startup_s = self.now()
-        self.progress("log", msg=f"all {len(self.roles)} roles ready in {self.startup_s:.1f} s "
-                                 f"(all-reduce: {backend})")
-        self.policy.reset(self._context())
-        self.pf = [max(1, int(self.policy.prefetch(w))) for w in range(self.W)]
-        for name, r in self.roles.items():
-            r.state = "running"
-            self.send(name, start)
-        self.t_train = self.now()
+        if first:
+            self.startup_s = self.now()
+            self.log(f"all {len(names)} roles ready in {self.startup_s:.1f} s "
+                     f"(all-reduce: {backend})")
+        for n in names:
+            self.roles[n].state = "running"
+            self.send(n, start)
 
     # ------------------------------------------------------------------ training
-    def _train(self) -> None:
+    def _begin_training(self, start: int) -> None:
+        """(Re)start the training state at step ``start`` (0, or after a checkpoint)."""
         W, n = self.W, len(self.items)
+        now = self.now()
+        if start == 0:
+            self.t_train = now
         self.cores_free = [m.cpus for m in self.cluster.machines]
-        self.next_disp = [0] * W
-        self.started = [0] * W
-        self.ready_since = [0.0] * W
+        self.next_disp = [start] * W
+        self.started = [start] * W
+        self.ready_since = [now] * W
         self.expected: dict[tuple[int, int], str] = {}
-        self.trained: dict[tuple[int, int], dict[str, Any]] = {}
-        self.barriers = [0] * n
-        self.barrier_at = [math.nan] * n
+        self.trained = {k: v for k, v in self.trained.items() if k[1] < start}
+        self.barriers = [W if s < start else 0 for s in range(n)]
         self.queues: dict[int, dict[int, Transfer]] = defaultdict(dict)
-        self.stores = {self.cluster.machine_index(r.launch.machine): n
-                       for n, r in self.roles.items() if r.launch.role == "store"}
+        self.stores = {self.cluster.machine_index(r.launch.machine): name
+                       for name, r in self.roles.items() if r.launch.role == "store"}
         self.ranked: dict[tuple[int, int, int, str], list] = {}
         self.reducing: dict[int, int] = defaultdict(int)
-        self.tseq = 0
         self.sampled_info: dict[tuple[int, int], dict[str, Any]] = {}
-        self.epochs: list[dict[str, Any]] = []
+        self.epochs = [e for e in self.epochs if self.record_seq[e["epoch"]] < start]
+        self.__dict__.pop("test_accuracy", None)  # set again after the test steps
         self.done_trainers: set[int] = set()
-        self.per_edge = [0.0] * W
-        self.progress("epoch_start", epoch=0, total=self.schedule.K, epochs=self.job.epochs)
+        for s in self.samplers.values():
+            s.busy = False
+        self.policy.reset(self._context())
+        self.pf = [max(1, int(self.policy.prefetch(w))) for w in range(W)]
+        self.training = True
+        self.last_progress = time.monotonic()
+        if start < n:
+            it = self.items[start]
+            self.progress("epoch_start", epoch=it.epoch, total=self.schedule.K,
+                          epochs=self.job.epochs)
         for m in range(len(self.cluster.machines)):
-            self._dispatch(m)
-        while len(self.done_trainers) < W:
-            self._poll(0.05)
+            self._dispatch_batches(m)
 
-    def _dispatch(self, m: int) -> None:
+    def _train(self) -> None:
+        limit = self.opts.progress_timeout or (2 * self.opts.request_timeout
+                                               + self.opts.dead_after_s)
+        while len(self.done_trainers) < self.W:
+            self._poll(0.05)
+            if time.monotonic() - self.last_progress > limit:
+                doing = "; ".join(f"{n}: {r.doing}" for n, r in self.roles.items())
+                raise RunError(f"no training progress for {limit:.0f} s although every "
+                               f"process is alive; what each was doing: {doing}")
+
+    def _dispatch_batches(self, m: int) -> None:
         """Start sampling tasks on machine ``m`` while it has a free core (policy picks)."""
         n = len(self.items)
         while self.cores_free[m] > 0:
@@ -493,6 +786,7 @@ class Coordinator:
             s.busy = True
             self.cores_free[m] -= 1
             item = self.items[seq]
+            self.roles[s.name].doing = f"sampling trainer {w} step {seq} (epoch {item.epoch})"
             seeds, labels = self.schedule.batch(w, item)
             self.expected[(w, seq)] = seeds_hash(seeds)
             self._rank(w, seq, "struct", [(st, m, 0.0) for st in self.stores if st != m])
@@ -501,10 +795,7 @@ class Coordinator:
                                                    "index": item.index},
                                       {"seeds": seeds, "labels": labels}))
 
-    def _handle(self, name: str, msg: Message) -> None:
-        r = self.roles.get(name)
-        if r is None:
-            raise MessageError(f"coordinator: message from unknown peer {name!r}")
+    def _handle(self, name: str, r: _Role, msg: Message) -> None:
         if msg.kind == Kind.PART_INFO:
             if r.launch.role != "store":
                 raise MessageError(f"PART_INFO from {name}, which is not a store")
@@ -531,9 +822,26 @@ class Coordinator:
         r.state = "ready"
         r.info.update(body)
 
+    def _on_hb(self, name: str, r: _Role, body: dict[str, Any]) -> None:
+        r.doing = str(body.get("doing", r.doing))[:200]
+
     def _on_error(self, name: str, r: _Role, body: dict[str, Any]) -> None:
-        raise RunError(f"{name} on machine {r.launch.machine} failed: {body.get('error')}\n"
-                       f"{body.get('traceback', '')}")
+        """A role reports an exception. If another role just died, that death is the cause
+        (recover from it); otherwise the error is the run's (it would recur on replay)."""
+        r.state = "error"
+        said = f"{name} on machine {r.launch.machine} failed: {body.get('error')}"
+        if self.training:
+            end = time.monotonic() + min(2.0, self.opts.dead_after_s)
+            while True:
+                try:
+                    self._check_roles()
+                except RoleFailure as f:
+                    f.collateral.append(said)
+                    raise
+                if time.monotonic() > end:
+                    break
+                time.sleep(0.05)
+        raise RunError(f"{said}\n{body.get('traceback', '')}")
 
     def _on_stats(self, name: str, r: _Role, body: dict[str, Any]) -> None:
         r.stats = body
@@ -552,8 +860,9 @@ class Coordinator:
         self._rank(w, seq, "feat", [(m, self.F[w], b) for m, b in info.feat_from
                                     if m != self.F[w]])
         s.busy = False
+        r.doing = f"idle (sampled trainer {w} step {seq})"
         self.cores_free[s.machine] += 1
-        self._dispatch(s.machine)
+        self._dispatch_batches(s.machine)
 
     # ----- NICs
     def _rank(self, w: int, seq: int, kind: str, flows: list[tuple[int, int, float]]) -> None:
@@ -598,6 +907,7 @@ class Coordinator:
         """Gradients first: while a machine all-reduces iteration k, stores send it nothing
         of later iterations (what any trainer needs for barrier k is never held)."""
         m = self.T[int(body["trainer"])]
+        r.doing = f"{'all-reducing' if body['on'] else 'stepping'} step {body['seq']}"
         before = self.reducing[m]
         self.reducing[m] += 1 if body["on"] else -1
         if (before == 0) != (self.reducing[m] == 0):
@@ -611,22 +921,59 @@ class Coordinator:
     # ----- training
     def _on_started(self, name: str, r: _Role, body: dict[str, Any]) -> None:
         w, seq = int(body["trainer"]), int(body["seq"])
+        r.doing = f"training step {seq} (epoch {self.items[seq].epoch})"
         self.started[w] = seq + 1
         if self.next_disp[w] == self.started[w] - 1 + self.pf[w]:
             self.ready_since[w] = self.now()  # the window just opened
         for m in {s.machine for s in self.samplers.values() if s.trainer == w}:
-            self._dispatch(m)
+            self._dispatch_batches(m)
+        for i, f in enumerate(self.opts.faults):
+            if i not in self.fired and f.at_step == seq:
+                self.fired.add(i)
+                self._inject(f)
+
+    def _inject(self, f: Fault) -> None:
+        """Fault injection: a real signal to a real process (or every process of a machine)."""
+        sig = _SIGNALS[f.signal]
+        t = time.monotonic()
+        if f.role.startswith("machine:"):
+            machine = f.role.split(":", 1)[1]
+            pids = self.launcher.mark_down(machine)
+            what = f"machine {machine} down: SIGKILL to {len(pids)} processes {pids}"
+        else:
+            r = self.roles.get(f.role)
+            if r is None or r.proc is None:
+                raise RunError(f"fault injection: no process {f.role!r} in this plan "
+                               f"(known: {', '.join(sorted(self.roles))})")
+            pids = [r.proc.pid]
+            machine = r.launch.machine
+            what = f"SIG{f.signal} to {f.role} (pid {r.proc.pid}) on {machine}, which was " \
+                   f"{r.doing}"
+            r.proc.signal(sig)
+        rec = {"type": "fault", "role": f.role, "signal": f.signal, "at_step": f.at_step,
+               "pids": pids, "machine": machine, "time": self.now(), "_t": t}
+        self.fault_log.append(rec)
+        self.event({k: v for k, v in rec.items() if k != "_t"})
+        self.log(f"fault injection at step {f.at_step}: {what}")
+
+    def _on_checkpointed(self, name: str, r: _Role, body: dict[str, Any]) -> None:
+        self.ckpts.append((int(body["seq"]), int(body["epoch"]), str(body["path"])))
+        self.checkpoints += 1
+        self.event({"type": "checkpoint", **body, "time": self.now()})
 
     def _on_trained(self, name: str, r: _Role, body: dict[str, Any]) -> None:
         w, seq = int(body["trainer"]), int(body["seq"])
         key = (w, seq)
+        r.doing = f"finished step {seq}, waiting for the next mini-batch"
         if key in self.trained:
             raise RunError(f"trainer {w} trained batch {seq} twice")
         if body["seeds"] != self.expected.pop(key, None):
             raise RunError(f"trainer {w} trained batch {seq} with other seeds than assigned")
         now = self.now()
         body["time"] = now
+        body["attempt"] = self.attempt
         self.trained[key] = body
+        self.last_progress = time.monotonic()
         item = self.items[seq]
         self.event({"type": "batch", **body})
         self.policy.on_trained(BatchKey(w, seq), now)
@@ -649,8 +996,11 @@ class Coordinator:
         self.barriers[seq] += 1
         if self.barriers[seq] == self.W:
             self.barrier_at[seq] = now
+            self.last_barrier = max(self.last_barrier, seq)
             self.policy.on_barrier(seq, now)
             self._after_barrier(item, now)
+            if self.catchup is not None and seq >= self.catchup["until"]:
+                self._caught_up(now)
 
     def _after_barrier(self, item: Item, now: float) -> None:
         K = self.schedule.K
@@ -693,6 +1043,8 @@ class Coordinator:
                "batches": len(recs), "seeds": seeds,
                "unique_seeds": int(len(np.unique(assigned))),
                "train_nodes": int(sum(len(n["train"][0]) for n in self.schedule.nodes)),
+               "recovered": any(rc["epoch"] == e for rc in self.recoveries),
+               "attempt": self.attempt,
                "stages": stages, "time": now}
         self.epochs.append(rec)
         self.event(rec)
@@ -704,32 +1056,233 @@ class Coordinator:
     def _on_done(self, name: str, r: _Role, body: dict[str, Any]) -> None:
         self.done_trainers.add(int(body["trainer"]))
 
+    # ------------------------------------------------------------------ recovery
+    def _recover(self, f: RoleFailure) -> None:
+        """Re-plan if a machine is lost, restart the affected roles from the last checkpoint
+        (see the module docstring); raises RunError when recovery is off or impossible."""
+        o = self.opts
+        self.training = False
+        fault = self.fault_log[-1] if self.fault_log else None
+        detect_s = f.detected - fault["_t"] if fault and not fault.get("detected") else None
+        if fault is not None:
+            fault["detected"] = True
+        self.log(f"FAILURE detected: {f.describe()}"
+                 + (f"; {detect_s:.3f} s after the fault was injected"
+                    if detect_s is not None else "")
+                 + "".join(f"; then {c.splitlines()[0]}" for c in f.collateral))
+        if not o.recover:
+            raise self._fatal(f, "(recovery is off)")
+        if self.attempt >= o.max_recoveries:
+            raise self._fatal(f, f"(gave up after {o.max_recoveries} recoveries)")
+        self.attempt += 1
+        t0 = time.monotonic()
+        rec: dict[str, Any] = {
+            "type": "recovery", "attempt": self.attempt, "role": f.name, "machine": f.machine,
+            "pid": f.pid, "how": f.how, "doing": f.doing, "last_heard_s": f.last_heard_s,
+            "collateral": [c.splitlines()[0] for c in f.collateral], "detect_s": detect_s,
+            "detected_at": f.detected - self.t0, "epoch": self.items[max(
+                0, min(self.last_barrier + 1, len(self.items) - 1))].epoch}
+        # 1. is the machine still there?
+        machine_ok = self.launcher.reachable(f.machine)
+        # 2. stop every non-store role, and every store when the machine set changes
+        keep = {n for n, r in self.roles.items() if r.launch.role == "store" and machine_ok
+                and r.proc is not None and r.proc.poll() is None and n != f.name
+                and r.state not in ("error", "exited")}
+        stop = [r for n, r in self.roles.items() if n not in keep]
+        self.launcher.stop([r.proc for r in stop if r.proc is not None], grace=1.0)
+        for r in stop:
+            r.state = "stopped"
+        stopped = sorted(r.launch.name for r in stop)
+        # 3. re-plan
+        old_plan, old_cluster = self.plan, self.cluster
+        if not machine_ok:
+            if o.replan == "never":
+                raise self._fatal(f, f"and machine {f.machine} is unreachable (replan: never)")
+            try:
+                cluster = self.cluster.without(f.machine)
+            except SpecError as exc:
+                raise self._fatal(f, f"and machine {f.machine} is gone; cannot move its "
+                                     f"partitions: {exc}") from None
+            plan = self._replan(cluster, f)
+            keep = set()
+            why = f"machine {f.machine} is unreachable: re-planned on the cluster without it"
+        elif o.replan == "always":
+            cluster, plan = self.cluster, self._replan(self.cluster, f)
+            why = "re-planned on the same cluster (replan: always)"
+        else:
+            cluster, plan = self.cluster, self.plan
+            why = f"machine {f.machine} is alive: only a process died, same plan, restarted " \
+                  "in place"
+        moved = {p: (old_cluster.machines[old_cluster.store_of(p)].name,
+                     cluster.machines[cluster.store_of(p)].name)
+                 for p in range(cluster.num_parts)
+                 if old_cluster.machines[old_cluster.store_of(p)].name
+                 != cluster.machines[cluster.store_of(p)].name}
+        diff = plan_dict_diff(old_plan, plan)
+        self.log(f"recovery {self.attempt}: {why}"
+                 + ("; partitions moved: " + ", ".join(f"{p} {a}->{b}" for p, (a, b)
+                                                        in moved.items()) if moved else "")
+                 + (f"; plan changes: {'; '.join(diff)}" if diff else "; plan unchanged"))
+        # 4. where to resume from: the newest checkpoint whose barrier we saw (so every
+        # trainer's record of every step before it is here) and whose file is intact
+        ckpt = max((c for c in self.ckpts if c[0] <= self.last_barrier and Path(c[2]).is_file()),
+                   default=None)
+        start = ckpt[0] + 1 if ckpt else 0
+        replay = [s for s in range(start, self.last_barrier + 1) if self.items[s].phase == 0]
+        until = self.last_barrier
+        self.ckpts = [c for c in self.ckpts if ckpt and c[0] <= ckpt[0]]
+        self.last_barrier = start - 1
+        self.resume = {"path": ckpt[2], "seq": ckpt[0]} if ckpt else None
+        self.log(f"recovery {self.attempt}: rolling back to "
+                 + (f"the checkpoint of step {ckpt[0]} (epoch {ckpt[1]})"
+                    if ckpt else "the start (no checkpoint yet)")
+                 + f"; every trainer resumes at step {start}; replaying completed training "
+                   f"steps {_span(replay)} ({len(replay)} steps, each from the model state it "
+                   "first saw)")
+        for tmp in (self.run_dir / "checkpoints").glob(".*.tmp-*"):
+            tmp.unlink(missing_ok=True)  # what a killed trainer was writing
+        # 5. the new roles
+        self._bind(cluster, plan)
+        self.roles = {n: r for n, r in self.roles.items() if n in keep}
+        for store in keep:  # their queued transfers were for clients that are gone
+            self.send(store, ctrl("reset", attempt=self.attempt))
+        names = [self._add_role(role, rid, m) for role, rid, m in self._role_specs()
+                 if f"{role}:{rid}" not in keep]
+        if not machine_ok or moved:
+            self.splits = {}  # stores announce their partitions again
+        self.cfg = self._config(self.resume)
+        self._launch(names)
+        rec.update(stopped=stopped, restarted=sorted(names), kept=sorted(keep),
+                   replanned=bool(diff) or not machine_ok, why=why, plan_changes=diff,
+                   moved_partitions={str(p): list(v) for p, v in moved.items()},
+                   checkpoint_step=ckpt[0] if ckpt else None,
+                   resume_step=start, replayed_steps=replay)
+        self.recoveries.append(rec)
+        self._startup(names)
+        self._begin_training(start)
+        rec["restart_s"] = time.monotonic() - t0
+        self.log(f"recovery {self.attempt}: {len(names)} processes restarted, training "
+                 f"resumed {rec['restart_s']:.2f} s after detection")
+        until = max(until, start - 1)
+        self.catchup = {"rec": rec, "until": until, "t": time.monotonic()}
+        if until < start:
+            self._caught_up(self.now())
+        self.event({k: v for k, v in rec.items()})
+
+    def _caught_up(self, now: float) -> None:
+        """The run is back where it was when the failure was detected: time lost is known."""
+        c = self.catchup
+        assert c is not None
+        rec = c["rec"]
+        rec["replay_s"] = time.monotonic() - c["t"]
+        rec["lost_s"] = (rec["detect_s"] or 0.0) + rec["restart_s"] + rec["replay_s"]
+        self.catchup = None
+        self.event({"type": "caught_up", "attempt": rec["attempt"], "replay_s": rec["replay_s"],
+                    "lost_s": rec["lost_s"], "time": now})
+        self.log(f"recovery {rec['attempt']}: caught up with step {c['until']} after "
+                 f"{rec['replay_s']:.2f} s of replay; time lost to this failure "
+                 f"{rec['lost_s']:.2f} s (detection "
+                 + (f"{rec['detect_s']:.2f} s + " if rec["detect_s"] is not None else "? + ")
+                 + f"restart {rec['restart_s']:.2f} s + replay {rec['replay_s']:.2f} s)")
+
+    def _replan(self, cluster: ClusterSpec, f: RoleFailure) -> Plan:
+        """A placement on ``cluster`` by the placer; seeds stay with their trainers."""
+        from gnnsched.placement import PLACERS, get_placer
+
+        o = self.opts
+        get_placer("greedy")  # importing registers every placer
+        name = o.replan_placer or (self.plan.placer if self.plan.placer in PLACERS
+                                   else "greedy")
+        profile = self.profile or self._rough_profile()
+        t0 = time.monotonic()
+        try:
+            plan = get_placer(name).place(cluster, self.job, profile, seed=self.job.seed,
+                                          budget=o.replan_budget)
+            plan = self._pin_seeds(plan)
+            plan.validate(cluster, self.job, f"re-plan by {name}")
+        except (SpecError, ValueError, KeyError) as exc:
+            raise self._fatal(f, f"and re-planning on {len(cluster.machines)} machines "
+                                 f"failed: {exc}") from None
+        self.log(f"re-planned with placer {name!r} in {time.monotonic() - t0:.2f} s")
+        return plan
+
+    def _rough_profile(self) -> Any:
+        """Without a cost profile, a synthetic one shaped by the real partitions: a re-plan
+        only has to place the lost tasks sensibly, now, not optimally."""
+        from gnnsched.profile import synthetic_profile
+
+        counts = part_counts(self.pset.meta)
+        return synthetic_profile(
+            self.pset.num_parts, batch_size=self.job.batch_size, fanouts=self.job.fanouts,
+            seeds_per_part=max(1, int(np.mean([c["train"] for c in counts]))),
+            feature_dim=self.pset.feature_dim, hidden=self.job.hidden,
+            num_classes=self.pset.num_classes, seed=self.job.seed)
+
+    def _pin_seeds(self, plan: Plan) -> Plan:
+        """Trainer ``w`` keeps the partitions whose seeds it owns (its mini-batches are a
+        function of them): the new plan's trainer slots are matched to the old seed groups,
+        same groups first."""
+        slots = list(plan.trainers)
+        out: list[TrainerPlan | None] = [None] * self.W
+        for w, parts in enumerate(self.trainer_parts):
+            for t in slots:
+                if tuple(sorted(t.parts)) == tuple(sorted(parts)):
+                    out[w] = replace(t, id=w, parts=parts)
+                    slots.remove(t)
+                    break
+        for w in range(self.W):
+            if out[w] is None:
+                out[w] = replace(slots.pop(0), id=w, parts=self.trainer_parts[w])
+        return replace(plan, trainers=tuple(t for t in out if t is not None),
+                       notes=(*plan.notes, "re-planned by the runtime after a failure"))
+
     # ------------------------------------------------------------------ shutdown
     def _stop_roles(self, grace: float) -> None:
-        """Ask every role to stop and wait (draining stats) until all exited or ``grace``."""
-        for name, r in self.roles.items():
-            if r.state in ("hello", "ready", "running"):
+        """Stop roles group by group (trainers, samplers + relays, stores), draining their
+        stats; a group gets ``grace`` seconds before the next is asked."""
+        for group in ROLE_ORDER:
+            members = [r for r in self.roles.values() if r.launch.role in group
+                       and r.proc is not None and r.proc.poll() is None]
+            for r in members:
                 try:
-                    self.chan.send(ctrl("stop"), name.encode())
+                    self.chan.send(ctrl("stop"), r.launch.ident.encode())
                 except zmq.ZMQError:
                     pass
-        end = time.monotonic() + grace
-        while time.monotonic() < end and any(r.proc and r.proc.poll() is None
-                                             for r in self.roles.values()):
-            if self.chan.sock.poll(50, zmq.POLLIN):
-                while (got := self.chan.recv_now()) is not None:
-                    ident, msg = got
-                    name = ident.decode(errors="replace") if ident else "?"
-                    if msg.kind == Kind.CTRL and name in self.roles:
-                        body = ctrl_body(msg, name)
-                        if body.get("op") == "stats":
-                            self.roles[name].stats = body
+            end = time.monotonic() + grace
+            while time.monotonic() < end and any(r.proc.poll() is None for r in members
+                                                 if r.proc is not None):
+                if self.chan.sock.poll(50, zmq.POLLIN):
+                    self._drain_stats()
+            self._drain_stats()
+
+    def _drain_stats(self) -> None:
+        while True:
+            try:
+                got = self.chan.recv_now()
+            except MessageError:
+                continue
+            if got is None:
+                return
+            ident, msg = got
+            name, _, gen = (ident or b"?").decode(errors="replace").rpartition("/")
+            r = self.roles.get(name)
+            if msg.kind == Kind.CTRL and r is not None and gen == str(r.launch.gen):
+                try:
+                    body = ctrl_body(msg, name)
+                except MessageError:
+                    continue
+                if body.get("op") == "stats":
+                    r.stats = body
+                    r.state = "done"
 
     def _finish(self) -> RunResult:
+        self.training = False
         self._stop_roles(self.opts.stop_grace_s)
         leftover = self.launcher.stop_all(grace=2.0)
         if leftover:
-            self.progress("log", msg=f"had to terminate: {', '.join(leftover)}")
+            self.log(f"had to terminate: {', '.join(leftover)}")
+        if self.catchup is not None:  # ended before catching up (failure in the last steps)
+            self._caught_up(self.now())
         wall = self.now()
         by_proc = {n: int((r.stats or {}).get("bytes_sent", 0)) for n, r in self.roles.items()}
         by_proc["coordinator"] = STATS.total
@@ -747,22 +1300,34 @@ class Coordinator:
             val_accuracy=[e["val_accuracy"] for e in self.epochs if e["val_accuracy"] is not None],
             test_accuracy=float(getattr(self, "test_accuracy", float("nan"))),
             bytes_sent=int(sum(by_proc.values())), network_bytes=network,
-            allreduce_bytes=allreduce, bytes_by_process=by_proc, stages=stages, startup_s=self.startup_s, wall_s=wall,
-            iterations_per_epoch=self.schedule.K,
+            allreduce_bytes=allreduce, bytes_by_process=by_proc, stages=stages,
+            startup_s=self.startup_s, wall_s=wall, iterations_per_epoch=self.schedule.K,
             processes={n: {"machine": r.launch.machine, "pid": r.info.get("pid"),
+                           "generation": r.launch.gen,
                            **{k: v for k, v in (r.stats or {}).items() if k != "op"}}
-                       for n, r in self.roles.items()})
+                       for n, r in self.roles.items()},
+            recoveries=[{k: v for k, v in rc.items() if k != "type"} for rc in self.recoveries],
+            checkpoints=self.checkpoints)
         self.event({"type": "run", **{k: v for k, v in result.to_dict().items()
-                                      if k not in ("epochs", "processes")}})
+                                      if k not in ("epochs", "processes")},
+                    "stale_messages": self.stale, "rejected_messages": self.rejected})
         return result
 
     def _abort(self) -> None:
         """Failure or Ctrl-C: stop roles quickly, then make sure every process is gone."""
+        self.training = False
         try:
-            self._stop_roles(min(self.opts.stop_grace_s, 3.0))
+            self._stop_roles(min(self.opts.stop_grace_s, 2.0))
         except Exception:
             pass
         self.launcher.stop_all(grace=2.0)
 
 
-__all__ = ["Coordinator", "Item", "RunError", "RunResult", "RuntimeOptions", "Schedule"]
+def _span(steps: list[int]) -> str:
+    if not steps:
+        return "none"
+    return f"{steps[0]}..{steps[-1]}" if len(steps) > 1 else str(steps[0])
+
+
+__all__ = ["Coordinator", "Fault", "Item", "RoleFailure", "RunError", "RunResult",
+           "RuntimeOptions", "Schedule"]

@@ -464,7 +464,7 @@ class Trainer(Role):
                 torch.save(state, tmp)
             os.replace(tmp, folder / alias)
         steps = sorted(folder.glob("step-*.pt"))
-        for old in steps[:-2]:  # the aliases keep their data alive through their links
+        for old in steps[:-3]:  # the aliases keep their data alive through their links
             old.unlink(missing_ok=True)
         self.inbox.send("checkpointed", seq=seq, epoch=epoch, path=str(name),
                         bytes=name.stat().st_size, seconds=time.monotonic() - t0)

@@ -248,3 +248,12 @@ machines:
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
     assert "trainers" in res.stderr
+
+
+def test_placement_is_pure_logic() -> None:
+    code = ("import sys, gnnsched.placement.search, gnnsched.placement.plot, "
+            "gnnsched.commands.plan; print(sorted(m for m in ('torch', 'dgl', "
+            "'gnnsched.runtime') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"

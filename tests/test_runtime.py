@@ -128,7 +128,7 @@ def test_dead_role_fails_the_run_and_nothing_is_left(lab4, tmp_path: Path) -> No
 
     with pytest.raises(RunError, match=r"sampler:1 on machine store1 .*exited with code -9"):
         train(cluster, job, plan, policy="fifo", out_dir=tmp_path / "run", partitions=parts,
-              options=FAST, progress=progress)
+              options=replace(FAST, recover=False), progress=progress)
     assert killed
     assert not _children(), "a role process outlived the failed run"
 

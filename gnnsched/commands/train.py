@@ -5,9 +5,18 @@ the validation accuracy and each trainer's mean seconds per iteration in every s
 fetch as measured where they ran, wait = trainer blocked on input, train, barrier = gradient
 all-reduce including waiting for the slowest trainer). The run directory gets
 ``metrics.jsonl`` (one JSON object per trained mini-batch, per epoch, the test result and the
-run summary), ``logs/`` (one file per process) and ``checkpoints/``. Ctrl-C stops every
-process. ``--json`` ends with one JSON object: the system's ``epoch_time_s`` (median over
-epochs after the first), ``test_accuracy``, ``bytes_sent`` and per-stage times.
+run summary), ``logs/`` (one file per process, ``coordinator.log`` for failures and
+recoveries) and ``checkpoints/``. Ctrl-C stops every process. ``--json`` ends with one JSON
+object: the system's ``epoch_time_s`` (median over epochs after the first), ``test_accuracy``,
+``bytes_sent``, per-stage times and any recoveries.
+
+A process or machine that dies does not end the run: it is detected (exit status, or no
+heartbeat for ``--dead-after`` seconds), the plan is kept or re-made around a lost machine,
+the affected processes restart, and training resumes from the last checkpoint (every
+``--checkpoint-every`` steps); the log says what died, what it was doing, what was re-planned
+and which steps were replayed. A run that cannot go on -- bad input, a host that cannot be
+reached, a port in use, recovery exhausted -- ends with one line ``gnnsched train: error:
+...`` and exit code 2 (details in the run directory's ``logs/``).
 """
 
 from __future__ import annotations
@@ -48,6 +57,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="ssh launcher: this machine's address as the hosts reach it")
     p.add_argument("--remote-python", default="python3", help="ssh launcher: remote python")
     p.add_argument("--remote-dir", default=None, help="ssh launcher: remote working directory")
+    r = p.add_argument_group("failures and recovery")
+    r.add_argument("--checkpoint-every", type=int, default=10,
+                   help="training steps between checkpoints (also at every epoch end)")
+    r.add_argument("--heartbeat", type=float, default=1.0, help="seconds between heartbeats")
+    r.add_argument("--dead-after", type=float, default=10.0,
+                   help="declare a process dead after this many seconds without a heartbeat")
+    r.add_argument("--no-recover", action="store_true",
+                   help="a dead process fails the run instead of being recovered")
+    r.add_argument("--max-recoveries", type=int, default=3)
+    r.add_argument("--replan", default="auto", choices=("auto", "always", "never"),
+                   help="auto: re-plan only when a machine is lost; always: also when a "
+                        "process dies; never: only restart in place")
+    r.add_argument("--replan-placer", default=None,
+                   help="placer for re-planning (default: the plan's, else greedy)")
+    r.add_argument("--request-timeout", type=float, default=120.0,
+                   help="seconds any process waits for an answer before it gives up")
+    r.add_argument("--port", type=int, default=None,
+                   help="coordinator port (default: an ephemeral one)")
+    r.add_argument("--kill-at", action="append", default=[], metavar="ROLE:STEP[:SIGNAL]",
+                   help="fault injection: send SIGKILL (or STOP) to ROLE (e.g. sampler:1, "
+                        "store:store0, machine:store0) when training reaches STEP")
 
 
 def train(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path, plan: Plan | str | Path,
@@ -66,11 +96,14 @@ def train(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path, plan: Pl
     from dataclasses import replace
 
     from gnnsched.datasets.cache import partitions_for
+    from gnnsched.policy import POLICIES
     from gnnsched.profile import CostProfile
     from gnnsched.runtime.coordinator import Coordinator
     from gnnsched.runtime.launcher import get_launcher
-    from gnnsched.spec import check_compatible, load_cluster, load_job
+    from gnnsched.spec import SpecError, check_compatible, load_cluster, load_job
 
+    if isinstance(policy, str) and policy not in POLICIES:
+        raise SpecError("--policy", "", f"unknown policy {policy!r}", ", ".join(sorted(POLICIES)))
     if not isinstance(cluster, ClusterSpec):
         cluster = load_cluster(cluster)
     if not isinstance(job, JobSpec):
@@ -150,29 +183,66 @@ def summary(result: Any) -> dict[str, Any]:
             "bytes_by_process": result.bytes_by_process, "stages": result.stages,
             "epoch_times_s": [e["epoch_time_s"] for e in result.epochs],
             "iterations_per_epoch": result.iterations_per_epoch,
-            "startup_s": result.startup_s, "wall_s": result.wall_s, "run_dir": result.run_dir}
+            "startup_s": result.startup_s, "wall_s": result.wall_s, "run_dir": result.run_dir,
+            "recoveries": getattr(result, "recoveries", [])}
+
+
+def _faults(specs: list[str]) -> tuple[Any, ...]:
+    from gnnsched.runtime.coordinator import Fault
+    from gnnsched.spec import SpecError
+
+    out = []
+    for spec in specs:
+        parts = spec.split(":")
+        try:
+            role, step = ":".join(parts[:2]), int(parts[2])
+            sig = parts[3].upper() if len(parts) > 3 else "KILL"
+        except (IndexError, ValueError):
+            raise SpecError("--kill-at", "", f"cannot parse {spec!r}",
+                            "ROLE:ID:STEP[:KILL|STOP], e.g. sampler:1:20") from None
+        out.append(Fault(role, step, sig))
+    return tuple(out)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def run(args: argparse.Namespace) -> int:
     from gnnsched.runtime.coordinator import RunError, RuntimeOptions
+    from gnnsched.runtime.launcher import LaunchError
+    from gnnsched.runtime.transport import MessageError, TransportError
 
     opts = RuntimeOptions(threads=args.threads,
                           emulate_speed=None if args.emulate_speed is None
-                          else args.emulate_speed == "on")
+                          else args.emulate_speed == "on",
+                          checkpoint_every=args.checkpoint_every, heartbeat_s=args.heartbeat,
+                          dead_after_s=args.dead_after, recover=not args.no_recover,
+                          max_recoveries=args.max_recoveries, replan=args.replan,
+                          replan_placer=args.replan_placer,
+                          request_timeout=args.request_timeout, coordinator_port=args.port,
+                          faults=_faults(args.kill_at))
     lopts: dict[str, Any] = {}
     if args.launcher == "ssh":
         lopts = {"coordinator_address": args.coordinator_address,
                  "remote_python": args.remote_python, "remote_dir": args.remote_dir}
+    from gnnsched.runtime.netns import NetnsError
+
+    if args.out is None:  # known before the run, so an error can point at its logs
+        args.out = f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}"
     progress = _Progress(args.json)
     try:
         result = train(args.cluster, args.job, args.plan, policy=args.policy,
                        launcher=args.launcher, out_dir=args.out, partitions=args.partitions,
                        epochs=args.epochs, options=opts, profile=args.cost,
                        progress=progress, data_dir=args.data_dir, launcher_options=lopts)
-    except RunError as exc:
+    except (RunError, LaunchError, TransportError, MessageError, NetnsError) as exc:
+        # one clear line; the whole story (log tails, tracebacks) is in the run's logs/
         progress.close()
-        print(f"gnnsched train: run failed: {exc}", file=sys.stderr)
-        return 1
+        where = f" (details: {args.out}/logs/)" if args.out else ""
+        print(f"gnnsched train: error: {_first_line(exc)}{where}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         progress.close()
         print("gnnsched train: interrupted; all processes stopped", file=sys.stderr)
@@ -183,6 +253,10 @@ def run(args: argparse.Namespace) -> int:
           f"(median after the first); {result.bytes_sent / 1e6:.1f} MB sent "
           f"({result.network_bytes / 1e6:.1f} MB across machines); run dir {result.run_dir}",
           file=out)
+    for rc in result.recoveries:
+        print(f"recovered from: {rc['role']} on {rc['machine']} {rc['how']}; "
+              f"{'re-planned' if rc['replanned'] else 'restarted in place'}; replayed "
+              f"{len(rc['replayed_steps'])} steps; lost {rc.get('lost_s', 0.0):.2f} s", file=out)
     if args.json:
         print(json.dumps(summary(result)))
     return 0
