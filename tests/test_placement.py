@@ -41,14 +41,18 @@ def problems(examples: Path) -> dict[str, Problem]:
 @pytest.mark.parametrize("example", ["lab4", "hetero16", "scale256"])
 def test_every_placer_is_feasible_on_every_example(problems, example: str) -> None:
     pb = problems[example]
+    big = example == "scale256"
     for name in PLACERS:
-        kw = {}
-        if example == "scale256" and name == "gnnsched":
-            kw = {"scorer": bound_scorer(pb)}  # the simulator at this scale is for the bench
-        budget = 8.0 if example == "scale256" else 3.0
-        plan = get_placer(name, **kw).place_problem(pb, seed=1, budget=budget)
-        check_resources(pb, plan, f"{example}/{name}")  # Plan.validate + cores and memory
-        assert len(plan.trainers) == pb.W
+        if big and name == "cpsat":
+            continue  # at this scale gnnsched's own CP-SAT run is checked below (2 cores)
+        # the simulator at 256 machines is for the bench; the cost-model bound scores here
+        kw = {"scorer": bound_scorer(pb)} if big and name == "gnnsched" else {}
+        placer = get_placer(name, **kw)
+        plan = placer.place_problem(pb, seed=1, budget=2.0 if big else 3.0)
+        plans = [plan] + ([placer.outcome.plan] if placer.outcome is not None else [])
+        for p in plans:
+            check_resources(pb, p, f"{example}/{name}")  # Plan.validate + cores and memory
+            assert len(p.trainers) == pb.W
         again = Plan.from_dict(json.loads(json.dumps(plan.to_dict())))
         assert again.key() == plan.key()
 
@@ -133,10 +137,14 @@ def _brute_force(pb: Problem) -> float:
         if a < b:
             splits.append((a, b))
     best = float("inf")
-    per_trainer = [(S, n, F) for S in range(pb.M) for n in range(1, 4) for F in (-1, 0)]
+
+    def options(T: int) -> list[tuple[int, int, int]]:
+        """(sampler host, count, gathering machine: own or the big store s0) that fit."""
+        return [(S, n, F) for S in range(pb.M) for n in range(1, int(pb.cpus[S]) + 1)
+                if n + (S == T) <= pb.cpus[S] for F in dict.fromkeys((T, 0))]
+
     for (pa, pbp), (da, db) in itertools.product(splits, itertools.permutations(devices, 2)):
-        for (sa, na, fa), (sb, nb, fb) in itertools.product(per_trainer, repeat=2):
-            fa, fb = da[0] if fa < 0 else fa, db[0] if fb < 0 else fb  # own machine or s0
+        for (sa, na, fa), (sb, nb, fb) in itertools.product(options(da[0]), options(db[0])):
             ts = (TrainerPlan(0, names[da[0]], da[1], pa, ((names[sa], na),), names[fa]),
                   TrainerPlan(1, names[db[0]], db[1], pbp, ((names[sb], nb),), names[fb]))
             plan = pb.make_plan("brute", ts)
@@ -214,7 +222,8 @@ def test_gnnsched_is_never_slower_than_the_baselines(problems) -> None:
 # ---------------------------------------------------------------------- CLI
 
 
-def test_cli_plan_json_plot(tmp_path: Path, examples: Path) -> None:
+def test_cli_plan_json_plot(tmp_path: Path, examples: Path,
+                            capsys: pytest.CaptureFixture[str]) -> None:
     out, png = tmp_path / "plan.json", tmp_path / "plan.png"
     cmd = [sys.executable, "-m", "gnnsched", "plan", "--cluster",
            str(examples / "hetero16/cluster.yaml"), "--job", str(examples / "hetero16/job.yaml"),
@@ -229,10 +238,11 @@ def test_cli_plan_json_plot(tmp_path: Path, examples: Path) -> None:
     saved = Plan.load(out)
     assert saved.predicted["baselines"]["colocation"]["colocation_feasible"] is False
     assert png.stat().st_size > 10_000
-    text = subprocess.run(cmd[:-5] + ["--out", str(out), "--placer", "greedy"],
-                          capture_output=True, text=True, timeout=120)
-    assert text.returncode == 0, text.stderr
-    assert "lower bound" in text.stdout and "why:" in text.stdout
+    from gnnsched.cli import main
+
+    assert main(cmd[3:-5] + ["--out", str(out), "--placer", "greedy"]) == 0
+    text = capsys.readouterr().out
+    assert "lower bound" in text and "why:" in text and "colocation infeasible" in text
 
 
 def test_cli_plan_infeasible_job_is_a_clear_error(tmp_path: Path) -> None:
