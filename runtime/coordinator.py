@@ -344,6 +344,8 @@ class Coordinator:
         self.policy = get_policy(policy)
         self.run_dir = Path(run_dir)
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        for old in (self.run_dir / "checkpoints").glob("*.pt*"):
+            old.unlink()  # an earlier run's: recovery must only ever see this run's
         self.pset = open_partitions(partitions, verify=False)
         if self.pset.num_parts != cluster.num_parts:
             raise SpecError(str(self.pset.root), "num_parts",
@@ -602,21 +604,65 @@ class Coordinator:
         return RunError(f"{f.describe()}{' ' + why if why else ''}{tail}{extra}")
 
     def _check_roles(self) -> None:
-        """Raise :class:`RoleFailure` for the first role that is dead (exited or silent)."""
+        """Raise for the first dead role.
+
+        *Hard* deaths -- killed by a signal, silent past ``dead_after_s``, or an exit code a
+        role only uses when its coordinator vanished -- are :class:`RoleFailure` (recovered).
+        A role that exited with code 1 raised an exception, which it reported: unless a hard
+        death explains it (checked first), that error is the run's and ends it (replaying
+        would only repeat it)."""
         now = time.monotonic()
+        soft: _Role | None = None
         for r in self.roles.values():
             if r.proc is None or r.state in ("exited", "stopped", "error"):
                 continue
             code = r.proc.poll()
             if code is not None:
                 was = r.state
+                if code == 0 and was == "done":
+                    r.state = "exited"
+                    continue
+                if code == 1 or code == 0:
+                    soft = soft or r
+                    continue
                 r.state = "exited"
-                if code != 0 or was != "done":
-                    raise self._failure(r, _exit_text(code))
-                continue
+                raise self._failure(r, _exit_text(code))
             if r.last_heard is not None and now - r.last_heard > self.opts.dead_after_s:
                 raise self._failure(r, f"sent no heartbeat for {now - r.last_heard:.1f} s "
                                        f"(dead_after_s={self.opts.dead_after_s:g})")
+        if soft is not None:
+            soft.state = "exited"
+            code = soft.proc.poll() if soft.proc else None
+            err = self._error_of(soft)
+            raise RunError(f"{soft.launch.name} on machine {soft.launch.machine} (pid "
+                           f"{soft.proc.pid if soft.proc else '?'}) {_exit_text(code or 0)} "
+                           f"while {soft.doing}" + (f": {err}" if err else "")
+                           + f"; last log lines ({soft.launch.log}):\n"
+                           + (soft.proc.log_tail() if soft.proc else ""))
+
+    def _error_of(self, r: _Role) -> str | None:
+        """The error a role reported before exiting, if it is (or soon is) in our queue."""
+        end = time.monotonic() + 0.5
+        while "error" not in r.info and time.monotonic() < end:
+            if self.chan.sock.poll(50, zmq.POLLIN):
+                while True:
+                    try:
+                        got = self.chan.recv_now()
+                    except MessageError:
+                        continue
+                    if got is None:
+                        break
+                    ident = (got[0] or b"").decode(errors="replace")
+                    name, _, gen = ident.rpartition("/")
+                    if name == r.launch.name and gen == str(r.launch.gen) and \
+                            got[1].kind == Kind.CTRL:
+                        try:
+                            body = ctrl_body(got[1], name)
+                        except MessageError:
+                            continue
+                        if body.get("op") == "error":
+                            r.info["error"] = str(body.get("error"))
+        return r.info.get("error")
 
     def _poll(self, timeout_s: float) -> None:
         """Handle every message that arrives within ``timeout_s``; check processes."""
@@ -829,6 +875,7 @@ class Coordinator:
         """A role reports an exception. If another role just died, that death is the cause
         (recover from it); otherwise the error is the run's (it would recur on replay)."""
         r.state = "error"
+        r.info["error"] = str(body.get("error"))
         said = f"{name} on machine {r.launch.machine} failed: {body.get('error')}"
         if self.training:
             end = time.monotonic() + min(2.0, self.opts.dead_after_s)
@@ -838,6 +885,8 @@ class Coordinator:
                 except RoleFailure as f:
                     f.collateral.append(said)
                     raise
+                except RunError:  # another role's own error: ours is reported below
+                    break
                 if time.monotonic() > end:
                     break
                 time.sleep(0.05)

@@ -113,16 +113,154 @@ class Process:
         return "\n".join(text[-lines:])
 
 
+class Zygote:
+    """One fork server (:mod:`gnnsched.runtime.zygote`) and the JSON-lines pipe to it."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
+        import json
+
+        self._json = json
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self._err = open(log, "ab")
+        self.popen = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=self._err,
+                                      start_new_session=True)
+        self.log = log
+        self.buf = b""
+        self.exits: dict[int, int] = {}
+        self.replies: dict[int, dict[str, Any]] = {}
+        self.ids = 0
+        self.ready = False
+
+    def _read(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for output, then process everything available."""
+        import select
+
+        out = self.popen.stdout
+        assert out is not None
+        wait = timeout
+        while select.select([out], [], [], wait)[0]:
+            data = os.read(out.fileno(), 1 << 16)
+            if not data:
+                return
+            self.buf += data
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                msg = self._json.loads(line)
+                if msg["op"] == "exit":
+                    self.exits[int(msg["pid"])] = int(msg["code"])
+                elif msg["op"] == "ready":
+                    self.ready = True
+                else:
+                    self.replies[msg.get("id") if msg.get("id") is not None else -1] = msg
+            wait = 0.0
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def spawn(self, argv: list[str], env: dict[str, str], log: Path,
+              timeout: float = 300.0) -> int:
+        """Fork a role; returns its pid (waits for the zygote's imports the first time)."""
+        self.ids += 1
+        rid = self.ids
+        req = {"op": "spawn", "id": rid, "argv": argv, "env": env, "log": str(log)}
+        assert self.popen.stdin is not None
+        try:
+            self.popen.stdin.write((self._json.dumps(req) + "\n").encode())
+            self.popen.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise LaunchError(f"fork server died ({exc}); see {self.log}") from None
+        end = time.monotonic() + timeout
+        while rid not in self.replies and -1 not in self.replies:
+            if not self.alive():
+                raise LaunchError(f"fork server exited with code {self.popen.poll()}; "
+                                  f"see {self.log}")
+            if time.monotonic() > end:
+                raise LaunchError(f"fork server did not answer within {timeout:.0f} s")
+            self._read(0.2)
+        msg = self.replies.pop(rid, None) or self.replies.pop(-1)
+        if msg["op"] != "spawned":
+            raise LaunchError(f"fork server could not start the process: {msg.get('error')}")
+        return int(msg["pid"])
+
+    def poll(self) -> None:
+        if self.popen.stdout is not None and not self.popen.stdout.closed:
+            self._read(0.0)
+
+    def close(self, grace: float = 5.0) -> None:
+        """Close its stdin (it kills its children and exits), then make sure it is gone."""
+        try:
+            if self.popen.stdin is not None:
+                self.popen.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.popen.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(5.0)
+        if self.popen.stdout is not None:
+            self.popen.stdout.close()
+        self._err.close()
+
+
+class ForkedProcess(Process):
+    """A role forked by a :class:`Zygote`: its exit status comes from the zygote's reports
+    (it is the zygote's child); when the zygote itself is gone, from the pid's existence."""
+
+    def __init__(self, launch: RoleLaunch, pid: int, zygote: Zygote) -> None:
+        self.launch, self._pid, self.zygote = launch, pid, zygote
+        self._log = None
+        self.code: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    def poll(self) -> int | None:
+        if self.code is None:
+            self.zygote.poll()
+            if self._pid in self.zygote.exits:
+                self.code = self.zygote.exits.pop(self._pid)
+            elif not self.zygote.alive():
+                try:
+                    os.kill(self._pid, 0)
+                except ProcessLookupError:
+                    self.code = -int(signal.SIGKILL)  # died with its fork server
+                except PermissionError:
+                    pass
+        return self.code
+
+    def signal(self, sig: int) -> None:
+        if self.poll() is not None:
+            return
+        try:
+            os.killpg(self._pid, sig)  # its own session: pgid == pid
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def wait(self, timeout: float) -> int | None:
+        end = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() >= end:
+                return None
+            time.sleep(0.02)
+        return self.code
+
+
 class Launcher:
     """Base launcher: subclasses say how to reach a machine (prefix, addresses, env)."""
 
     name = "base"
 
-    def __init__(self, cluster: ClusterSpec, python: str | None = None) -> None:
+    def __init__(self, cluster: ClusterSpec, python: str | None = None,
+                 fork_server: bool = False) -> None:
         self.cluster = cluster
         self.python = python or sys.executable
         self.procs: list[Process] = []
         self.down: set[str] = set()  # machines declared dead (fault injection or probes)
+        self.fork_server = fork_server
+        self.zygotes: dict[str, Zygote] = {}
 
     # ---------------------------------------------------------------- where
     def coordinator_host(self) -> str:
@@ -163,11 +301,38 @@ class Launcher:
     def command(self, launch: RoleLaunch) -> list[str]:
         return self.role_argv(launch)
 
+    def prefix(self, machine: str) -> list[str]:
+        """What runs a command on ``machine`` (fork servers are started through it)."""
+        return []
+
+    def zygote_key(self, machine: str) -> str:
+        """Machines sharing one fork server (the local launcher: all of them, one box)."""
+        return machine
+
+    def _zygote(self, launch: RoleLaunch) -> Zygote:
+        key = self.zygote_key(launch.machine)
+        z = self.zygotes.get(key)
+        if z is None or not z.alive():
+            env = {**os.environ, **self.role_env(launch)}
+            for var in ("GLOO_SOCKET_IFNAME",):
+                env.pop(var, None)  # per role, not per fork server
+            argv = [*self.prefix(launch.machine), self.python, "-m", "gnnsched.runtime.zygote"]
+            z = self.zygotes[key] = Zygote(argv, env, launch.log.parent /
+                                           f"zygote-{key}.log")
+        return z
+
     def start(self, launch: RoleLaunch) -> Process:
         if launch.machine in self.down:
             raise LaunchError(f"cannot start {launch.name} on {launch.machine}: the machine "
                               "is down")
         launch.log.parent.mkdir(parents=True, exist_ok=True)
+        if self.fork_server:
+            z = self._zygote(launch)
+            argv = self.role_argv(launch)[3:]  # after `python -m gnnsched.runtime.role`
+            pid = z.spawn(argv, self.role_env(launch), launch.log, launch.start_timeout)
+            proc: Process = ForkedProcess(launch, pid, z)
+            self.procs.append(proc)
+            return proc
         log = open(launch.log, "ab")
         env = {**os.environ, **self.role_env(launch)}
         popen = subprocess.Popen(self.command(launch), env=env, stdin=subprocess.DEVNULL,
@@ -175,6 +340,11 @@ class Launcher:
         proc = Process(launch, popen, log)
         self.procs.append(proc)
         return proc
+
+    def close_fork_servers(self) -> None:
+        for z in self.zygotes.values():
+            z.close()
+        self.zygotes = {}
 
     def stop(self, procs: list[Process], grace: float = 2.0) -> list[str]:
         """SIGTERM these process groups (SIGCONT first: a frozen one must get it), wait
@@ -198,8 +368,10 @@ class Launcher:
     def stop_all(self, grace: float = 5.0) -> list[str]:
         """SIGTERM every live process group, wait ``grace``, SIGKILL the rest; reap all.
 
-        Returns the names of processes that had to be signalled."""
-        return self.stop(self.procs, grace)
+        Returns the names of processes that had to be signalled. Fork servers go last."""
+        names = self.stop(self.procs, grace)
+        self.close_fork_servers()
+        return names
 
     def reachable(self, machine: str, timeout: float = 5.0) -> bool:
         """Can ``machine`` still run processes? (Recovery re-plans around it when not.)"""
@@ -214,6 +386,10 @@ class Launcher:
             if p.launch.machine == machine and p.poll() is None:
                 p.signal(signal.SIGKILL)
                 killed.append(p.pid)
+        z = self.zygotes.get(self.zygote_key(machine))
+        if z is not None and self.zygote_key(machine) == machine:
+            z.close(0.0)  # its own fork server dies with it
+            del self.zygotes[machine]
         return killed
 
     def preflight(self, machines: list[str], timeout: float = 10.0) -> None:
@@ -228,9 +404,17 @@ class Launcher:
 
 
 class LocalLauncher(Launcher):
-    """Every role on this machine, on the loopback interface."""
+    """Every role on this machine, on the loopback interface, forked from one fork server
+    (``fork_server=False``: each role a fresh interpreter)."""
 
     name = "local"
+
+    def __init__(self, cluster: ClusterSpec, python: str | None = None,
+                 fork_server: bool = True) -> None:
+        super().__init__(cluster, python, fork_server)
+
+    def zygote_key(self, machine: str) -> str:
+        return "local"
 
     def coordinator_host(self) -> str:
         return "127.0.0.1"
@@ -249,8 +433,8 @@ class NetnsLauncher(Launcher):
     name = "netns"
 
     def __init__(self, cluster: ClusterSpec, python: str | None = None,
-                 emulated: Any = None) -> None:
-        super().__init__(cluster, python)
+                 emulated: Any = None, fork_server: bool = True) -> None:
+        super().__init__(cluster, python, fork_server)
         from gnnsched.runtime import netns
 
         netns.require_root()
@@ -275,6 +459,9 @@ class NetnsLauncher(Launcher):
 
     def command(self, launch: RoleLaunch) -> list[str]:
         return [*self.net.exec_prefix(launch.machine), *self.role_argv(launch)]
+
+    def prefix(self, machine: str) -> list[str]:
+        return list(self.net.exec_prefix(machine))  # one fork server inside each host
 
     def reachable(self, machine: str, timeout: float = 5.0) -> bool:
         """The host's namespace still exists (``gnnsched cluster down`` or a crash removes it)."""

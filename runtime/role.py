@@ -233,6 +233,12 @@ class Role:
         heard = [time.monotonic()]
 
         def watch() -> None:
+            try:
+                beat_loop()
+            except zmq.ZMQError:  # the process is closing its sockets: nothing to watch
+                return
+
+        def beat_loop() -> None:
             nxt = 0.0
             while True:
                 now = time.monotonic()

@@ -463,7 +463,7 @@ class Trainer(Role):
             except OSError:  # no hard links here: a second copy
                 torch.save(state, tmp)
             os.replace(tmp, folder / alias)
-        steps = sorted(folder.glob("step-*.pt"))
+        steps = sorted(f for f in folder.glob("step-*.pt") if f.name <= name.name)
         for old in steps[:-3]:  # the aliases keep their data alive through their links
             old.unlink(missing_ok=True)
         self.inbox.send("checkpointed", seq=seq, epoch=epoch, path=str(name),

@@ -108,6 +108,9 @@ def plan_and_train(cluster, job, prof, out: Path, *, epochs: int | None = None,
         say(f"{label:<11} {placer:<10} {policy:<8} {r['epoch_time_s']:>8.3f} "
             f"{r['predicted_epoch_time_s']:>9.3f} {r['test_accuracy']:>8.3f} "
             f"{r['bytes_sent'] / 1e6:>8.1f}")
+    say("(predicted: the simulator on the cluster file's NICs; local processes talk over an "
+        "unshaped loopback, so measured times are CPU-bound here: `gnnsched train --launcher "
+        "netns` runs the same plans on shaped NICs)")
     a, b = systems["colocation"]["epoch_time_s"], systems["gnnsched"]["epoch_time_s"]
     if a and b:
         say(f"gnnsched is {a / b:.2f}x the speed of colocation on this run")
