@@ -408,45 +408,57 @@ def simulate_system(cluster: Any, job: Any, plan: Any, prof: Any, policy: str,
             "critical_share": dict(r0.critical_share)}
 
 
-def run_runtime(st: Settings, cluster: Any, job: Any, plan: Any, prof: Any, sysname: str,
-                part_dir: Path, run_dir: Path, net: Any, counters: NicCounters | None
-                ) -> dict[str, Any]:
-    """Really train with the gnnsched runtime; ``repeats`` runs, median epoch time."""
+def runtime_options() -> Any:
+    """Runtime knobs for benchmarking: a loaded 2-core box starts a dozen processes slowly,
+    so generous timeouts; checkpoints only at epoch ends (DistDGL writes none)."""
     import dataclasses
 
-    from gnnsched.commands.train import summary, train
     from gnnsched.runtime.coordinator import RuntimeOptions
 
-    s = SYSTEMS[sysname]
     known = {f.name for f in dataclasses.fields(RuntimeOptions)}
-    # a loaded 2-core box starts a dozen processes slowly; checkpoints only at epoch ends
     want = {"start_timeout": 300, "request_timeout": 120, "orphan_timeout": 120,
             "dead_after_s": 60.0, "checkpoint_every": 10**6}
-    opts = RuntimeOptions(**{k: v for k, v in want.items() if k in known})
+    return RuntimeOptions(**{k: v for k, v in want.items() if k in known})
+
+
+def run_runtime_once(st: Settings, cluster: Any, job: Any, plan: Any, prof: Any, sysname: str,
+                     part_dir: Path, run_dir: Path, net: Any, counters: NicCounters | None,
+                     rep: int) -> dict[str, Any]:
+    """Really train once with the gnnsched runtime; the run's summary plus NIC bytes."""
+    from gnnsched.commands.train import summary, train
+
+    s = SYSTEMS[sysname]
     lopts = {"emulated": net} if st.launcher == "netns" else None
-    reps: list[dict[str, Any]] = []
-    for rep in range(st.repeats):
-        tag = sysname if st.repeats == 1 else f"{sysname} #{rep + 1}"
-        tracker = Tracker(tag, counters)
-        t0 = time.perf_counter()
-        before = counters.read() if counters else None
-        res = train(cluster, job, plan, policy=s.policy, launcher=st.launcher,
-                    out_dir=run_dir / (sysname.replace("+", "-") + f"-{rep}"),
-                    partitions=part_dir, profile=prof, options=opts, progress=tracker,
-                    launcher_options=lopts)
-        row = summary(res)
-        row["nic_bytes_run"] = _delta(before, counters.read()) if counters else None
-        if row.get("recoveries"):
-            say(f"    {tag}: recovered {len(row['recoveries'])} time(s): timing is suspect")
-        row.pop("bytes_by_process", None)
-        per_host, note = tracker.bytes_per_epoch(job.epochs)
-        row["nic_bytes_per_epoch"] = per_host
-        row["nic_bytes_note"] = note
-        row["seconds"] = time.perf_counter() - t0
-        reps.append(row)
+    tag = sysname if st.repeats == 1 else f"{sysname} #{rep + 1}"
+    tracker = Tracker(tag, counters)
+    t0 = time.perf_counter()
+    before = counters.read() if counters else None
+    res = train(cluster, job, plan, policy=s.policy, launcher=st.launcher,
+                out_dir=run_dir / (sysname.replace("+", "-") + f"-{rep}"),
+                partitions=part_dir, profile=prof, options=runtime_options(),
+                progress=tracker, launcher_options=lopts)
+    row = summary(res)
+    row["nic_bytes_run"] = _delta(before, counters.read()) if counters else None
+    if row.get("recoveries"):
+        say(f"    {tag}: recovered {len(row['recoveries'])} time(s): timing is suspect")
+    row.pop("bytes_by_process", None)
+    per_host, note = tracker.bytes_per_epoch(job.epochs)
+    row["nic_bytes_per_epoch"] = per_host
+    row["nic_bytes_note"] = note
+    row["seconds"] = time.perf_counter() - t0
+    return row
+
+
+def _median_rep(reps: list[dict[str, Any]]) -> dict[str, Any]:
     times = [r["epoch_time_s"] for r in reps]
-    best = reps[min(range(len(reps)), key=lambda i: abs(times[i] - statistics.median(times)))]
-    K = best["iterations_per_epoch"]
+    med = statistics.median(times)
+    return reps[min(range(len(reps)), key=lambda i: abs(times[i] - med))]
+
+
+def aggregate_runtime(reps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median epoch time over repetitions; the other numbers from the median repetition."""
+    times = [r["epoch_time_s"] for r in reps]
+    best = _median_rep(reps)
     st_ = best["stages"]
     mean = {k: float(statistics.fmean(v[k] for v in st_.values())) for k in
             ("sample_s", "fetch_s", "wait_s", "train_s", "allreduce_s")}
@@ -455,12 +467,14 @@ def run_runtime(st: Settings, cluster: Any, job: Any, plan: Any, prof: Any, sysn
         "ok": True, "epoch_time_s": float(statistics.median(times)), "epoch_times_s":
         best["epoch_times_s"], "repeat_epoch_times_s": times,
         "test_accuracy": best["test_accuracy"], "val_accuracy": best["val_accuracy"],
+        "repeat_test_accuracy": [r["test_accuracy"] for r in reps],
         "bytes_per_epoch": float(sum(nic.values())) if nic else None,
         "bytes_by_host_per_epoch": nic, "bytes_note": best["nic_bytes_note"] or
         "not measured per epoch (local launcher: no NICs)",
         "bytes_run": best["nic_bytes_run"],
         "run_network_bytes": best["network_bytes"], "run_bytes_sent": best["bytes_sent"],
-        "allreduce_bytes": best["allreduce_bytes"], "iterations_per_epoch": K,
+        "allreduce_bytes": best["allreduce_bytes"],
+        "iterations_per_epoch": best["iterations_per_epoch"],
         "stages": {"input": mean["wait_s"], "train": mean["train_s"],
                    "barrier": mean["allreduce_s"], "sample": mean["sample_s"],
                    "fetch": mean["fetch_s"]},
@@ -477,29 +491,33 @@ def _delta(before: dict[str, int] | None, after: dict[str, int]) -> int | None:
     return int(sum(after[h] - before.get(h, 0) for h in after))
 
 
-def run_distdgl_system(st: Settings, cluster: Any, job: Any, part_dir: Path, run_dir: Path,
-                       net: Any, counters: NicCounters | None) -> dict[str, Any]:
+def run_distdgl_once(st: Settings, cluster: Any, job: Any, part_dir: Path, run_dir: Path,
+                     net: Any, counters: NicCounters | None, rep: int) -> dict[str, Any]:
+    """One DistDGL run (``feasible: False`` and nothing started where it cannot run)."""
     from gnnsched.runtime.distdgl import run_distdgl
 
     kw: dict[str, Any] = {}
     if st.launcher == "netns":
         kw = {"exec_prefix": net.exec_prefix,
               "hosts": {m.name: net.address(m.name) for m in cluster.machines}}
-    reps = []
-    for rep in range(st.repeats):
-        t0 = time.perf_counter()
-        before = counters.read() if counters else None
-        r = run_distdgl(cluster, job, part_dir, out_dir=run_dir / f"distdgl-{rep}",
-                        timeout_s=900, eval_fanouts=list(job.fanouts),
-                        eval_batch_size=EVAL_BATCH, **kw)
-        if not r.feasible:
-            return {"ok": True, "feasible": False, "reason": r.reason}
-        d = r.to_dict()
-        d["nic_bytes_run"] = _delta(before, counters.read()) if counters else None
-        d["seconds"] = time.perf_counter() - t0
-        reps.append(d)
+    t0 = time.perf_counter()
+    before = counters.read() if counters else None
+    r = run_distdgl(cluster, job, part_dir, out_dir=run_dir / f"distdgl-{rep}",
+                    timeout_s=900, eval_fanouts=list(job.fanouts),
+                    eval_batch_size=EVAL_BATCH, **kw)
+    if not r.feasible:
+        return {"feasible": False, "reason": r.reason}
+    d = r.to_dict()
+    d["nic_bytes_run"] = _delta(before, counters.read()) if counters else None
+    d["seconds"] = time.perf_counter() - t0
+    return d
+
+
+def aggregate_distdgl(reps: list[dict[str, Any]], cluster: Any, job: Any) -> dict[str, Any]:
+    if reps and reps[0].get("feasible") is False:
+        return {"ok": True, "feasible": False, "reason": reps[0]["reason"]}
     times = [r["epoch_time_s"] for r in reps]
-    best = reps[min(range(len(reps)), key=lambda i: abs(times[i] - statistics.median(times)))]
+    best = _median_rep(reps)
     steps = max(math.ceil(t["train_nodes"] / job.batch_size) for t in best["trainers"])
     stage = {k: v / max(steps, 1) for k, v in best["stage_s"].items()}
     bytes_host = best["bytes_sent"]
@@ -515,6 +533,7 @@ def run_distdgl_system(st: Settings, cluster: Any, job: Any, part_dir: Path, run
         "ok": True, "feasible": True, "epoch_time_s": float(statistics.median(times)),
         "epoch_times_s": best["epoch_times_s"], "repeat_epoch_times_s": times,
         "test_accuracy": best["test_accuracy"],
+        "repeat_test_accuracy": [r["test_accuracy"] for r in reps],
         "bytes_per_epoch": float(sum(per_epoch.values())) if per_epoch else None,
         "bytes_by_host_per_epoch": per_epoch, "bytes_note": note or "not measured",
         "bytes_hosts_missing": missing if bytes_host else None,
@@ -678,50 +697,76 @@ def run_config(ctx: Context, shape: str, ds: str) -> dict[str, Any]:
 
             net = EmulatedCluster(cluster, payload_rates=True).up()
             counters = NicCounters(net)
-        for sysname in st.systems:
+        rows: dict[str, dict[str, Any]] = {}
+        for sysname in st.systems:  # plans, simulation (no processes)
             s = SYSTEMS[sysname]
             row: dict[str, Any] = {"label": s.label, "placer": s.placer, "policy": s.policy}
-            cfg["systems"][sysname] = row
-            t0 = time.perf_counter()
-            if s.placer is not None:
-                plan = plans.get(s.placer)
-                if plan is None:
-                    row.update(ok=False, error=cfg["plans"][s.placer]["error"])
-                    continue
-                row["split"] = split_of(plan)
-                try:
-                    row["sim"] = simulate_system(cluster, job, plan, prof, s.policy, st.seed)
-                except Exception as exc:  # noqa: BLE001
-                    row["sim"] = {"error": _error(exc)}
-                if not st.real:
-                    row.update(ok=True, skipped="--no-real")
-                    continue
-                try:
-                    row.update(run_runtime(st, cluster, job, plan, prof, sysname, part_dir,
-                                           run_dir, net, counters))
-                except Exception as exc:  # noqa: BLE001 - a failed run is a result too
-                    row.update(ok=False, error=_error(exc))
-                    traceback.print_exc()
-                if st.reference and row.get("ok"):
-                    ref = ctx.reference(ds, job, row["split"])
-                    row["reference_accuracy"] = ref.get("test_accuracy")
-            else:
+            rows[sysname] = cfg["systems"][sysname] = row
+            if s.placer is None:
                 if not st.real:
                     from gnnsched.runtime.distdgl import infeasible_reason
 
                     why = infeasible_reason(cluster)
                     row.update(ok=True, feasible=not why, reason=why, skipped="--no-real")
+                continue
+            plan = plans.get(s.placer)
+            if plan is None:
+                row.update(ok=False, error=cfg["plans"][s.placer]["error"])
+                continue
+            row["split"] = split_of(plan)
+            if s.placer != "colocation" and "colocation" in plans:
+                row["same_plan_as_colocation"] = plan.key() == plans["colocation"].key()
+            try:
+                row["sim"] = simulate_system(cluster, job, plan, prof, s.policy, st.seed)
+            except Exception as exc:  # noqa: BLE001
+                row["sim"] = {"error": _error(exc)}
+            if not st.real:
+                row.update(ok=True, skipped="--no-real")
+        raw: dict[str, list[dict[str, Any]]] = {n: [] for n in rows}
+        failed: set[str] = set()
+        for rep in range(st.repeats if st.real else 0):  # repetitions interleaved
+            for sysname, row in rows.items():
+                s = SYSTEMS[sysname]
+                if sysname in failed or (s.placer is not None and s.placer not in plans):
                     continue
+                if raw[sysname] and raw[sysname][0].get("feasible") is False:
+                    continue
+                t0 = time.perf_counter()
                 try:
-                    row.update(run_distdgl_system(st, cluster, job, part_dir, run_dir, net,
-                                                  counters))
-                except Exception as exc:  # noqa: BLE001
-                    row.update(ok=False, feasible=True, error=_error(exc))
+                    if s.placer is None:
+                        one = run_distdgl_once(st, cluster, job, part_dir, run_dir, net,
+                                               counters, rep)
+                    else:
+                        one = run_runtime_once(st, cluster, job, plans[s.placer], prof,
+                                               sysname, part_dir, run_dir, net, counters, rep)
+                except Exception as exc:  # noqa: BLE001 - a failed run is a result too
+                    row.update(ok=False, error=_error(exc))
+                    failed.add(sysname)
                     traceback.print_exc()
+                    say(f"[{label}] {sysname}: FAILED: {_error(exc)[:300]}")
+                    continue
+                raw[sysname].append(one)
+                if one.get("feasible") is False:
+                    say(f"[{label}] {sysname}: infeasible: {one['reason']}")
+                else:
+                    say(f"[{label}] {sysname}"
+                        + (f" #{rep + 1}" if st.repeats > 1 else "")
+                        + f": epoch {one['epoch_time_s']:.3f} s, acc "
+                        f"{_fmt(one.get('test_accuracy'), '.3f')} "
+                        f"({time.perf_counter() - t0:.0f} s)")
+        for sysname, row in rows.items():
+            s = SYSTEMS[sysname]
+            if sysname in failed or not raw[sysname]:
+                continue
+            row.update(aggregate_distdgl(raw[sysname], cluster, job) if s.placer is None
+                       else aggregate_runtime(raw[sysname]))
+            if s.placer is not None and st.reference:
+                ref = ctx.reference(ds, job, row["split"])
+                row["reference_accuracy"] = ref.get("test_accuracy")
             sim = row.get("sim", {})
             if row.get("epoch_time_s") and sim.get("epoch_time_s"):
                 row["sim_error"] = sim["epoch_time_s"] / row["epoch_time_s"] - 1.0
-            say(f"[{label}] {sysname}: {_line(row)} ({time.perf_counter() - t0:.0f} s)")
+            say(f"[{label}] {sysname}: {_line(row)}")
     finally:
         if counters is not None:
             counters.close()
@@ -834,6 +879,7 @@ def run_scaling(ctx: Context) -> list[dict[str, Any]]:
                 prof = scale_profile(ctx.profiles[ds], job)
                 row: dict[str, Any] = {"dataset": ds, "shape": shape,
                                        "machines": len(cluster.machines),
+                                       "train_seeds": prof.total_train_seeds,
                                        "partitions": job.num_parts, "trainers": job.trainers,
                                        "iterations": prof.iterations_per_epoch(
                                            job.trainers, job.batch_size), "systems": {}}
@@ -852,7 +898,8 @@ def run_scaling(ctx: Context) -> list[dict[str, Any]]:
                         sim = simulate_system(cluster, job, plans[s.placer], prof, s.policy,
                                               st.seed)
                         row["systems"][sysname] = {k: sim[k] for k in (
-                            "epoch_time_s", "epoch_time_full_s", "lower_bound_s")}
+                            "epoch_time_s", "epoch_time_full_s", "lower_bound_s",
+                            "lower_bound_full_s")}
                     pred = plans["gnnsched"].predicted
                     row["bound_any_placement_s"] = pred.get("lower_bound_s")
                     colo = row["systems"]["colocation+fifo"]["epoch_time_s"]
@@ -1096,7 +1143,8 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
                 return "failed"
             sim = r.get("sim", {}).get("epoch_time_s")
             m = _fmt(r.get("epoch_time_s"))
-            return m + (f" ({sim:.3f})" if sim else "")
+            return (m + (f" ({sim:.3f})" if sim else "")
+                    + (" =" if r.get("same_plan_as_colocation") else ""))
 
         me = sy.get(HEADLINE, {})
         errs = [abs(sy[n]["sim_error"]) for n in RUNTIME_SYSTEMS
@@ -1114,7 +1162,8 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
     L.append("*bound*: the lower bound of any placement's steady-state epoch (CP-SAT's proven "
              "per-iteration bound x iterations, from the gnnsched placer). *infeasible*: "
              "DistDGL colocates each partition's trainer with its server and a store host has "
-             "no GPU.")
+             "no GPU. *=*: gnnsched's placer chose colocation's plan, so the difference to "
+             "colocation + fifo is the policy (gnnsched) or run-to-run noise (fifo).")
     L.append("")
     spreads = {k: v for k, v in doc.get("accuracy_spread", {}).items() if v.get("test_accuracy")}
     if spreads:
@@ -1230,23 +1279,30 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
         L.append("")
         L.append("Each shape replicated to M machines (2 trainers and 4 partitions per 4 "
                  "hosts), the measured profile scaled to M partitions (see Method). Simulated "
-                 "steady-state epoch seconds.")
+                 "steady-state epoch seconds; *one-epoch speed-up* compares whole simulated "
+                 "epochs, pipeline fill included (what the placer's search scores). *gnnsched "
+                 "plan's bound*: the most loaded resource of that plan's drawn mini-batches x "
+                 "iterations; *any placement*: CP-SAT's bound over all placements within the "
+                 "planning budget (only as tight as CP-SAT proved it).")
         L.append("")
         L.append("| shape | dataset | machines | parts / trainers | colocation + fifo | "
-                 "gnnsched + fifo | gnnsched | bound | speed-up | planning s |")
-        L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+                 "gnnsched + fifo | gnnsched | gnnsched plan's bound | bound, any placement | "
+                 "speed-up | one-epoch speed-up | planning s |")
+        L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for s in doc["scaling"]:
             if not s.get("ok"):
                 L.append(f"| {s['shape']} | {s['dataset']} | {s['machines']} | "
-                         f"{s['partitions']} / {s['trainers']} | failed | | | | | |")
+                         f"{s['partitions']} / {s['trainers']} | failed | | | | | | | |")
                 continue
             sy = s["systems"]
             L.append(f"| {s['shape']} | {s['dataset']} | {s['machines']} | {s['partitions']} "
                      f"/ {s['trainers']} | {sy['colocation+fifo']['epoch_time_s']:.3f} | "
                      f"{sy['gnnsched+fifo']['epoch_time_s']:.3f} | "
                      f"{sy[HEADLINE]['epoch_time_s']:.3f} | "
+                     f"{_fmt(sy[HEADLINE].get('lower_bound_s'))} | "
                      f"{_fmt(s.get('bound_any_placement_s'))} | "
                      f"{_fmt(s.get('speedup_vs_colocation'), '.2f')}x | "
+                     f"{sy['colocation+fifo']['epoch_time_full_s'] / sy[HEADLINE]['epoch_time_full_s']:.2f}x | "
                      f"{s.get('gnnsched_planning_s', 0):.1f} |")
         L.append("")
         L.append("![scaling](scaling.png)")
@@ -1308,7 +1364,7 @@ def plot_all(doc: dict[str, Any], out: Path) -> list[str]:
     ax.set_xticklabels(names, fontsize=8)
     ax.set_ylabel("speed-up over colocation + fifo (measured)")
     ax.set_title("Epoch-time speed-up over colocation + fifo, emulated cluster", fontsize=10)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=5)
     fig.tight_layout()
     fig.savefig(out / "speedup.png", dpi=120)
     plt.close(fig)
@@ -1354,41 +1410,46 @@ def plot_all(doc: dict[str, Any], out: Path) -> list[str]:
     plt.close(fig)
     written.append("stages.png")
 
-    # scaling curve
+    # scaling curve: weak scaling (seeds per partition fixed) and the speed-up
     sc = [s for s in doc["scaling"] if s.get("ok")]
     if sc:
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
-        keys = sorted({(s["shape"], s["dataset"]) for s in sc})
-        styles = ["-", "--", ":", "-."]
-        datasets = sorted({k[1] for k in keys})
-        shapes = sorted({k[0] for k in keys})
+        datasets = sorted({s["dataset"] for s in sc})
+        shapes = [k for k in SHAPES if any(s["shape"] == k for s in sc)]
+        fig, axes = plt.subplots(1, len(datasets) + 1, figsize=(4.4 * (len(datasets) + 1), 4.2))
         cmap = plt.get_cmap("tab10")
-        for shape, dsn in keys:
-            rows = sorted((s for s in sc if s["shape"] == shape and s["dataset"] == dsn),
-                          key=lambda s: s["machines"])
-            m = [s["machines"] for s in rows]
+        for shape in shapes:
             col = cmap(shapes.index(shape))
-            ls = styles[datasets.index(dsn) % len(styles)]
-            a1.plot(m, [s["speedup_vs_colocation"] for s in rows], ls, marker="o",
-                    color=col, label=f"{shape} / {dsn}")
-            a2.plot(m, [s["systems"][HEADLINE]["epoch_time_s"] / s["bound_any_placement_s"]
-                        if s.get("bound_any_placement_s") else float("nan") for s in rows],
-                    ls, marker="o", color=col, label=f"gnnsched {shape}/{dsn}")
-            a2.plot(m, [s["systems"]["colocation+fifo"]["epoch_time_s"]
-                        / s["bound_any_placement_s"] if s.get("bound_any_placement_s")
-                        else float("nan") for s in rows], ls, marker="x", color=col,
-                    alpha=0.45)
-        for a in (a1, a2):
-            a.set_xscale("log", base=2)
-            a.set_xlabel("machines")
-            a.grid(alpha=0.3)
-        a1.axhline(1.0, color="black", lw=0.8)
-        a1.set_ylabel("simulated speed-up over colocation + fifo")
-        a1.set_title("gnnsched vs colocation at scale (simulated)", fontsize=10)
-        a1.legend(fontsize=7)
-        a2.axhline(1.0, color="black", lw=0.8, ls="--")
-        a2.set_ylabel("simulated epoch / lower bound (o gnnsched, x colocation)")
-        a2.set_title("Distance to the lower bound of any placement", fontsize=10)
+            for di, dsn in enumerate(datasets):
+                rows = sorted((s for s in sc if s["shape"] == shape and s["dataset"] == dsn),
+                              key=lambda s: s["machines"])
+                if not rows:
+                    continue
+                m = [s["machines"] for s in rows]
+                ax = axes[di]
+                for sysname, ls, mk in (("colocation+fifo", "--", "x"), (HEADLINE, "-", "o")):
+                    ax.plot(m, [s["train_seeds"] / s["systems"][sysname]["epoch_time_s"]
+                                for s in rows], ls, marker=mk, color=col,
+                            label=f"{shape}: {SYSTEMS[sysname].label}")
+                axes[-1].plot(m, [s["speedup_vs_colocation"] for s in rows],
+                              "-" if di == 0 else "--", marker="o", color=col,
+                              label=f"{shape} / {dsn}")
+        for di, dsn in enumerate(datasets):
+            ax = axes[di]
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("machines")
+            ax.set_ylabel("training seeds per second (simulated)")
+            ax.set_title(f"Weak scaling, {doc['datasets'][dsn]['label']}", fontsize=10)
+            ax.grid(alpha=0.3, which="both")
+            ax.legend(fontsize=6)
+        a = axes[-1]
+        a.set_xscale("log", base=2)
+        a.set_xlabel("machines")
+        a.axhline(1.0, color="black", lw=0.8)
+        a.set_ylabel("gnnsched speed-up over colocation + fifo")
+        a.set_title("Speed-up at scale (simulated)", fontsize=10)
+        a.grid(alpha=0.3)
+        a.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(out / "scaling.png", dpi=120)
         plt.close(fig)
@@ -1429,6 +1490,17 @@ def plot_all(doc: dict[str, Any], out: Path) -> list[str]:
 
 
 # ------------------------------------------------------------------------------ main
+
+
+def render(doc: dict[str, Any], out: Path) -> list[str]:
+    """Plots and report.md from a results document (also to re-render a results.json)."""
+    plots: list[str] = []
+    try:
+        plots = plot_all(doc, out)
+    except Exception:  # noqa: BLE001 - plots must not hide the numbers
+        traceback.print_exc()
+    write_report(doc, out)
+    return plots
 
 
 def _versions() -> dict[str, str]:
@@ -1487,12 +1559,7 @@ def evaluate(args: argparse.Namespace) -> int:
     }
     doc["started"] = time.strftime("%Y-%m-%d %H:%M", time.localtime(time.time() - doc["wall_s"]))
     (st.out / "results.json").write_text(json.dumps(doc, indent=1, default=_json) + "\n")
-    plots = []
-    try:
-        plots = plot_all(doc, st.out)
-    except Exception:  # noqa: BLE001 - plots must not hide the numbers
-        traceback.print_exc()
-    write_report(doc, st.out)
+    plots = render(doc, st.out)
     say("")
     say((st.out / "report.md").read_text().split("## Targets")[0].strip())
     say("")

@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import statistics
 import time
@@ -459,6 +460,16 @@ class Coordinator:
             except (LaunchError, OSError) as exc:
                 raise RunError(f"cannot start {n} on machine {r.launch.machine}: {exc}") \
                     from None
+        self._write_processes()
+
+    def _write_processes(self) -> None:
+        """``logs/processes.json``: which process runs what, where (pid, generation, log)."""
+        table = {n: {"pid": r.proc.pid if r.proc else None, "machine": r.launch.machine,
+                     "role": r.launch.role, "generation": r.launch.gen,
+                     "log": str(r.launch.log)} for n, r in self.roles.items()}
+        tmp = self.run_dir / "logs" / ".processes.json.tmp"
+        tmp.write_text(json.dumps(table, indent=1))
+        os.replace(tmp, self.run_dir / "logs" / "processes.json")
 
     def _sizes(self) -> dict[str, int]:
         """Chunk and window sizes. On real or shaped links (netns, ssh) a chunk is ~2 ms of
@@ -530,7 +541,11 @@ class Coordinator:
             self.chan.send(msg, r.launch.ident.encode())
         except zmq.ZMQError as exc:
             if r.state not in ("done", "exited", "stopped"):
-                self._check_roles()  # a dead process is the better explanation
+                # its connection dropped: an exit status, if one comes, says more
+                end = time.monotonic() + 1.0
+                while time.monotonic() < end:
+                    self._check_roles()
+                    time.sleep(0.02)
                 raise self._failure(r, f"cannot be reached ({exc})") from None
 
     def event(self, record: dict[str, Any]) -> None:

@@ -288,11 +288,22 @@ class Trainer(Role):
         self.tcp_store = None
         self.allreduce_bytes = 0
         if self.world > 1 and self.rank == 0:
+            import socket
+
             import torch.distributed as dist
 
-            self.tcp_store = dist.TCPStore(self.args.host, 0, self.world, is_master=True,
+            # torch's rendezvous store would listen on every interface; handed a socket we
+            # bound, it listens only on this machine's address from the cluster file
+            family = socket.AF_INET6 if ":" in self.args.host else socket.AF_INET
+            self.store_sock = socket.socket(family, socket.SOCK_STREAM)
+            self.store_sock.bind((self.args.host, 0))
+            self.store_sock.listen(128)
+            self.tcp_store = dist.TCPStore(self.args.host, self.store_sock.getsockname()[1],
+                                           self.world, is_master=True,
                                            wait_for_workers=False,
-                                           timeout=timedelta(seconds=self.timeout))
+                                           timeout=timedelta(seconds=self.timeout),
+                                           master_listen_fd=self.store_sock.fileno(),
+                                           use_libuv=True)
             self.master_port = self.tcp_store.port
 
     def ready_fields(self) -> dict[str, Any]:
@@ -504,3 +515,5 @@ class Trainer(Role):
             self.gather.stores.close()
         if hasattr(self, "data"):
             self.data.close()
+        if getattr(self, "store_sock", None) is not None:
+            self.store_sock.close()

@@ -277,8 +277,8 @@ def decode(frames: list[Any], *, max_bytes: int = DEFAULT_MAX_MESSAGE,
         if any(s < 0 for s in shape):
             raise MessageError(f"{kind.name}.{name} from {peer}: negative shape {shape}")
         if any(s > max_bytes for s in shape):  # even when another dimension is 0
-            raise MessageError(f"{kind.name}.{name} from {peer}: shape {list(shape)} exceeds "
-                               f"the limit of {max_bytes}")
+            raise MessageError(f"{kind.name}.{name} from {peer}: shape {list(shape)}: "
+                               f"dimensions exceed the limit of {max_bytes}")
         nbytes = dt.itemsize
         for s in shape:
             nbytes *= s

@@ -5,13 +5,15 @@ Each recovered run must finish with the test accuracy of an undisturbed run of t
 (within 1 point; in fact identical: recovery replays exactly the lost steps from exactly the
 model state they first saw), log what died, on which host, doing what, how fast it was
 detected and what was re-planned, train no mini-batch of a completed iteration twice in one
-model state, and leave no process or listening port behind. Plus: trainers with very uneven
+model state, and leave no process or listening port behind (every server listened on
+127.0.0.1 only). Plus: trainers with very uneven
 seed counts run the same number of iterations (no hang at epoch end).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 from collections import Counter
@@ -59,6 +61,7 @@ class _Ports:
 
     def __init__(self, then: Any = None) -> None:
         self.ports: set[int] = set()
+        self.addresses: set[str] = set()
         self.pids: set[int] = set()
         self.then = then
 
@@ -76,6 +79,7 @@ class _Ports:
                 for c in p.net_connections(kind="tcp"):
                     if c.status == psutil.CONN_LISTEN:
                         self.ports.add(c.laddr.port)
+                        self.addresses.add(c.laddr.ip)
             except psutil.NoSuchProcess:
                 pass
 
@@ -110,13 +114,21 @@ def _check_clean(ports: _Ports) -> None:
     kids = {p.pid for p in psutil.Process().children(recursive=True)}
     assert not _alive(ports.pids | kids), "a process outlived the run"
     assert ports.ports, "no listening port was recorded"
+    # servers bind only to the address the launcher gives them: loopback, never 0.0.0.0 / ::
+    assert ports.addresses == {"127.0.0.1"}, ports.addresses
     listening = {c.laddr.port for c in psutil.net_connections(kind="tcp")
                  if c.status == psutil.CONN_LISTEN}
     assert not ports.ports & listening, f"ports still listening: {ports.ports & listening}"
+    ours = ports.pids | {os.getpid()}
     for port in ports.ports:
         with socket.socket() as s:  # as any server binds: SO_REUSEADDR, the same address
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("127.0.0.1", port))
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # on a shared box another program may have taken it since
+                holders = {c.pid for c in psutil.net_connections(kind="tcp")
+                           if c.laddr and c.laddr.port == port}
+                assert not holders & ours, f"port {port} still held by {holders & ours}"
 
 
 def _records(run_dir: Path) -> list[dict]:
@@ -192,11 +204,11 @@ def test_sampler_killed_by_pid_from_outside(lab4: tuple, undisturbed: RunResult,
 
     def kill(kind: str, **kw: Any) -> None:
         if kind == "batch" and kw["epoch"] == 1 and kw["done"] == 3 and not killed:
-            for p in psutil.Process().children(recursive=True):
-                cmd = p.cmdline()
-                if "sampler" in cmd and cmd[cmd.index("--id") + 1] == "1":
-                    p.kill()
-                    killed.append(p.pid)
+            table = json.loads((tmp_path / "run" / "logs" / "processes.json").read_text())
+            pid = table["sampler:1"]["pid"]
+            assert pid in {p.pid for p in psutil.Process().children(recursive=True)}
+            psutil.Process(pid).kill()
+            killed.append(pid)
 
     ports = _Ports(kill)
     res = train(cluster, job, plan, out_dir=tmp_path / "run", partitions=parts,

@@ -121,10 +121,9 @@ def test_dead_role_fails_the_run_and_nothing_is_left(lab4, tmp_path: Path) -> No
 
     def progress(kind: str, **kw) -> None:
         if kind == "batch" and kw["epoch"] == 1 and kw["done"] == 2 and not killed:
-            for p in psutil.Process().children(recursive=True):
-                if "sampler" in p.cmdline() and p.cmdline()[p.cmdline().index("--id") + 1] == "1":
-                    p.kill()
-                    killed.append(p.pid)
+            table = json.loads((tmp_path / "run" / "logs" / "processes.json").read_text())
+            psutil.Process(table["sampler:1"]["pid"]).kill()
+            killed.append(table["sampler:1"]["pid"])
 
     with pytest.raises(RunError, match=r"sampler:1 on machine store1 .*exited with code -9"):
         train(cluster, job, plan, policy="fifo", out_dir=tmp_path / "run", partitions=parts,

@@ -306,7 +306,7 @@ def _serve(cora_parts: Path, sharing: str, pre_rank: bool = True
     store, coord, coord_ch = _store(ctx, cora_parts, sharing)
     if pre_rank:  # as the coordinator does once a batch is sampled: keys before requests
         coord_ch.send(ctrl("rank", ranks=[[0, 9, "feat", [9]], [0, 1, "feat", [1]]]),
-                      b"store:m0")
+                      store.ident.encode())
     running = threading.Event()
     running.set()
 
