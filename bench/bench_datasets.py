@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     import torch
+
     from gnnsched.datasets import available_datasets, generate, load_dataset
 
     torch.set_num_threads(1)

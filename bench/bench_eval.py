@@ -1019,19 +1019,35 @@ def _why_speed(c: dict[str, Any], base: str) -> str:
 
 
 def _why_sim(r: dict[str, Any], prof_info: dict[str, Any]) -> str:
+    """Where the simulated epoch differs from the measured one, stage by stage."""
     sim = r.get("sim", {})
     ms, ss = r.get("stages", {}), sim.get("stages", {})
-    bits = []
-    if ms and ss:
-        bits.append(
-            f"measured per iteration: input wait {1e3 * ms['input']:.0f} ms, train "
-            f"{1e3 * ms['train']:.0f} ms, barrier {1e3 * ms['barrier']:.0f} ms; simulated "
-            f"{1e3 * ss['input']:.0f} / {1e3 * ss['train']:.0f} / {1e3 * ss['barrier']:.0f} ms")
-        bits.append(
-            f"a mini-batch's sampling took {1e3 * ms['sample']:.0f} ms in the runtime "
-            f"(requests to the stores, per layer) against {1e3 * prof_info['sample_s']:.1f} ms "
-            f"profiled in one process; its features took {1e3 * ms['fetch']:.0f} ms to arrive "
-            f"(simulated {1e3 * ss['fetch']:.0f} ms)")
+    if not ms or not ss:
+        return ""
+    K = r.get("iterations_per_epoch") or sim.get("iterations") or 1
+    gaps = {k: K * (ms[k] - ss[k]) for k in ("input", "train", "barrier")}
+    names = {"input": "waiting for input", "train": "training steps",
+             "barrier": "the all-reduce barrier"}
+    worst = max(gaps, key=lambda k: abs(gaps[k]))
+    bits = [f"per epoch the run spent {gaps['input']:+.2f} s more than simulated waiting for "
+            f"input, {gaps['train']:+.2f} s in training steps and {gaps['barrier']:+.2f} s in "
+            f"the barrier (largest: {names[worst]})"]
+    if ms["train"] > 1.5 * ss["train"]:
+        bits.append(f"a training step took {1e3 * ms['train']:.0f} ms against "
+                    f"{1e3 * ss['train']:.0f} ms profiled in one quiet process: every emulated "
+                    "host shares this box's 2 cores with a dozen role processes")
+    if ms["sample"] > 3 * prof_info["sample_s"]:
+        bits.append(f"sampling a mini-batch took {1e3 * ms['sample']:.0f} ms in the runtime "
+                    f"(requests to the stores per layer, messages through ZeroMQ) against "
+                    f"{1e3 * prof_info['sample_s']:.1f} ms of profiled CPU")
+    seeds = prof_info.get("train_seeds") or []
+    split = r.get("split") or []
+    if seeds and split:
+        per = [sum(seeds[p] for p in parts) for parts in split]
+        if max(per) > 1.25 * min(per):
+            bits.append(f"the seed split is uneven ({'/'.join(map(str, per))} seeds): the "
+                        "runtime trains all of a trainer's seeds each epoch (bigger batches "
+                        "for the bigger share) while the simulator draws batch-size batches")
     return "; ".join(bits)
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from gnnsched.runtime.distdgl import (
     DistDGLError,
     infeasible_reason,
     plan_trainers,
     run_distdgl,
 )
-
 from gnnsched.spec import GPU, ClusterSpec, JobSpec, Machine
 
 GB = 1e9
