@@ -732,18 +732,32 @@ def run_config(ctx: Context, shape: str, ds: str) -> dict[str, Any]:
                 if raw[sysname] and raw[sysname][0].get("feasible") is False:
                     continue
                 t0 = time.perf_counter()
-                try:
-                    if s.placer is None:
-                        one = run_distdgl_once(st, cluster, job, part_dir, run_dir, net,
-                                               counters, rep)
-                    else:
-                        one = run_runtime_once(st, cluster, job, plans[s.placer], prof,
-                                               sysname, part_dir, run_dir, net, counters, rep)
-                except Exception as exc:  # noqa: BLE001 - a failed run is a result too
-                    row.update(ok=False, error=_error(exc))
-                    failed.add(sysname)
-                    traceback.print_exc()
-                    say(f"[{label}] {sysname}: FAILED: {_error(exc)[:300]}")
+                one = None
+                for attempt in (0, 1):
+                    if net is not None and not net.is_up():
+                        # another session took the namespaces down (`cluster down --all`)
+                        say(f"[{label}] the emulated cluster went away: bringing it up again")
+                        net.up()
+                        if counters is not None:
+                            counters.close()
+                        counters = NicCounters(net)
+                    try:
+                        if s.placer is None:
+                            one = run_distdgl_once(st, cluster, job, part_dir, run_dir, net,
+                                                   counters, rep)
+                        else:
+                            one = run_runtime_once(st, cluster, job, plans[s.placer], prof,
+                                                   sysname, part_dir, run_dir, net, counters,
+                                                   rep)
+                        break
+                    except Exception as exc:  # noqa: BLE001 - a failed run is a result too
+                        traceback.print_exc()
+                        if attempt == 0 and net is not None and not net.is_up():
+                            continue  # the cluster vanished under the run: once more
+                        row.update(ok=False, error=_error(exc))
+                        failed.add(sysname)
+                        say(f"[{label}] {sysname}: FAILED: {_error(exc)[:300]}")
+                if one is None:
                     continue
                 raw[sysname].append(one)
                 if one.get("feasible") is False:

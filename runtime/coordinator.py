@@ -181,7 +181,13 @@ class RuntimeOptions:
     replan_budget: float = 2.0  # planning seconds during recovery
     progress_timeout: float | None = None  # None: 2 x request_timeout + dead_after_s
     faults: tuple[Fault, ...] = ()  # fault injection (tests, bench)
+    kill_at: tuple[str, int] | None = None  # shorthand: Fault(role, step), SIGKILL
     coordinator_port: int | None = None  # None: an ephemeral port
+
+    def __post_init__(self) -> None:
+        if self.kill_at is not None:
+            self.faults = (*self.faults, Fault(str(self.kill_at[0]), int(self.kill_at[1])))
+            self.kill_at = None
 
 
 # --------------------------------------------------------------------------------------
@@ -453,6 +459,10 @@ class Coordinator:
         return launch.name
 
     def _launch(self, names: list[str]) -> None:
+        try:
+            self.launcher.prepare([self.roles[n].launch for n in names])
+        except (LaunchError, OSError) as exc:
+            raise RunError(f"cannot start processes: {exc}") from None
         for n in names:
             r = self.roles[n]
             try:
@@ -693,8 +703,7 @@ class Coordinator:
                 try:
                     got = self.chan.recv_now()
                 except MessageError as exc:  # malformed: drop it, never trust it
-                    self.rejected += 1
-                    self.log(f"rejected a message: {exc}")
+                    self._reject(str(exc))
                     continue
                 if got is None:
                     break
@@ -709,13 +718,10 @@ class Coordinator:
         name, _, gen = base.rpartition("/")
         r = self.roles.get(name)
         if r is None or gen != str(r.launch.gen):
-            if r is None and not any(name == n for n in self.roles):
-                known = name.split(":")[0] in ("store", "sampler", "fetcher", "trainer")
-                if not known:
-                    self.rejected += 1
-                    self.log(f"rejected a message from unknown peer {ident!r}")
-                    return
-            self.stale += 1  # a replaced incarnation: whatever it says is void
+            if name.split(":")[0] in ("store", "sampler", "fetcher", "trainer"):
+                self.stale += 1  # a replaced incarnation: whatever it says is void
+            else:
+                self._reject(f"a message from unknown peer {ident!r}")
             return
         r.last_heard = time.monotonic()
         try:
@@ -729,8 +735,14 @@ class Coordinator:
                 return
             self._handle(name, r, msg)
         except MessageError as exc:
-            self.rejected += 1
-            self.log(f"rejected a message from {name}: {exc}")
+            self._reject(f"from {name}: {exc}")
+
+    def _reject(self, what: str) -> None:
+        """Count and log (the first 20) messages dropped as malformed or from strangers."""
+        self.rejected += 1
+        if self.rejected <= 20:
+            self.log(f"rejected {what}" + (" (further rejections are only counted)"
+                                           if self.rejected == 20 else ""))
 
     def _startup(self, names: list[str], first: bool = False) -> None:
         """Wait until ``names`` are ready (and every partition's seeds are known), then send
@@ -1126,6 +1138,8 @@ class Coordinator:
         (see the module docstring); raises RunError when recovery is off or impossible."""
         o = self.opts
         self.training = False
+        if self.catchup is not None:  # a failure during the replay of the previous one
+            self._caught_up(self.now(), interrupted=True)
         fault = self.fault_log[-1] if self.fault_log else None
         detect_s = f.detected - fault["_t"] if fault and not fault.get("detected") else None
         if fault is not None:
@@ -1139,7 +1153,6 @@ class Coordinator:
         if self.attempt >= o.max_recoveries:
             raise self._fatal(f, f"(gave up after {o.max_recoveries} recoveries)")
         self.attempt += 1
-        t0 = time.monotonic()
         rec: dict[str, Any] = {
             "type": "recovery", "attempt": self.attempt, "role": f.name, "machine": f.machine,
             "pid": f.pid, "how": f.how, "doing": f.doing, "last_heard_s": f.last_heard_s,
@@ -1224,7 +1237,7 @@ class Coordinator:
         self.recoveries.append(rec)
         self._startup(names)
         self._begin_training(start)
-        rec["restart_s"] = time.monotonic() - t0
+        rec["restart_s"] = time.monotonic() - f.detected
         self.log(f"recovery {self.attempt}: {len(names)} processes restarted, training "
                  f"resumed {rec['restart_s']:.2f} s after detection")
         until = max(until, start - 1)
@@ -1233,12 +1246,15 @@ class Coordinator:
             self._caught_up(self.now())
         self.event({k: v for k, v in rec.items()})
 
-    def _caught_up(self, now: float) -> None:
-        """The run is back where it was when the failure was detected: time lost is known."""
+    def _caught_up(self, now: float, interrupted: bool = False) -> None:
+        """The run is back where it was when the failure was detected: time lost is known
+        (``interrupted``: another failure came first; the replay so far is counted)."""
         c = self.catchup
         assert c is not None
         rec = c["rec"]
         rec["replay_s"] = time.monotonic() - c["t"]
+        if interrupted:
+            rec["replay_interrupted"] = True
         rec["lost_s"] = (rec["detect_s"] or 0.0) + rec["restart_s"] + rec["replay_s"]
         self.catchup = None
         self.event({"type": "caught_up", "attempt": rec["attempt"], "replay_s": rec["replay_s"],

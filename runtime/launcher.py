@@ -158,6 +158,18 @@ class Zygote:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
+    def wait_ready(self, timeout: float) -> None:
+        """Block until its imports are done (it says ``ready``)."""
+        end = time.monotonic() + timeout
+        while not self.ready:
+            if not self.alive():
+                raise LaunchError(f"fork server exited with code {self.popen.poll()}; "
+                                  f"see {self.log}")
+            if time.monotonic() > end:
+                raise LaunchError(f"fork server not ready within {timeout:.0f} s; "
+                                  f"see {self.log}")
+            self._read(0.2)
+
     def spawn(self, argv: list[str], env: dict[str, str], log: Path,
               timeout: float = 300.0) -> int:
         """Fork a role; returns its pid (waits for the zygote's imports the first time)."""
@@ -320,6 +332,19 @@ class Launcher:
             z = self.zygotes[key] = Zygote(argv, env, launch.log.parent /
                                            f"zygote-{key}.log")
         return z
+
+    def prepare(self, launches: list[RoleLaunch]) -> None:
+        """Start the fork servers these roles need, all at once, and wait until every one
+        has done its imports: spawning is then instant, so no role started early waits
+        (unanswered) while the next host's imports run."""
+        if not self.fork_server:
+            return
+        servers = {}
+        for launch in launches:
+            if launch.machine not in self.down:
+                servers[self.zygote_key(launch.machine)] = self._zygote(launch)
+        for z in servers.values():
+            z.wait_ready(max((la.start_timeout for la in launches), default=300.0))
 
     def start(self, launch: RoleLaunch) -> Process:
         if launch.machine in self.down:

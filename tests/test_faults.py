@@ -196,6 +196,24 @@ def test_killed_role_is_recovered(lab4: tuple, undisturbed: RunResult, tmp_path:
 
 
 @pytest.mark.slow
+def test_frozen_process_is_found_by_its_silence(lab4: tuple, undisturbed: RunResult,
+                                                tmp_path: Path) -> None:
+    """SIGSTOP: the process neither exits nor answers; only missing heartbeats tell, within
+    ``dead_after_s`` (measured from the last heartbeat), then it is killed and replaced."""
+    cluster, job, plan, parts = lab4
+    opts = replace(OPTS, dead_after_s=2.0, faults=(Fault("sampler:0", FAULT_STEP, "STOP"),))
+    res = train(cluster, job, plan, out_dir=tmp_path / "run", partitions=parts, options=opts)
+    assert abs(res.test_accuracy - undisturbed.test_accuracy) <= 0.01
+    (rec,) = res.recoveries
+    assert rec["role"] == "sampler:0" and rec["machine"] == "store0"
+    assert rec["how"].startswith("sent no heartbeat for") and "dead_after_s=2" in rec["how"]
+    assert 2.0 - OPTS.heartbeat_s - 0.2 <= rec["detect_s"] <= 2.0 + 1.5, rec["detect_s"]
+    assert rec["last_heard_s"] >= 2.0
+    log = (tmp_path / "run" / "logs" / "coordinator.log").read_text()
+    assert "FAILURE detected: sampler:0 on machine store0" in log and "while " in log
+
+
+@pytest.mark.slow
 def test_sampler_killed_by_pid_from_outside(lab4: tuple, undisturbed: RunResult,
                                             tmp_path: Path) -> None:
     """SIGKILL by pid from the test (no hook): detected from the exit status, recovered."""
