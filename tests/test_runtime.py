@@ -10,6 +10,7 @@ schedule, block compaction, launcher command lines.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -165,6 +166,57 @@ def test_ctrl_c_stops_every_process(lab4, tmp_path: Path) -> None:
     assert len(seen) >= 7, (seen, tail)
     alive = _survivors(seen)
     assert not alive, f"processes left after Ctrl-C: {alive}\n{tail}"
+
+
+@pytest.mark.slow
+@pytest.mark.netns
+def test_lab4_on_an_emulated_cluster_with_shaped_nics(lab4, tmp_path: Path) -> None:
+    """The same job through the netns launcher: each host's roles in its own namespace behind a
+    100 Mbit/s tbf-shaped NIC. It trains like the reference, every batch once, nothing is left
+    (processes, namespaces), and a bulk transfer on a shaped link runs at the shaped rate."""
+    from gnnsched.runtime import netns
+    from gnnsched.runtime.reference import reference_train
+
+    why = netns.unavailable_reason()
+    if why is not None:
+        pytest.skip(f"emulated cluster unavailable: {why}")
+    base, job, _, parts = lab4
+    job = replace(job, epochs=3)
+    d = base.to_dict()
+    d["name"] = f"e2e{os.getpid() % 100000}"  # its own namespaces
+    for m in d["machines"]:
+        m.pop("address", None)  # auto-addressed: never collides with a running lab4
+    cluster = cluster_from_dict(d, "<test>")
+    plan = _plan(cluster)
+    net = netns.EmulatedCluster(cluster).up()
+    try:
+        res = train(cluster, job, plan, policy="gnnsched", launcher="netns",
+                    out_dir=tmp_path / "run", partitions=parts, options=FAST)
+        assert res.launcher == "netns"
+        assert not _children(), "a role process outlived the run"
+        ref = reference_train(job, str(parts), [list(t.parts) for t in plan.trainers])
+        assert abs(res.test_accuracy - ref.test_accuracy) <= 0.01, (res.test_accuracy, ref)
+        recs = _records(tmp_path / "run")
+        batches = Counter((r["epoch"], r["trainer"], r["index"]) for r in recs
+                          if r["type"] == "batch" and r["phase"] == "train")
+        K = res.iterations_per_epoch
+        assert set(batches) == {(e, w, k) for e in range(job.epochs) for w in range(2)
+                                for k in range(K)}
+        assert set(batches.values()) == {1}
+        # the traffic really crossed the hosts' shaped NICs: every store sent megabytes
+        for host in ("store0", "store1"):
+            dev = subprocess.run(net.exec_prefix(host) + ["cat", "/proc/net/dev"],
+                                 capture_output=True, text=True, check=True).stdout
+            row = next(ln for ln in dev.splitlines() if ln.strip().startswith(netns.HOST_IF))
+            assert int(row.split(":", 1)[1].split()[8]) > 1e6, (host, row)
+        assert res.network_bytes > 0
+        # a shaped link carries the shaped rate (goodput within 10% of the tbf rate)
+        rate = net.measure_rate("store0", "gpu0", nbytes=int(100e6 / 8 * 1.5))
+        assert 0.9 <= rate["ratio"] <= 1.1, rate
+    finally:
+        net.down()
+    left = [n for n in netns.list_namespaces() if n in net.namespaces]
+    assert left == [] and not net.state_file.exists()
 
 
 # ---------------------------------------------------------------------- pure pieces
