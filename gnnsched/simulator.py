@@ -3,7 +3,9 @@
 Semantics (the costs themselves come from :class:`gnnsched.workload.Workload`):
 
 * Every trainer runs ``K`` iterations; its mini-batch ``k`` is drawn (seeded) from the profiled
-  samples of its partitions, in proportion to their training seeds (:class:`Instance`).
+  samples of its partitions, in proportion to their training seeds (:class:`Instance`). The
+  draws are keyed by the seed and the trainer's parts (:meth:`Workload.draws`), so a trainer's
+  mini-batches do not change with its number in the plan or where it runs.
 * **Sampling**: a sampler process of the trainer takes a CPU core of its machine for
   ``sample_s``, then waits (process held, core released) for the sampled edges of its remote
   hops, one transfer from every other store that owns a frontier. A machine never runs more
@@ -228,7 +230,6 @@ class Instance:
         self.names = list(wl.names)
         tab = _tables(wl)
         prof = wl.profile
-        rng = np.random.default_rng(seed)
         self.sample_s: list[list[float]] = []
         self.train_s: list[list[float]] = []  # on the trainer's device
         self.block: list[list[float]] = []
@@ -236,16 +237,9 @@ class Instance:
         self.struct: list[list[tuple[tuple[int, float], ...]]] = []
         self.feat_total: list[list[float]] = []
         for w, t in enumerate(plan.trainers):
-            parts = list(t.parts)
-            wts = wl.seeds[parts]
-            p = wts / wts.sum() if wts.sum() > 0 else np.full(len(parts), 1.0 / len(parts))
-            pick = rng.choice(len(parts), size=K, p=p)
-            u = rng.random(K)
             ss, ts, bl, fe, st, ft = [], [], [], [], [], []
-            for k in range(K):
-                q = parts[int(pick[k])]
+            for q, i in wl.draws(t.parts, seed, K):
                 pp = prof.part(q)
-                i = min(int(u[k] * pp.n), pp.n - 1)
                 ss.append(float(pp.sample_s[i]))
                 ts.append(float(pp.train_s[i]) / self.speed[w])
                 bl.append(float(pp.edges[i]) * EDGE_BYTES)

@@ -13,7 +13,12 @@ simulator, the lower bounds and the placers agree on what a mini-batch costs:
 * all-reduce: a ring over all trainers, ``2 (W-1)/W`` gradient bytes through each trainer's
   NIC, once per iteration; the barrier makes it part of every trainer's iteration.
 
-Transfers inside a machine are free. Means come from the profile; the simulator draws samples.
+Transfers inside a machine are free. Means come from the profile; the simulator draws samples
+(:meth:`Workload.draws`: a trainer's mini-batches are a function of the seed and of the
+partitions it owns, never of its position in the plan, so every plan with the same part split
+runs the same mini-batches). :class:`DrawnWorkload` has the same interface with each trainer's
+cost the average of the mini-batches the simulator will actually draw for it: loads and bounds
+computed on it hold for the simulated epoch, not just in expectation.
 """
 
 from __future__ import annotations
@@ -127,6 +132,48 @@ class Workload:
                 struct[m] = struct.get(m, 0.0) + wi * v
         return PartCost(s, t, b, feat, struct)
 
+    def draws(self, parts: tuple[int, ...] | list[int], seed: int, K: int
+              ) -> list[tuple[int, int]]:
+        """(partition, profiled sample) of each of the ``K`` mini-batches of a trainer.
+
+        Batches come from the trainer's parts in proportion to their training seeds. The
+        random stream is keyed by (seed, the sorted parts): the draws depend on what the
+        trainer owns, not on where it runs nor on its number in the plan.
+        """
+        ps = sorted(int(p) for p in parts)
+        rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, *ps])
+        wts = self.seeds[ps]
+        p = wts / wts.sum() if wts.sum() > 0 else np.full(len(ps), 1.0 / len(ps))
+        pick = rng.choice(len(ps), size=K, p=p)
+        u = rng.random(K)
+        out = []
+        for k in range(K):
+            q = ps[int(pick[k])]
+            n = self.profile.part(q).n
+            out.append((q, min(int(u[k] * n), n - 1)))
+        return out
+
+    def drawn_cost(self, parts: tuple[int, ...], seed: int, K: int) -> PartCost:
+        """Average of the ``K`` mini-batches :meth:`draws` gives a trainer owning `parts`."""
+        prof, fb = self.profile, self.profile.feature_bytes
+        feat: dict[int, float] = {}
+        struct: dict[int, float] = {}
+        s = t = b = 0.0
+        for q, i in self.draws(parts, seed, K):
+            pp = prof.part(q)
+            s += float(pp.sample_s[i])
+            t += float(pp.train_s[i])
+            b += float(pp.edges[i]) * EDGE_BYTES
+            for r, c in zip(pp.input_parts[i].tolist(), pp.input_nodes[i].tolist()):
+                m = int(self.store[r])
+                feat[m] = feat.get(m, 0.0) + c * fb
+            for r, c in zip(pp.edge_parts[i].tolist(), pp.edge_counts[i].tolist()):
+                m = int(self.store[r])
+                struct[m] = struct.get(m, 0.0) + c * EDGE_BYTES
+        feat = {m: v / K for m, v in feat.items() if v > 0}
+        struct = {m: v / K for m, v in struct.items() if v > 0}
+        return PartCost(s / K, t / K, b / K, feat, struct)
+
     def speed(self, t: TrainerPlan) -> float:
         return self.cluster.machine(t.machine).gpus[t.device].speed
 
@@ -219,3 +266,25 @@ class Workload:
             worst += c.feat_bytes / min(self.egress_bw[F], self.ingress_bw[T])
         return worst
 
+
+
+class DrawnWorkload(Workload):
+    """A Workload whose trainer costs are the simulator's drawn mini-batches, averaged.
+
+    ``trainer_cost(parts)`` is :meth:`Workload.drawn_cost` for the given seed and the epoch's
+    iterations, so ``loads`` are the exact per-iteration work of the simulated epoch on every
+    resource (what :func:`gnnsched.bounds.instance_bound` counts), whatever the placement.
+    """
+
+    def __init__(self, base: Workload, seed: int, iterations: int | None = None) -> None:
+        self.__dict__.update(base.__dict__)
+        self.base, self.seed = base, seed
+        self.K = int(iterations or base.iterations)
+        self._drawn: dict[tuple[int, ...], PartCost] = {}
+
+    def trainer_cost(self, parts: tuple[int, ...]) -> PartCost:
+        key = tuple(sorted(parts))
+        c = self._drawn.get(key)
+        if c is None:
+            c = self._drawn[key] = self.drawn_cost(key, self.seed, self.K)
+        return c

@@ -221,6 +221,7 @@ def build_instance(problem: Problem, bundles: list[tuple[int, ...]] | None = Non
 
     for b, parts in enumerate(bundles):
         c = problem.cost(parts)
+        cs = problem.size_cost(parts)  # memory rules use the plan's sizes, never drawn costs
         sample_s.append(c.sample_s)
         bb: dict[tuple[str, int], float] = {}
         for m, v in list(c.feat_from.items()) + list(c.struct_from.items()):
@@ -228,7 +229,7 @@ def build_instance(problem: Problem, bundles: list[tuple[int, ...]] | None = Non
         base.append(bb)
         home = main_store(problem, parts)
         local = set(c.feat_from) | set(c.struct_from)
-        need = problem.trainer_gpu_bytes(c)
+        need = problem.trainer_gpu_bytes(cs)
         # samplers away from the trainer only help when its cores are short, so beyond its
         # own machine the candidates are every host (small models) or the bundle's main
         # store and the roomiest CPU hosts (large ones)
@@ -267,8 +268,8 @@ def build_instance(problem: Problem, bundles: list[tuple[int, ...]] | None = Non
                 win = problem.window_s(c, rep if T < 0 else T, [rep if S < 0 else S],
                                        rep if T < 0 else T)
                 options.append(Option(b, h.id, j, T, S, c.train_s / h.kinds[j][0],
-                                      c.sample_s / n, win, terms, problem.trainer_host_bytes(c),
-                                      problem.sampler_bytes(c)))
+                                      c.sample_s / n, win, terms, problem.trainer_host_bytes(cs),
+                                      problem.sampler_bytes(cs)))
         by_bundle.append(mine)
     vol = 2.0 * (W - 1) / W * problem.profile.grad_bytes if W > 1 else 0.0
     return Instance(problem, list(bundles), exact, aggregate, hosts, host_of, options,
@@ -738,13 +739,16 @@ class CpSatOutcome:
 
     only_split: bool = False  # one part per trainer: there is no other split
     warm_starts: list[Plan] = field(default_factory=list)  # greedy's, first split first
+    drawn: dict[int, dict] = field(default_factory=dict)  # seed -> split -> (bound, instance)
 
     def scope(self) -> str:
         if self.only_split:
-            return "every placement"
-        if self.exact_parts:
-            return "every placement with a seed-balanced part split"
-        return f"placements with the {len(self.bounds)} part splits solved"
+            s = "every placement"
+        elif self.exact_parts:
+            s = "every placement with a seed-balanced part split"
+        else:
+            s = f"placements with the {len(self.bounds)} part splits solved"
+        return s + " and every plan compared (with the drawn mini-batches when simulated)"
 
 
 def _solve_once(problem: Problem, inst: Instance, *, time_limit: float, seed: int,
@@ -850,6 +854,79 @@ def lower_bound(problem: Problem, outcome: CpSatOutcome, plans: list[Plan], *,
     return bound
 
 
+def plan_floor(problem: Problem, plan: Plan) -> float:
+    """Seconds per iteration no schedule of `plan` can beat, under `problem`'s costs.
+
+    Its most loaded resource (:meth:`Workload.loads`) and the prefetch window of every trainer
+    that samples on one machine. With a :meth:`Problem.drawn` problem, ``iterations`` times
+    this is at most the simulated epoch of `plan` (the window by convexity: the average of the
+    drawn batches' sample + gather chains is at least the chain of their average batch).
+    """
+    v = problem.wl.loads(plan).bottleneck()[1]
+    idx = problem.cluster.machine_index
+    for t in plan.trainers:
+        if len(t.samplers) == 1:
+            v = max(v, problem.window_s(problem.cost(t.parts), idx(t.machine),
+                                        [idx(t.samplers[0][0])], idx(t.fetch_at)))
+    return v
+
+
+def simulated_lower_bound(problem: Problem, outcome: CpSatOutcome, plans: list[Plan], *,
+                          seed: int = 0, time_limit: float = 10.0) -> float:
+    """Seconds per iteration that no simulated epoch (with `seed`) can beat, times K.
+
+    The model is solved again on :meth:`Problem.drawn` — every trainer's cost the average of
+    the mini-batches the simulator draws for it, which depend only on its parts and the seed
+    — for the splits the outcome covers. Its proven bound is then a bound of the *simulated*
+    epoch of every placement in the model's space (device per trainer, one sampler host among
+    the candidates, gathering anywhere: a relay only adds bytes and latency), not merely of
+    the mean-cost loads, which random draws can undercut. Every plan in `plans` is then
+    checked: a plan whose own drawn load is below the bound gets its split solved, and a plan
+    outside the model's space (samplers on several hosts, or on a host the model does not
+    offer) lowers the bound to its own floor (:func:`plan_floor`), so the bound holds for
+    every plan reported beside it.
+    """
+    t0 = time.perf_counter()
+    dp = problem.drawn(seed)
+    cache = outcome.drawn.setdefault(seed, {})
+    todo: list[Any] = ["exact"] if outcome.exact_parts else list(outcome.bounds)
+    refs = list(outcome.pool) + list(outcome.warm_starts)
+
+    def solve_split(key: Any, share: float) -> tuple[float, Instance]:
+        if key in cache:
+            return cache[key]
+        inst = build_instance(dp) if key == "exact" else \
+            build_instance(dp, [tuple(b) for b in key])
+        ref = [p for p in refs if key == "exact" or split_of(p) == key]
+        upper = min((plan_floor(dp, p) for p in ref), default=None)
+        hint = next((h for p in ref if (h := solution_from_plan(inst, p)) is not None), None)
+        res = solve(inst, time_limit=share, workers=2, seed=seed, hint=hint, upper_s=upper)
+        b = res.bound_s
+        if outcome.result.cpu_model == "exact" and not inst.aggregated:
+            res2 = solve(inst, time_limit=share, workers=2, seed=seed, hint=hint,
+                         upper_s=upper, cpu_model="exact")
+            b = max(b, res2.bound_s)  # both are valid bounds
+        cache[key] = (b, inst)
+        return cache[key]
+
+    bound = math.inf
+    for i, key in enumerate(todo):
+        left = time_limit - (time.perf_counter() - t0)
+        bound = min(bound, solve_split(key, max(0.5, left / (len(todo) - i)))[0])
+    for p in plans:
+        own = plan_floor(dp, p)
+        if own >= bound:
+            continue  # this plan's own drawn load is above the bound already
+        sp = split_of(p)
+        key = "exact" if outcome.exact_parts and _balanced(problem, sp) else sp
+        b, inst = solve_split(key, max(1.0, min(5.0, time_limit)))
+        bound = min(bound, b)
+        if any(t.num_samplers > MAX_SAMPLERS for t in p.trainers) or \
+                solution_from_plan(inst, p) is None:
+            bound = min(bound, own)  # outside the model's space: only its own floor holds
+    return bound
+
+
 def _balanced(problem: Problem, split: tuple[tuple[int, ...], ...]) -> bool:
     subs = _subsets(problem)
     return subs is not None and all(b in subs for b in split)
@@ -874,4 +951,5 @@ class CpSatPlacer(Placer):
 
 
 __all__ = ["CpSatOutcome", "CpSatPlacer", "CpSatResult", "Instance", "Option", "Solution",
-           "build_instance", "lower_bound", "quick_bound", "run_cpsat", "solution_from_plan", "solve", "to_plan"]
+           "build_instance", "lower_bound", "plan_floor", "quick_bound", "run_cpsat", "simulated_lower_bound", "solution_from_plan", "solve",
+           "to_plan"]

@@ -34,7 +34,7 @@ import numpy as np
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.profile import CostProfile
 from gnnsched.spec import GB, ClusterSpec, JobSpec, SpecError, check_compatible
-from gnnsched.workload import PartCost, Workload
+from gnnsched.workload import DrawnWorkload, PartCost, Workload
 
 Scorer = Callable[[Plan], float]  # a plan's predicted epoch seconds (lower is better)
 
@@ -112,6 +112,31 @@ class Problem:
         if c is None:
             c = self._costs[key] = self.wl.trainer_cost(key)
         return c
+
+    def size_cost(self, parts: Sequence[int]) -> PartCost:
+        """The mini-batch sizes the memory rules use (mean costs, also in :meth:`drawn`)."""
+        return self.cost(parts)
+
+    def drawn(self, seed: int) -> Problem:
+        """This problem with the simulator's drawn mini-batches as its timing costs.
+
+        Every trainer's cost becomes the average of the ``iterations`` mini-batches the
+        simulator draws for it with `seed` (:class:`~gnnsched.workload.DrawnWorkload`), so
+        loads and bottleneck bounds of the copy hold for the *simulated* epoch exactly, not
+        only in expectation; memory rules keep the mean sizes (:meth:`size_cost`), so the
+        copy accepts exactly the placements this problem accepts.
+        """
+        cache = self.__dict__.setdefault("_drawn_problems", {})
+        if seed not in cache:
+            dp = object.__new__(type(self))
+            dp.__dict__.update({k: v for k, v in self.__dict__.items()
+                                if k not in ("_drawn_problems", "max_batch")})
+            dp.wl = DrawnWorkload(self.wl, seed)
+            dp._costs = {}
+            dp.size_cost = self.cost  # type: ignore[method-assign]
+            dp.base = self
+            cache[seed] = dp
+        return cache[seed]
 
     @cached_property
     def max_batch(self) -> tuple[float, float]:
@@ -283,7 +308,7 @@ def usage(problem: Problem, plan: Plan) -> Usage:
     probs: list[str] = []
     idx = problem.cluster.machine_index
     for t in plan.trainers:
-        c = problem.cost(t.parts)
+        c = problem.size_cost(t.parts)
         T = idx(t.machine)
         cores[T] += 1
         mem[T] += problem.trainer_host_bytes(c)

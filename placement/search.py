@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from gnnsched.placement.cpsat import BALANCE, lower_bound, run_cpsat
+from gnnsched.placement.cpsat import BALANCE, run_cpsat, simulated_lower_bound
 from gnnsched.placement.placer import (
     MAX_SAMPLERS,
     SEARCH_ITERATIONS,
@@ -394,8 +394,9 @@ class GnnschedPlacer(Placer):
         best, stats = search(problem, starts, quick_ev, seed=seed, max_evals=self.max_evals,
                              time_budget=max(0.0, left - reserve), evaluator=quick_ev)
         final = min([best] + starts, key=lambda p: (full_ev(p), p is not best))
-        lb = lower_bound(problem, out, [final], seed=seed,
-                         time_limit=max(1.0, min(5.0, budget - (time.perf_counter() - t0))))
+        lb = simulated_lower_bound(problem, out, [final] + starts, seed=seed,
+                                   time_limit=max(1.0, min(5.0, budget - (time.perf_counter()
+                                                                          - t0))))
         self.outcome = out
         it = problem.wl.iterations
         r = out.result
@@ -462,7 +463,7 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
                                                  if len(bp.notes) > 3 else [])
         base[name] = row
         compared.append(bp)
-    lb = lower_bound(problem, outcome, compared, seed=seed)
+    lb = simulated_lower_bound(problem, outcome, compared, seed=seed)
     pred.update(lower_bound_s=lb * it, lower_bound_iteration_s=lb,
                 lower_bound_scope=outcome.scope())
     epoch = ev(plan)

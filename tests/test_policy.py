@@ -97,13 +97,18 @@ def test_iteration_isolation_guarantee():
 
 def test_gnnsched_beats_fifo_where_sharing_hurts():
     """Two trainers pulling from both stores: sharing delays every transfer of the current
-    iteration behind the prefetch of the next; priority sends finish the oldest first."""
+    iteration behind the prefetch of the next; priority sends finish the oldest first.
+    The gain is averaged over four seeds (one seed's draws move it by several percent)."""
     for kw, gain in (({"gbps": 0.5}, 0.95), ({"gbps": 5.0}, 0.90),
                      ({"gbps": 0.5, "fetch_at_store": True}, 0.97)):
         cluster, job, prof, plan = make_problem(samplers=2, cpus=2, **kw)
-        res = {p: simulate(cluster, job, plan, prof, p, seed=1) for p in ("fifo", "gnnsched")}
-        assert res["gnnsched"].epoch_time_s < gain * res["fifo"].epoch_time_s, kw
-        assert res["gnnsched"].epoch_time_s >= res["gnnsched"].lower_bound_s
+        ratios = []
+        for seed in range(4):
+            res = {p: simulate(cluster, job, plan, prof, p, seed=seed)
+                   for p in ("fifo", "gnnsched")}
+            ratios.append(res["gnnsched"].epoch_time_s / res["fifo"].epoch_time_s)
+            assert res["gnnsched"].epoch_time_s >= res["gnnsched"].lower_bound_s
+        assert float(np.mean(ratios)) < gain, (kw, ratios)
 
 
 class _Recorder(Policy):
