@@ -802,6 +802,7 @@ class Coordinator:
         self.queues: dict[int, dict[int, Transfer]] = defaultdict(dict)
         self.stores = {self.cluster.machine_index(r.launch.machine): name
                        for name, r in self.roles.items() if r.launch.role == "store"}
+        self.fetchers = [name for name, r in self.roles.items() if r.launch.role == "fetcher"]
         self.ranked: dict[tuple[int, int, int, str], list] = {}
         self.reducing: dict[int, int] = defaultdict(int)
         self.sampled_info: dict[tuple[int, int], dict[str, Any]] = {}
@@ -987,9 +988,9 @@ class Coordinator:
         before = self.reducing[m]
         self.reducing[m] += 1 if body["on"] else -1
         if (before == 0) != (self.reducing[m] == 0):
-            for store in self.stores.values():
-                self.send(store, ctrl("hold", machine=m, seq=int(body["seq"]),
-                                      on=bool(body["on"])))
+            for peer in [*self.stores.values(), *self.fetchers]:  # relays hold too
+                self.send(peer, ctrl("hold", machine=m, seq=int(body["seq"]),
+                                     on=bool(body["on"])))
 
     def _on_fetched(self, name: str, r: _Role, body: dict[str, Any]) -> None:
         pass  # the trainer reports the fetch time with the batch

@@ -122,6 +122,9 @@ class Fetcher(Role):
         self.sock, self.endpoint = self.bind(zmq.PULL, BULK)
         self.inbox = Channel(self.sock, f"{self.name} requests")
 
+        self.held: dict[int, int] = {}  # machine index -> iteration it all-reduces
+        self.deferred: list[tuple[int, int, np.ndarray, float]] = []
+
     def ready_fields(self) -> dict[str, Any]:
         return {"endpoint": self.endpoint}
 
@@ -131,6 +134,7 @@ class Fetcher(Role):
                                   self.name, self.ident.encode(), self.machine_index,
                                   curve=self.curve)
         self.to_trainer: dict[int, Channel] = {}
+        self.trainer_machine: dict[int, int] = {}
         for t in peers["trainers"]:
             if t.get("relay_machine") == self.args.machine:
                 sock = self.socket(zmq.PUSH, BULK)
@@ -138,6 +142,7 @@ class Fetcher(Role):
                 machine = self.config["trainers"][int(t["id"])]["machine"]
                 self.to_trainer[int(t["id"])] = Channel(
                     sock, f"{self.name}->trainer{t['id']}", remote=machine != self.args.machine)
+                self.trainer_machine[int(t["id"])] = self.config["machines"].index(machine)
         self.gather = Gather(self.stores, self.node_part, self.config["part_store"],
                              int(self.config["feature_dim"]), self.machine_index, self.deliver)
         timeout = float(self.config.get("request_timeout", 120.0))
@@ -172,6 +177,28 @@ class Fetcher(Role):
                                    f"{timeout:.0f} s for the stores")
 
     def deliver(self, trainer: int, seq: int, feats: np.ndarray, took: float) -> None:
+        """Push a gathered mini-batch, unless its trainer's machine is all-reducing an
+        earlier iteration: then it waits (gradients first, as the stores' NIC queues do)."""
+        m = self.trainer_machine.get(trainer)
+        if m in self.held and seq > self.held[m]:
+            self.deferred.append((trainer, seq, feats, took))
+            return
+        self._push(trainer, seq, feats, took)
+
+    def on_control(self, body: dict[str, Any]) -> None:
+        if body["op"] != "hold":
+            super().on_control(body)
+            return
+        m = int(body["machine"])
+        if body["on"]:
+            self.held[m] = int(body["seq"])
+            return
+        self.held.pop(m, None)
+        waiting, self.deferred = self.deferred, []
+        for item in sorted(waiting, key=lambda x: x[1]):  # oldest iteration first
+            self.deliver(*item)
+
+    def _push(self, trainer: int, seq: int, feats: np.ndarray, took: float) -> None:
         self.to_trainer[trainer].send(Message(Kind.FEATS, {
             "trainer": trainer, "seq": seq, "fetch_us": int(took * 1e6)}, {"feats": feats}))
         self.event("fetched", trainer=trainer, seq=seq, fetch_s=took, nbytes=int(feats.nbytes))
