@@ -8,6 +8,20 @@ simulator (``gnnsched`` online policy, one seed for all) scores each plan's epoc
 proven bottleneck bound times the epoch's iterations is the lower bound. Printed per scenario:
 epoch time of each placer, the bound, gnnsched's speed-up over colocation, planning time.
 
+The lower bound is of the *simulated* epoch: CP-SAT's bottleneck model re-solved on the
+mini-batches the simulator draws (they depend only on the seed and a trainer's parts), the
+synchronous barrier chain of those batches, and every compared plan's own floor
+(``placement/cpsat.py: simulated_lower_bound``); every simulated epoch is checked against it.
+
+Which scenarios count as "colocation is resource-limited" is decided by a rule fixed before
+anything is planned by gnnsched: colocation's own plan, under the bottleneck model with the
+drawn mini-batches (its most loaded resource per iteration, or its prefetch window — no
+simulation, nothing gnnsched chose), is at least ``LIMITED_RATIO`` (1.25) times the
+any-placement lower bound, i.e. the cluster has resources colocation cannot use. Whether
+colocation was infeasible as specified (a store without a usable device) is reported beside
+it. The hand-set "by design" labels of the suite and the all-scenario geometric mean are
+reported too.
+
 Targets checked at the end: gnnsched never slower than any baseline; >= 1.67x faster than
 colocation (geometric mean) where colocation is resource-limited; within 10% of the lower
 bound on average; the 256-machine, 1024-partition plan in under 60 s.
@@ -30,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gnnsched.placement import Problem, get_placer  # noqa: E402
+from gnnsched.placement.cpsat import plan_floor  # noqa: E402
 from gnnsched.placement.placer import default_scorer  # noqa: E402
 from gnnsched.placement.search import Evaluator, plan_and_compare  # noqa: E402
 from gnnsched.profile import CostProfile, profile_for, synthetic_profile  # noqa: E402
@@ -50,7 +65,7 @@ GPU = {"a100": (4.0, 40), "v100": (2.0, 32), "t4": (1.0, 16), "k80": (0.5, 12)}
 class Scenario:
     name: str
     what: str
-    limited: bool  # colocation is resource-limited here (infeasible or uneven by design)
+    by_design: bool  # the suite's hand label: colocation meant to be limited here
     cluster: ClusterSpec
     job: JobSpec
     profile: CostProfile
@@ -120,6 +135,14 @@ def scenarios(quick: bool = False) -> list[Scenario]:
     j = _job("slownic16", 8, 8)
     out.append(Scenario("slownic16", "16 hosts: V100 stores on 1 Gbit NICs, A100 hosts",
                         False, c, j, synthetic_profile(8, seeds_per_part=25000, seed=4)))
+    # 16: fewer GPUs than partitions: 12 GPU-less stores with 2 parts each, 4 x 2-GPU hosts
+    machines = [_store(i, [2 * i, 2 * i + 1], cpus=16) for i in range(12)]
+    machines += [_gpu_host(12 + i, "v100", 2, cpus=16, nic=25) for i in range(4)]
+    c = cluster_from_dict({"name": "fewgpu16", "machines": machines})
+    j = _job("fewgpu16", 24, 8)
+    out.append(Scenario("fewgpu16", "16 hosts: 12 GPU-less stores (24 parts), 4 x 2-GPU hosts, "
+                        "8 trainers", True, c, j,
+                        synthetic_profile(24, seeds_per_part=12000, seed=8)))
     if quick:
         return out
     # 64: 48 GPU-less stores, 16 hosts with 4 GPUs each; 32 trainers
@@ -180,11 +203,19 @@ def run_scenario(sc: Scenario, budget: float, seed: int) -> dict[str, Any]:
                      "bottleneck": pb.seconds_per_iteration(cp)[1]}
     lb = pr["lower_bound_s"]
     colo = rows["colocation"]["epoch_time_s"]
+    # the rule: colocation's own bottleneck (drawn mini-batches, no simulation) vs the bound
+    colo_plan = get_placer("colocation").place_problem(pb, seed=seed)
+    colo_model = plan_floor(pb.drawn(seed), colo_plan) * pb.wl.iterations
+    below = [n for n, row in rows.items() if row["epoch_time_s"] < lb * (1 - 1e-9)]
+    if below:
+        print(f"[{sc.name}] WARNING: simulated epoch below the lower bound: {below}")
     best_base = min(rows[n]["epoch_time_s"] for n in ("colocation", "greedy", "random"))
     return {
         "name": sc.name, "what": sc.what, "machines": len(sc.cluster.machines),
         "partitions": sc.cluster.num_parts, "trainers": sc.job.trainers,
-        "iterations": pb.wl.iterations, "limited": sc.limited,
+        "iterations": pb.wl.iterations, "by_design": sc.by_design,
+        "colocation_model_s": colo_model, "colocation_model_ratio": colo_model / lb,
+        "limited": colo_model >= LIMITED_RATIO * lb, "below_bound": below,
         "colocation_feasible": rows["colocation"].get("colocation_feasible"),
         "placers": rows, "lower_bound_s": lb, "cpsat": pr.get("cpsat", {}),
         "search": pr.get("search", {}), "ratio_to_bound": pr["epoch_time_s"] / lb,
@@ -194,7 +225,7 @@ def run_scenario(sc: Scenario, budget: float, seed: int) -> dict[str, Any]:
     }
 
 
-HEADROOM = 1.25  # colocation at least this far above the bound: its placement is the limit
+LIMITED_RATIO = 1.25  # the rule: colocation's model time >= this x the lower bound
 
 
 def _geo(xs: list[float]) -> float:
@@ -204,18 +235,20 @@ def _geo(xs: list[float]) -> float:
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     lim = [r["speedup_vs_colocation"] for r in results if r["limited"]]
     geo = _geo(lim)
-    room = [r["speedup_vs_colocation"] for r in results
-            if r["placers"]["colocation"]["epoch_time_s"] >= HEADROOM * r["lower_bound_s"]]
     ratios = [r["ratio_to_bound"] for r in results]
     big = [r for r in results if r["machines"] >= 256]
     return {
         "never_slower_than_any_baseline": all(r["not_slower_than_baselines"] for r in results),
+        "every_epoch_above_bound": not any(r["below_bound"] for r in results),
+        "limited_rule": f"colocation's bottleneck-model epoch (drawn mini-batches, no "
+                        f"simulation) >= {LIMITED_RATIO}x the any-placement lower bound",
         "geomean_speedup_vs_colocation_limited": geo,
         "limited_scenarios": [r["name"] for r in results if r["limited"]],
-        "geomean_speedup_vs_colocation_headroom": _geo(room),
-        "headroom_scenarios": [r["name"] for r in results
-                               if r["placers"]["colocation"]["epoch_time_s"]
-                               >= HEADROOM * r["lower_bound_s"]],
+        "geomean_speedup_vs_colocation_by_design": _geo([r["speedup_vs_colocation"]
+                                                          for r in results if r["by_design"]]),
+        "by_design_scenarios": [r["name"] for r in results if r["by_design"]],
+        "colocation_infeasible_scenarios": [r["name"] for r in results
+                                            if r["colocation_feasible"] is False],
         "geomean_speedup_vs_colocation_all": _geo([r["speedup_vs_colocation"]
                                                     for r in results]),
         "mean_ratio_to_lower_bound": sum(ratios) / len(ratios),
@@ -227,17 +260,20 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def print_table(results: list[dict[str, Any]]) -> None:
     head = f"{'scenario':<11} {'hosts':>5} {'W/P':>9} {'K':>4} " + " ".join(
-        f"{p:>10}" for p in PLACERS) + f" {'bound':>9} {'/bound':>6} {'vs colo':>7} {'plan s':>7}"
+        f"{p:>10}" for p in PLACERS) + f" {'bound':>9} {'/bound':>6} {'colo/b':>6} " \
+        f"{'vs colo':>7} {'plan s':>7}"
     print(head)
     print("-" * len(head))
     for r in results:
         cells = " ".join(f"{r['placers'][p]['epoch_time_s']:>10.4g}" for p in PLACERS)
-        mark = "*" if r["limited"] else " "
-        print(f"{r['name']:<10}{mark} {r['machines']:>5} {r['trainers']:>4}/{r['partitions']:<4} "
+        mark = ("*" if r["limited"] else " ") + ("d" if r["by_design"] else " ")
+        print(f"{r['name']:<10}{mark} {r['machines']:>4} {r['trainers']:>4}/{r['partitions']:<4} "
               f"{r['iterations']:>4} {cells} {r['lower_bound_s']:>9.4g} "
-              f"{r['ratio_to_bound']:>6.3f} {r['speedup_vs_colocation']:>6.2f}x "
-              f"{r['planning_s']:>7.1f}")
-    print("(epoch seconds, simulated with the gnnsched policy; * = colocation resource-limited)")
+              f"{r['ratio_to_bound']:>6.3f} {r['colocation_model_ratio']:>6.2f} "
+              f"{r['speedup_vs_colocation']:>6.2f}x {r['planning_s']:>7.1f}")
+    print(f"(epoch seconds, simulated with the gnnsched policy; * = colocation resource-limited "
+          f"by the rule: colo/b = colocation's model epoch / bound >= {LIMITED_RATIO}; "
+          "d = limited by design, the suite's hand label)")
 
 
 def plot(results: list[dict[str, Any]], path: Path) -> None:
@@ -308,14 +344,19 @@ def main(argv: list[str] | None = None) -> int:
     print_table(results)
     summ = summarize(results)
     print()
-    print(f"never slower than any baseline: {summ['never_slower_than_any_baseline']}")
-    print(f"speed-up over colocation, geometric mean where colocation is limited: "
-          f"{summ['geomean_speedup_vs_colocation_limited']:.2f}x (target >= 1.67x)")
-    print(f"  ... where colocation is >= {HEADROOM}x the lower bound "
-          f"({', '.join(summ['headroom_scenarios'])}): "
-          f"{summ['geomean_speedup_vs_colocation_headroom']:.2f}x")
-    print(f"mean ratio to the lower bound: {summ['mean_ratio_to_lower_bound']:.3f} "
-          "(target <= 1.10)")
+    print(f"never slower than any baseline: {summ['never_slower_than_any_baseline']}; every "
+          f"simulated epoch >= the lower bound: {summ['every_epoch_above_bound']}")
+    g = summ["geomean_speedup_vs_colocation_limited"]
+    print(f"speed-up over colocation, geometric mean where colocation is resource-limited "
+          f"({summ['limited_rule']}: {', '.join(summ['limited_scenarios'])}): {g:.2f}x "
+          f"(target >= 1.67x: {'met' if g >= 1.67 else 'MISSED'})")
+    print(f"  ... on the by-design labels ({', '.join(summ['by_design_scenarios'])}): "
+          f"{summ['geomean_speedup_vs_colocation_by_design']:.2f}x; on all scenarios: "
+          f"{summ['geomean_speedup_vs_colocation_all']:.2f}x; colocation infeasible as "
+          f"specified on: {', '.join(summ['colocation_infeasible_scenarios'])}")
+    mr = summ["mean_ratio_to_lower_bound"]
+    print(f"mean ratio to the lower bound: {mr:.3f} "
+          f"(target <= 1.10: {'met' if mr <= 1.10 else 'MISSED'})")
     if summ["scale256_planning_s"] is not None:
         print(f"256 machines / 1024 partitions planned in {summ['scale256_planning_s']:.1f} s "
               "(target < 60 s)")

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
@@ -63,6 +64,7 @@ from gnnsched.placement.placer import (
     transfers,
 )
 from gnnsched.plan import Plan, TrainerPlan
+from gnnsched.profile import EDGE_BYTES
 from gnnsched.spec import SpecError
 
 ENUM_SUBSETS = 256  # enumerate part bundles exactly while there are at most this many
@@ -871,6 +873,80 @@ def plan_floor(problem: Problem, plan: Plan) -> float:
     return v
 
 
+def barrier_chain_bound(problem: Problem, split: Sequence[tuple[int, ...]], seed: int) -> float:
+    """Epoch seconds no placement of `split` can beat in simulation: the synchronous chain.
+
+    Every iteration ends with a barrier: ``B_k = max_w end of training of (w, k) + A``, and a
+    trainer trains batch ``k`` only after ``B_{k-1}`` and once the batch was sampled and its
+    features arrived — and, with prefetch depth ``d``, sampling of batch ``k`` starts only
+    once batch ``k - d`` started training. With each drawn batch's chain floored by what no
+    placement avoids (its sampling CPU time, then its features from every store but the
+    trainer's own machine at the fastest rate any GPU machine could receive them; hops and
+    blocks counted as zero; its remote hops' edges to the best sampler host) and its training at the fastest GPU that fits, the recursion
+    ``start[w][k] >= max(B_{k-1}, start[w][k-d] + chain[w][k])`` gives ``B_{K-1}``. Unlike the
+    per-resource bound it takes the *maximum over trainers in every iteration*. Valid because
+    the simulator's depth never exceeds the job's prefetch and the batches depend only on
+    (seed, a trainer's parts) (:meth:`Workload.draws`).
+    """
+    wl = problem.wl
+    K = wl.iterations
+    base = getattr(problem, "base", problem)
+    cl = problem.cluster
+    eg, ig = np.asarray(wl.egress_bw, float), np.asarray(wl.ingress_bw, float)
+    Ts = sorted({s.machine for s in problem.slots})
+    igT = ig[Ts]
+    lat = float(cl.latency)
+    d = max(1, int(problem.job.prefetch))
+    W = len(split)
+    gpus_on: dict[int, int] = {}
+    for sl in problem.slots:
+        gpus_on[sl.machine] = gpus_on.get(sl.machine, 0) + sl.count
+    if W <= 1 or max(gpus_on.values()) >= W:
+        A = 0.0
+    else:  # some two trainers sit on different machines: a ring through the best NICs
+        vol = 2.0 * (W - 1) / W * problem.profile.grad_bytes
+        A = vol / float(max(min(eg[m], ig[m]) for m in Ts)) + 2 * (W - 1) * lat
+    fb = problem.profile.feature_bytes
+    store = wl.store
+    rate = np.minimum(eg[:, None], igT[None, :])  # [M, T]: store m to a trainer on T
+    own = np.zeros((problem.M, len(Ts)), dtype=bool)
+    own[Ts, np.arange(len(Ts))] = True  # a trainer's own machine sends it nothing
+    Ss = [m for m in range(problem.M) if problem.can_sample[m]]
+    igS = ig[Ss]
+    srate = np.minimum(eg[:, None], igS[None, :])  # [M, S]: store m to a sampler on S
+    sown = np.zeros((problem.M, len(Ss)), dtype=bool)
+    sown[Ss, np.arange(len(Ss))] = True
+    chain = np.zeros((W, K))
+    train = np.zeros((W, K))
+    for w, parts in enumerate(split):
+        c = base.size_cost(parts)
+        need = base.trainer_gpu_bytes(c)
+        speed = max((s.speed for s in problem.slots if s.gpu_memory >= need), default=0.0)
+        if speed <= 0:
+            return 0.0
+        for k, (q, i) in enumerate(wl.draws(parts, seed, K)):
+            pp = problem.profile.part(q)
+            v = np.zeros(problem.M)
+            np.add.at(v, store[pp.input_parts[i]], pp.input_nodes[i] * fb)
+            per = np.where(own, 0.0, v[:, None] / rate)
+            remote = v.sum() - v[Ts]
+            fetch = np.maximum(per.max(axis=0), remote / igT) + np.where(remote > 0, lat, 0.0)
+            e = np.zeros(problem.M)
+            np.add.at(e, store[pp.edge_parts[i]], pp.edge_counts[i] * EDGE_BYTES)
+            sper = np.where(sown, 0.0, e[:, None] / srate)
+            sremote = e.sum() - e[Ss]
+            hops = np.maximum(sper.max(axis=0), sremote / igS) + np.where(sremote > 0, lat, 0.0)
+            chain[w, k] = float(pp.sample_s[i]) + float(hops.min()) + float(fetch.min())
+            train[w, k] = float(pp.train_s[i]) / speed
+    start = np.zeros((W, K))
+    B = 0.0
+    for k in range(K):
+        prev = start[:, k - d] if k >= d else 0.0
+        start[:, k] = np.maximum(B, prev + chain[:, k])
+        B = float((start[:, k] + train[:, k]).max()) + A
+    return B
+
+
 def simulated_lower_bound(problem: Problem, outcome: CpSatOutcome, plans: list[Plan], *,
                           seed: int = 0, time_limit: float = 10.0) -> float:
     """Seconds per iteration that no simulated epoch (with `seed`) can beat, times K.
@@ -906,6 +982,8 @@ def simulated_lower_bound(problem: Problem, outcome: CpSatOutcome, plans: list[P
             res2 = solve(inst, time_limit=share, workers=2, seed=seed, hint=hint,
                          upper_s=upper, cpu_model="exact")
             b = max(b, res2.bound_s)  # both are valid bounds
+        if key != "exact":  # the split is fixed: the barrier chain bounds it too
+            b = max(b, barrier_chain_bound(dp, key, seed) / dp.wl.iterations)
         cache[key] = (b, inst)
         return cache[key]
 
@@ -951,5 +1029,5 @@ class CpSatPlacer(Placer):
 
 
 __all__ = ["CpSatOutcome", "CpSatPlacer", "CpSatResult", "Instance", "Option", "Solution",
-           "build_instance", "lower_bound", "plan_floor", "quick_bound", "run_cpsat", "simulated_lower_bound", "solution_from_plan", "solve",
+           "barrier_chain_bound", "build_instance", "lower_bound", "plan_floor", "quick_bound", "run_cpsat", "simulated_lower_bound", "solution_from_plan", "solve",
            "to_plan"]

@@ -289,8 +289,8 @@ def test_reported_bound_holds_for_every_simulated_plan() -> None:
     simulated epoch of gnnsched's plan was 1% below it.) Per plan, the mean-cost floor is
     undercut by some simulated epoch here; the drawn floor and the reported bound never are.
     """
-    from gnnsched.placement.cpsat import plan_floor, simulated_lower_bound
-    from gnnsched.placement.placer import simulator_scorer
+    from gnnsched.placement.cpsat import barrier_chain_bound, plan_floor, simulated_lower_bound
+    from gnnsched.placement.placer import simulator_scorer, split_of
     from gnnsched.placement.search import plan_and_compare
 
     undercut = 0
@@ -308,6 +308,7 @@ def test_reported_bound_holds_for_every_simulated_plan() -> None:
             for p in plans:
                 sim = sc(p)
                 assert sim >= K * plan_floor(dp, p) * (1 - 1e-9)
+                assert sim >= barrier_chain_bound(dp, split_of(p), sim_seed) * (1 - 1e-9)
                 assert sim >= lb * (1 - 1e-9)
                 undercut += sim < K * plan_floor(pb, p)
         plan = plan_and_compare(pb, "gnnsched", seed=0, budget=4.0)
