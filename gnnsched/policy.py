@@ -57,9 +57,9 @@ one trainer the fetch -> train pairs are a flow shop in a fixed order (the barri
 iteration order), so no rule has a choice there.
 
 Measured (``bench/bench_scheduler.py``, ``docs/bench/scheduler.json``): on 24 small instances
-with uniform NIC speeds, within 1% of CP-SAT's optimum (mean 0.997, max 1.009; fifo: mean
-1.07, max 1.39) and never worse than ``fifo``; on 200 random small instances with mixed NIC
-speeds, 4.5% faster than ``fifo`` on average but worse on 6 of them (by at most 2.5%) — strict
+with uniform NIC speeds, within 1% of CP-SAT's optimum (mean 0.994, max 1.006; fifo: mean
+1.08, max 1.44) and never worse than ``fifo``; on 200 random small instances with mixed NIC
+speeds, 4.1% faster than ``fifo`` on average but worse on 5 of them (by at most 1.8%) — strict
 priority cannot always beat fair sharing when paths differ in speed, which rule (2) mitigates
 but does not remove. On 4-256-host scenarios with one fixed placement: ``fifo`` 1.10x slower
 (geometric mean), gnnsched 1.05x its lower bound on average.
