@@ -34,7 +34,7 @@ nothing can change. Fair mode groups flows by pair (they share one rate) and rep
 (progressive filling of everything is the fallback). Completions sit in one heap with lazy
 invalidation; events at the same instant are coalesced before rates are recomputed;
 ``record=False`` skips the timeline. Measured: 64 trainers x 500 iterations (256,500 events)
-in 11-12 CPU-seconds with either policy, ~21k events/s (``bench/bench_scheduler.py``).
+in ~10 CPU-seconds with either policy, ~25k events/s (``bench/bench_scheduler.py``).
 Placement search can pass ``iterations`` to simulate fewer and extrapolate the epoch.
 
 Output: :class:`SimResult` — epoch and steady-state iteration time, the instance's lower bound,
