@@ -691,12 +691,15 @@ def to_plan(inst: Instance, sol: Solution, placer: str = "cpsat") -> Plan:
                     continue
                 if T in h.machines and (s.speed, s.gpu_memory) != h.kinds[op.kind]:
                     continue
-                S = T if op.sampler < 0 else op.sampler
-                need_cores = 2 if S == T else 1
-                if cores[T] < need_cores or (S != T and cores[S] < 1):
-                    continue
-                if memory[T] < pb.trainer_host_bytes(c) + (pb.sampler_bytes(c) if S == T
-                                                           else 0):
+                # the class's sampler host, else (its cores all taken) beside the trainer
+                for S in ([T] if op.sampler < 0 else [op.sampler, T]):
+                    need_cores = 2 if S == T else 1
+                    if cores[T] < need_cores or (S != T and cores[S] < 1):
+                        continue
+                    if memory[T] >= pb.trainer_host_bytes(c) + (pb.sampler_bytes(c)
+                                                                if S == T else 0):
+                        break
+                else:
                     continue
                 add_in = c.feat_bytes / ig[T] + inst.vol / ig[T]
                 score = (max(in_s[T] + add_in, out_s[T] + inst.vol / eg[T]), T)

@@ -115,6 +115,7 @@ from gnnsched.runtime.transport import (
 )
 from gnnsched.spec import ClusterSpec, JobSpec, SpecError
 
+NIC_WINDOW_S, PEER_WINDOW_S = 0.04, 0.03  # shaped links: in flight, as seconds of egress
 STAGES = ("sample_s", "fetch_s", "wait_s", "train_s", "allreduce_s")
 ROLE_ORDER = (("trainer",), ("sampler", "fetcher"), ("store",))  # shutdown order
 
@@ -493,11 +494,22 @@ class Coordinator:
         else:
             slowest = min(min(m.egress, m.ingress) for m in self.cluster.machines)
             chunk = int(min(CHUNK_BYTES, max(16 << 10, slowest * 0.002)))
-        return {"chunk_bytes": chunk,
-                "window_bytes": int(o.window_bytes or (WINDOW_BYTES if chunk == CHUNK_BYTES
-                                                       else 4 * chunk)),
-                "peer_window_bytes": int(o.peer_window_bytes or (
-                    PEER_WINDOW_BYTES if chunk == CHUNK_BYTES else 2 * chunk))}
+        out: dict[str, Any] = {
+            "chunk_bytes": chunk,
+            "window_bytes": int(o.window_bytes or (WINDOW_BYTES if chunk == CHUNK_BYTES
+                                                   else 4 * chunk)),
+            "peer_window_bytes": int(o.peer_window_bytes or (
+                PEER_WINDOW_BYTES if chunk == CHUNK_BYTES else 2 * chunk))}
+        if chunk != CHUNK_BYTES:
+            # Shaped links: a window must cover the bandwidth-delay product of *its* NIC, or an
+            # acknowledgement round trip through busy processes (tens of ms on a loaded box)
+            # caps a sender below its rate. Per store: ~40 ms (total) / 30 ms (per receiver)
+            # of its egress, never less than the chunk-based floor.
+            out["nic_windows"] = {
+                m.name: [max(out["window_bytes"], int(m.egress * NIC_WINDOW_S)),
+                         max(out["peer_window_bytes"], int(m.egress * PEER_WINDOW_S))]
+                for m in self.cluster.machines if m.partitions}
+        return out
 
     def _config(self, resume: dict[str, Any] | None = None) -> dict[str, Any]:
         o = self.opts

@@ -402,8 +402,9 @@ class Store(Role):
 
     def run(self) -> None:
         cfg = self.config
-        self.nic = NicQueue(cfg["sharing"], int(cfg.get("window_bytes", WINDOW_BYTES)),
-                            int(cfg.get("peer_window_bytes", PEER_WINDOW_BYTES)))
+        window, peer = cfg.get("nic_windows", {}).get(self.args.machine, (
+            cfg.get("window_bytes", WINDOW_BYTES), cfg.get("peer_window_bytes", PEER_WINDOW_BYTES)))
+        self.nic = NicQueue(cfg["sharing"], int(window), int(peer))
         self.chunk_bytes = int(cfg.get("chunk_bytes", CHUNK_BYTES))
         self.tids = itertools.count()
         self.queued: list[list[Any]] = []
