@@ -1636,9 +1636,18 @@ def evaluate(args: argparse.Namespace) -> int:
     scaling = run_scaling(ctx) if st.scale else []
     inv = invariants(configs, scaling, st)
     tg = targets(configs, ctx) if st.real else []
-    reproduce = ("gnnsched bench" + (" --quick" if st.quick else "")
-                 + ("" if st.launcher == "netns" or args.launcher == "auto"
-                    else f" --launcher {st.launcher}"))
+    # the command as run, minus where it wrote (so it reproduces into the same places)
+    flags, skip = [], False
+    for a in sys.argv[1:] if Path(sys.argv[0]).name == "gnnsched" else []:
+        if skip or a in ("--out", "--work"):
+            skip = not skip
+            continue
+        flags.append(a)
+    reproduce = " ".join(["gnnsched", *flags]) if flags and flags[0] == "bench" else (
+        "gnnsched bench" + (" --quick" if st.quick else "")
+        + (f" --repeats {st.repeats}" if st.repeats > 1 else "")
+        + ("" if st.launcher == "netns" or args.launcher == "auto"
+           else f" --launcher {st.launcher}"))
     doc = {
         "bench": "eval", "version": 1, "quick": st.quick, "reproduce": reproduce,
         "command": st.command, "started": time.strftime("%Y-%m-%d %H:%M:%S"),

@@ -116,9 +116,16 @@ def _check_clean(ports: _Ports) -> None:
     assert ports.ports, "no listening port was recorded"
     # servers bind only to the address the launcher gives them: loopback, never 0.0.0.0 / ::
     assert ports.addresses == {"127.0.0.1"}, ports.addresses
-    listening = {c.laddr.port for c in psutil.net_connections(kind="tcp")
-                 if c.status == psutil.CONN_LISTEN}
-    assert not ports.ports & listening, f"ports still listening: {ports.ports & listening}"
+    end = time.monotonic() + 10.0
+    while True:  # the kernel frees a killed process's sockets as it exits: allow a moment
+        held = {c.laddr.port: c.pid for c in psutil.net_connections(kind="tcp")
+                if c.status == psutil.CONN_LISTEN and c.laddr.port in ports.ports}
+        if not held or time.monotonic() > end:
+            break
+        time.sleep(0.2)
+    owners = {port: (pid, " ".join(psutil.Process(pid).cmdline()) if pid and
+                     psutil.pid_exists(pid) else "?") for port, pid in held.items()}
+    assert not held, f"ports still listening (port: owner): {owners}"
     ours = ports.pids | {os.getpid()}
     for port in ports.ports:
         with socket.socket() as s:  # as any server binds: SO_REUSEADDR, the same address

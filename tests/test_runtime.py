@@ -323,3 +323,22 @@ def test_slow_device_emulation_stretches_compute() -> None:
     t0 = time.monotonic()
     t.stretch(0.05)
     assert time.monotonic() - t0 < 0.01
+
+
+def test_relay_holds_pushes_into_an_all_reducing_machine() -> None:
+    """Gradients first at relays too: while trainer 0's machine all-reduces step 5, a relay
+    pushes it nothing of later steps (step 5 and earlier still flow); on release the held
+    mini-batches go out oldest first. Another machine's trainer is never held."""
+    from gnnsched.runtime.fetcher import Fetcher
+
+    f = Fetcher.__new__(Fetcher)  # no sockets: only the hold rule
+    f.trainer_machine, f.held, f.deferred = {0: 2, 1: 3}, {}, []
+    sent: list[tuple[int, int]] = []
+    f._push = lambda trainer, seq, feats, took: sent.append((trainer, seq))  # type: ignore
+    x = np.zeros((1, 1), dtype=np.float32)
+    f.on_control({"op": "hold", "machine": 2, "seq": 5, "on": True})
+    for trainer, seq in ((0, 7), (0, 5), (1, 9), (0, 6)):
+        f.deliver(trainer, seq, x, 0.0)
+    assert sent == [(0, 5), (1, 9)]
+    f.on_control({"op": "hold", "machine": 2, "seq": 5, "on": False})
+    assert sent == [(0, 5), (1, 9), (0, 6), (0, 7)] and f.deferred == []
