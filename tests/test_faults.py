@@ -23,6 +23,7 @@ from typing import Any
 
 import psutil
 import pytest
+from procs import survivors
 
 from gnnsched.commands.train import train
 from gnnsched.plan import Plan, TrainerPlan
@@ -93,26 +94,10 @@ def undisturbed(lab4: tuple, tmp_path_factory: pytest.TempPathFactory) -> RunRes
     return res
 
 
-def _alive(pids: set[int], grace: float = 5.0) -> list[str]:
-    end = time.monotonic() + grace
-    while True:
-        alive = []
-        for pid in pids:
-            try:
-                p = psutil.Process(pid)
-                if p.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(" ".join(p.cmdline()))
-            except psutil.NoSuchProcess:
-                pass
-        if not alive or time.monotonic() > end:
-            return alive
-        time.sleep(0.1)
-
-
 def _check_clean(ports: _Ports) -> None:
     """No process of the run left, and every port it listened on is free again."""
     kids = {p.pid for p in psutil.Process().children(recursive=True)}
-    assert not _alive(ports.pids | kids), "a process outlived the run"
+    assert not survivors(ports.pids | kids), "a process outlived the run"
     assert ports.ports, "no listening port was recorded"
     # servers bind only to the address the launcher gives them: loopback, never 0.0.0.0 / ::
     assert ports.addresses == {"127.0.0.1"}, ports.addresses

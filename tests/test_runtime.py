@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from procs import survivors
 
 from gnnsched.commands.train import train
 from gnnsched.plan import Plan, TrainerPlan
@@ -54,28 +55,20 @@ def lab4(tmp_path_factory):
 
 
 def _children() -> list[str]:
-    return _survivors({p.pid for p in psutil.Process().children(recursive=True)})
-
-
-def _survivors(pids: set[int], grace: float = 5.0) -> list[str]:
-    """Processes among ``pids`` still running after ``grace`` seconds (cmdlines)."""
-    end = time.monotonic() + grace
-    while True:
-        alive = []
-        for pid in pids:
-            try:
-                p = psutil.Process(pid)
-                if p.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(" ".join(p.cmdline()))
-            except psutil.NoSuchProcess:
-                pass
-        if not alive or time.monotonic() > end:
-            return alive
-        time.sleep(0.1)
+    return survivors({p.pid for p in psutil.Process().children(recursive=True)})
 
 
 def _records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _assert_every_batch_once(recs: list[dict], epochs: int, trainers: int, K: int) -> None:
+    """Every trainer trained each of its K mini-batches of every epoch exactly once."""
+    batches = Counter((r["epoch"], r["trainer"], r["index"]) for r in recs
+                      if r["type"] == "batch" and r["phase"] == "train")
+    assert set(batches) == {(e, w, k) for e in range(epochs) for w in range(trainers)
+                            for k in range(K)}
+    assert set(batches.values()) == {1}
 
 
 @pytest.mark.slow
@@ -92,12 +85,7 @@ def test_lab4_trains_like_the_reference(lab4, tmp_path: Path) -> None:
     assert res.val_accuracy == pytest.approx(ref.val_accuracy, abs=0.01)
     # every mini-batch of every epoch trained exactly once, every seed once per epoch
     recs = _records(tmp_path / "run")
-    batches = Counter((r["epoch"], r["trainer"], r["index"]) for r in recs
-                      if r["type"] == "batch" and r["phase"] == "train")
-    K = res.iterations_per_epoch
-    assert set(batches) == {(e, w, k) for e in range(job.epochs) for w in range(2)
-                            for k in range(K)}
-    assert set(batches.values()) == {1}
+    _assert_every_batch_once(recs, job.epochs, 2, res.iterations_per_epoch)
     epochs = [r for r in recs if r["type"] == "epoch"]
     assert len(epochs) == job.epochs
     assert all(e["seeds"] == e["unique_seeds"] == e["train_nodes"] == 140 for e in epochs)
@@ -164,7 +152,7 @@ def test_ctrl_c_stops_every_process(lab4, tmp_path: Path) -> None:
     assert proc.returncode == 130, tail
     assert "interrupted" in out, tail
     assert len(seen) >= 7, (seen, tail)
-    alive = _survivors(seen)
+    alive = survivors(seen)
     assert not alive, f"processes left after Ctrl-C: {alive}\n{tail}"
 
 
@@ -196,13 +184,8 @@ def test_lab4_on_an_emulated_cluster_with_shaped_nics(lab4, tmp_path: Path) -> N
         assert not _children(), "a role process outlived the run"
         ref = reference_train(job, str(parts), [list(t.parts) for t in plan.trainers])
         assert abs(res.test_accuracy - ref.test_accuracy) <= 0.01, (res.test_accuracy, ref)
-        recs = _records(tmp_path / "run")
-        batches = Counter((r["epoch"], r["trainer"], r["index"]) for r in recs
-                          if r["type"] == "batch" and r["phase"] == "train")
-        K = res.iterations_per_epoch
-        assert set(batches) == {(e, w, k) for e in range(job.epochs) for w in range(2)
-                                for k in range(K)}
-        assert set(batches.values()) == {1}
+        _assert_every_batch_once(_records(tmp_path / "run"), job.epochs, 2,
+                                 res.iterations_per_epoch)
         # the traffic really crossed the hosts' shaped NICs: every store sent megabytes
         for host in ("store0", "store1"):
             dev = subprocess.run(net.exec_prefix(host) + ["cat", "/proc/net/dev"],
