@@ -1326,6 +1326,13 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
                      f"{1e3 * ss['train']:.0f} / {1e3 * ss['barrier']:.0f} | "
                      f"{1e3 * ms['sample']:.0f} / {1e3 * prof['sample_s']:.1f} |")
     L.append("")
+    errs = [abs(r["sim_error"]) for c in doc["configs"] for n in RUNTIME_SYSTEMS
+            if (r := c["systems"].get(n)) and r.get("sim_error") is not None]
+    if errs:
+        within = sum(e <= TARGETS["sim_error"] for e in errs)
+        L.append(f"{within} of {len(errs)} runs within {TARGETS['sim_error']:.0%}; median "
+                 f"|error| {statistics.median(errs):.1%}, largest {max(errs):.1%}.")
+        L.append("")
     L.append("![fidelity](fidelity.png)")
     L.append("")
     L.append("## Per-stage breakdown and bytes")
