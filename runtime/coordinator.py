@@ -816,7 +816,11 @@ class Coordinator:
                        for name, r in self.roles.items() if r.launch.role == "store"}
         self.fetchers = [name for name, r in self.roles.items() if r.launch.role == "fetcher"]
         self.ranked: dict[tuple[int, int, int, str], list] = {}
-        self.reducing: dict[int, int] = defaultdict(int)
+        self.reducing: dict[int, int] = defaultdict(int)  # machine -> trainers all-reducing
+        self.entered: dict[int, int] = defaultdict(int)  # step -> trainers in its all-reduce
+        self.holding: dict[int, list[str]] = {}  # machine -> the peers holding traffic into it
+        self.fetcher_at = {name: self.cluster.machine_index(self.roles[name].launch.machine)
+                           for name in self.fetchers}
         self.sampled_info: dict[tuple[int, int], dict[str, Any]] = {}
         self.epochs = [e for e in self.epochs if self.record_seq[e["epoch"]] < start]
         self.__dict__.pop("test_accuracy", None)  # set again after the test steps
@@ -993,16 +997,43 @@ class Coordinator:
                 self.policy.on_transfer_done(tr, now)
 
     def _on_allreduce(self, name: str, r: _Role, body: dict[str, Any]) -> None:
-        """Gradients first: while a machine all-reduces iteration k, stores send it nothing
-        of later iterations (what any trainer needs for barrier k is never held)."""
-        m = self.T[int(body["trainer"])]
-        r.doing = f"{'all-reducing' if body['on'] else 'stepping'} step {body['seq']}"
-        before = self.reducing[m]
-        self.reducing[m] += 1 if body["on"] else -1
-        if (before == 0) != (self.reducing[m] == 0):
-            for peer in [*self.stores.values(), *self.fetchers]:  # relays hold too
-                self.send(peer, ctrl("hold", machine=m, seq=int(body["seq"]),
-                                     on=bool(body["on"])))
+        """Gradients first, as in the cost model: once *every* trainer has entered all-reduce
+        ``k`` (gradients are on the wire; before that a trainer only waits at the barrier),
+        a store or relay that would share a NIC with the gradients sends the reducing
+        machines nothing of later iterations until their all-reduce ends. What any trainer
+        needs for barrier ``k`` is never held."""
+        m, seq = self.T[int(body["trainer"])], int(body["seq"])
+        r.doing = f"{'all-reducing' if body['on'] else 'stepping'} step {seq}"
+        if body["on"]:
+            self.reducing[m] += 1
+            self.entered[seq] += 1
+            if self.entered[seq] < self.W:
+                return
+            del self.entered[seq]
+            for mm in [mm for mm, n in self.reducing.items() if n > 0 and mm not in self.holding]:
+                self.holding[mm] = peers = self._contending(mm)
+                for peer in peers:
+                    self.send(peer, ctrl("hold", machine=mm, seq=seq, on=True))
+        else:
+            self.reducing[m] -= 1
+            if self.reducing[m] == 0 and m in self.holding:
+                for peer in self.holding.pop(m):
+                    self.send(peer, ctrl("hold", machine=m, seq=seq, on=False))
+
+    def _contending(self, m: int) -> list[str]:
+        """Stores and relays whose traffic into machine ``m`` would slow its gradients: those
+        on a machine that all-reduces itself (its egress carries gradients), and those whose
+        egress plus the ring's gradient rate exceeds ``m``'s ingress (they share it). A store
+        on a slow NIC sending into a fast one takes nothing from the gradients: held, it
+        would only idle (on a shaped testbed that starves a trainer fed by it)."""
+        ms = self.cluster.machines
+        reducing = {mm for mm, n in self.reducing.items() if n > 0}
+        ring = min(min(ms[t].egress, ms[t].ingress) for t in set(self.T))
+        out = []
+        for peer, at in [*((n, i) for i, n in self.stores.items()), *self.fetcher_at.items()]:
+            if at != m and (at in reducing or ms[at].egress + ring > ms[m].ingress * 1.001):
+                out.append(peer)
+        return out
 
     def _on_fetched(self, name: str, r: _Role, body: dict[str, Any]) -> None:
         pass  # the trainer reports the fetch time with the batch

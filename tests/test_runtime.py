@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -325,3 +326,47 @@ def test_relay_holds_pushes_into_an_all_reducing_machine() -> None:
     assert sent == [(0, 5), (1, 9)]
     f.on_control({"op": "hold", "machine": 2, "seq": 5, "on": False})
     assert sent == [(0, 5), (1, 9), (0, 6), (0, 7)] and f.deferred == []
+
+
+def test_gradient_hold_starts_at_the_barrier_and_spares_fast_ingress() -> None:
+    """The coordinator holds store traffic into all-reducing machines only once every trainer
+    entered the all-reduce (gradients on the wire), and only from stores that would share a
+    NIC with the gradients: a store on a machine that all-reduces itself, or one whose egress
+    plus the ring's rate exceeds the receiver's ingress. A slow store feeding a fast NIC is
+    never held (held, it would idle while its trainer starves)."""
+    from collections import defaultdict
+
+    from gnnsched.runtime.coordinator import Coordinator, _Role
+    from gnnsched.runtime.transport import ctrl_body
+
+    cl = cluster_from_dict({"name": "h", "machines": [
+        {"name": "s0", "cpus": 2, "memory_gb": 8, "nic_gbps": 0.05, "partitions": [0, 2]},
+        {"name": "s1", "cpus": 2, "memory_gb": 8, "nic_gbps": 0.1, "partitions": [1, 3],
+         "gpus": [{"kind": "t4", "speed": 1.0, "memory_gb": 16}]},
+        {"name": "g0", "cpus": 2, "memory_gb": 8, "nic_gbps": 0.2,
+         "gpus": [{"kind": "t4", "speed": 1.0, "memory_gb": 16}]}]})
+    c = Coordinator.__new__(Coordinator)
+    c.cluster, c.T, c.W = cl, [2, 1], 2  # trainer 0 on g0, trainer 1 on s1
+    c.stores, c.fetcher_at = {0: "store:s0", 1: "store:s1"}, {"fetcher:x": 0}
+    c.reducing, c.entered, c.holding = defaultdict(int), defaultdict(int), {}
+    sent: list[tuple[str, int, bool]] = []
+
+    def send(peer: str, msg: Any) -> None:
+        body = ctrl_body(msg)
+        sent.append((peer, body["machine"], body["on"]))
+
+    c.send = send  # type: ignore[method-assign]
+    role = _Role.__new__(_Role)
+    c._on_allreduce("trainer:0", role, {"trainer": 0, "seq": 4, "on": True})
+    assert sent == []  # trainer 1 has not reached the barrier: nothing on the wire yet
+    c._on_allreduce("trainer:1", role, {"trainer": 1, "seq": 4, "on": True})
+    # into g0 (200 Mbit): s1 all-reduces itself; s0's store and relay (50) + ring (100) fit
+    # g0's ingress. Into s1 (100 Mbit): s0's traffic would share it with the gradients.
+    assert sorted(sent) == [("fetcher:x", 1, True), ("store:s0", 1, True),
+                            ("store:s1", 2, True)]
+    sent.clear()
+    c._on_allreduce("trainer:0", role, {"trainer": 0, "seq": 4, "on": False})
+    assert sent == [("store:s1", 2, False)]
+    c._on_allreduce("trainer:1", role, {"trainer": 1, "seq": 4, "on": False})
+    assert sorted(sent[1:]) == [("fetcher:x", 1, False), ("store:s0", 1, False)]
+    assert c.holding == {}
