@@ -35,10 +35,10 @@ same cluster, plan, policy and measured profile; mean of 3 simulator seeds) and 
 steady-state epoch is compared with the measured epoch time. Steady state: the second of
 two epochs simulated back to back, because the measured epochs after the first start with
 mini-batches already prefetched. Simulated epochs at scale are steady-state too. The
-prediction uses the costs the run measured (:func:`insitu_profile`: a CPU slowdown from the
-training steps, the all-reduce time), since on this 2-core box a dozen processes of four
-emulated hosts share the cores; the prediction from the quiet profile alone is reported
-beside it.
+prediction uses the task costs the run measured (:func:`insitu_profile`: a CPU slowdown from
+the training steps, the sampling seconds per mini-batch, and the all-reduce's time beyond
+bytes / bandwidth as a fixed overhead in which the NICs are idle), since on this 2-core box a dozen processes of four emulated hosts
+share the cores; the prediction from the quiet profile alone is reported beside it.
 
 **At scale.** Each shape is replicated ``M / 4`` times (partitions renumbered, 2 trainers per
 copy). The measured profile is scaled to ``M`` partitions (:func:`scale_profile`): partition
@@ -418,15 +418,20 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
     """The profile with the costs this run measured in place of the profiler's.
 
     On this testbed four emulated hosts' dozen processes share two real cores, so every CPU
-    step takes several times what the profiler measured in one quiet process, and gloo's
-    all-reduce over TCP is slower than bytes / bandwidth. Two scalars, both measured in the
-    run: ``cpu`` (median over trainers of a training step's seconds, times its device speed —
-    training is stretched to emulate slower devices — over the profile's mean for its parts;
-    training steps are pure compute) scales every ``sample_s`` and ``train_s``; ``allreduce``
-    (the fastest trainer's all-reduce seconds — the last to arrive waits least — over the
-    cost model's ring time, at least 1) scales the gradient bytes. The simulator still
-    predicts the rest: sampling hops, feature traffic and NIC sharing, the pipeline, the
-    barrier waits."""
+    step takes several times what the profiler measured in one quiet process, a mini-batch's
+    sampling is a round of requests per layer through busy processes, and gloo's all-reduce
+    over TCP takes longer than bytes / bandwidth. All measured in the run: ``cpu`` (median
+    over trainers of a training step's seconds, times its device speed — training is
+    stretched to emulate slower devices — over the profile's mean for its parts; training
+    steps are pure compute) scales every ``train_s``; each trainer's mean sampling seconds
+    per mini-batch over the profile's mean for its parts scales those parts' ``sample_s``
+    (at least by ``cpu``); ``allreduce_overhead_s`` (the fastest trainer's all-reduce seconds — the last to arrive
+    waits least — minus the cost model's ring time, at least 0) is added to every
+    all-reduce as time in which the NICs are *not* busy: the gradient bytes stay what they
+    are, so the simulator reserves no more NIC time for them than they take (scaling the
+    bytes instead would block every trainer NIC for the library's overhead too). The
+    simulator still predicts the rest: sampling hops, feature traffic and NIC sharing, the
+    pipeline, the barrier waits."""
     import numpy as np
 
     from gnnsched.workload import Workload
@@ -442,11 +447,20 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
             ar.append(got["allreduce_s"])
     f_cpu = float(np.median(cpu)) if cpu else 1.0
     model_ar = Workload(cluster, job, prof).allreduce_s(plan)
-    f_ar = max(1.0, min(ar) / model_ar) if ar and model_ar > 0 else 1.0
-    parts = [replace(pp, sample_s=pp.sample_s * f_cpu, train_s=pp.train_s * f_cpu)
-             for pp in prof.parts]
-    return (replace(prof, parts=parts, grad_bytes=int(round(prof.grad_bytes * f_ar))),
-            {"cpu": f_cpu, "allreduce": float(f_ar),
+    extra = max(0.0, min(ar) - model_ar) if ar and model_ar > 0 else 0.0
+    f_sample = {q: f_cpu for q in range(len(prof.parts))}
+    for t in plan.trainers:
+        got = by_trainer.get(str(t.id)) or {}
+        p_sample = float(np.mean(np.concatenate([prof.parts[q].sample_s for q in t.parts])))
+        if got.get("sample_s") and p_sample > 0:
+            for q in t.parts:
+                f_sample[q] = max(f_cpu, got["sample_s"] / p_sample)
+    parts = [replace(pp, sample_s=pp.sample_s * f_sample[q], train_s=pp.train_s * f_cpu)
+             for q, pp in enumerate(prof.parts)]
+    return (replace(prof, parts=parts, allreduce_overhead_s=prof.allreduce_overhead_s + extra),
+            {"cpu": f_cpu, "sample": [f_sample[q] for q in range(len(prof.parts))],
+             "allreduce": (min(ar) / model_ar) if ar and model_ar > 0 else 1.0,
+             "allreduce_overhead_s": extra,
              "allreduce_measured_s": float(min(ar)) if ar else None,
              "allreduce_model_s": float(model_ar)})
 
@@ -1200,7 +1214,10 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
              f"the start, {doc['host']['load_end']:.1f} at the end; started "
              f"{doc['started']}). Launcher: {doc['launcher']['name']} — "
              f"{doc['launcher']['reason']}. {st['epochs']} epochs per run, epoch time = "
-             f"median over epochs 2..{st['epochs']}; {st['repeats']} run(s) per system.")
+             f"median over epochs 2..{st['epochs']}; {st['repeats']} run(s) per system."
+             + (f" Simulated predictions re-derived from these measurements on "
+                f"{doc['resimulated']} (`gnnsched bench --resimulate`; the command above "
+                "computes the same)." if doc.get("resimulated") else ""))
     L.append("")
     L.append("## Headline")
     L.append("")
@@ -1300,8 +1317,12 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
     L.append("")
     L.append("*Simulated* uses the task costs the run measured (in-situ: on this box a dozen "
              "processes of four emulated hosts share two cores, so each sampling and training "
-             "step takes several times what the profiler measured alone; factors per trainer in "
-             "results.json, `sim.insitu_factors`); the simulator still predicts queueing, NIC "
+             "step takes several times what the profiler measured alone, sampling a mini-batch "
+             "is a round of requests per layer through busy processes (its measured seconds "
+             "per mini-batch replace the profiled CPU seconds), and gloo's all-reduce "
+             "takes longer than bytes / bandwidth, which is added as a fixed overhead with the "
+             "NICs idle; all per run in results.json, `sim.insitu_factors`); the simulator "
+             "still predicts queueing, NIC "
              "sharing, the pipeline and the barrier. *Isolated* is the prediction from the "
              "profile alone, before the run.")
     L.append("")
@@ -1616,9 +1637,51 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def resimulate(st: Settings) -> int:
+    """Re-derive every real run's in-situ prediction from ``st.out/results.json`` (the plans
+    and profiles the run used, from ``st.work``) and rewrite the report: the numbers are those
+    the full command computes from the same measurements."""
+    from gnnsched.plan import Plan
+
+    path = st.out / "results.json"
+    if not path.is_file():
+        raise SystemExit(f"gnnsched bench --resimulate: {path} not found (run the "
+                         "evaluation first)")
+    doc = json.loads(path.read_text())
+    old = doc["settings"]
+    st = replace(st, samples=int(old["samples"]), seed=int(old["seed"]),
+                 epochs=int(old["epochs"]), quick=bool(old["quick"]))
+    ctx = Context(st)
+    for c in doc["configs"]:
+        ds, shape = c["dataset"], c["shape"]
+        ctx.prepare(ds)
+        cluster, job, prof = load_shape(shape), make_job(ds, st.epochs, st.seed), ctx.profiles[ds]
+        for sysname, row in c["systems"].items():
+            s = SYSTEMS[sysname]
+            if s.placer is None or not row.get("epoch_time_s") or "stages_by_trainer" not in row:
+                continue
+            plan = Plan.load(st.work / "runs" / f"{shape}-{ds}" / f"plan-{s.placer}.json")
+            cal, factors = insitu_profile(prof, plan, cluster, job, row["stages_by_trainer"])
+            row["sim"] = simulate_system(cluster, job, plan, cal, s.policy, st.seed)
+            row["sim"]["insitu_factors"] = factors
+            row["sim_error"] = row["sim"]["epoch_time_s"] / row["epoch_time_s"] - 1.0
+            say(f"[{shape}/{ds}] {sysname}: {_line(row)}")
+        _speedups(c)
+    ctx.spreads = doc.get("accuracy_spread", {})
+    doc["targets"] = targets(doc["configs"], ctx)
+    doc["resimulated"] = time.strftime("%Y-%m-%d %H:%M")
+    path.write_text(json.dumps(doc, indent=1, default=_json) + "\n")
+    render(doc, st.out)
+    missed = [t for t in doc["targets"] if t["met"] is False]
+    say(f"targets: {sum(1 for t in doc['targets'] if t['met'])} met, {len(missed)} missed")
+    return 0
+
+
 def evaluate(args: argparse.Namespace) -> int:
     """Run the evaluation described by ``args``; 0 when every invariant holds."""
     st = resolve(args)
+    if getattr(args, "resimulate", False):
+        return resimulate(st)
     t0 = time.perf_counter()
     load0 = os.getloadavg()[0]
     st.out.mkdir(parents=True, exist_ok=True)

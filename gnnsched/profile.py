@@ -88,6 +88,10 @@ class CostProfile:
     reference: str = "cpu"  # the device train_s was measured on (GPU speed 1.0 == this)
     synthetic: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
+    # Seconds an all-reduce takes beyond bytes / bandwidth (the collective library's own
+    # overhead, during which the NICs are not busy). The profiler leaves it 0; a profile
+    # calibrated from a real run's measured all-reduce sets it (bench_eval.insitu_profile).
+    allreduce_overhead_s: float = 0.0
 
     def part(self, p: int) -> PartProfile:
         return self.parts[p]
@@ -130,6 +134,8 @@ class CostProfile:
             "reference": self.reference,
             "synthetic": self.synthetic,
             "meta": self.meta,
+            **({"allreduce_overhead_s": self.allreduce_overhead_s}
+               if self.allreduce_overhead_s else {}),
             "parts": [p.to_dict() for p in self.parts],
         }
 
@@ -177,7 +183,8 @@ class CostProfile:
                 raise SpecError(source, f"parts[{i}]", f"malformed sample: {exc}") from None
         return cls(d["job_key"], P, int(d["feature_bytes"]), int(d["grad_bytes"]),
                    int(d.get("model_bytes", 3 * int(d["grad_bytes"]))), parts,
-                   d.get("reference", "cpu"), bool(d.get("synthetic", False)), d.get("meta", {}))
+                   d.get("reference", "cpu"), bool(d.get("synthetic", False)), d.get("meta", {}),
+                   float(d.get("allreduce_overhead_s", 0.0)))
 
     @classmethod
     def load(cls, path: str | Path) -> CostProfile:

@@ -178,7 +178,9 @@ class Workload:
         return self.cluster.machine(t.machine).gpus[t.device].speed
 
     def allreduce_s(self, plan: Plan) -> float:
-        """Ring all-reduce time per iteration: 2 (W-1)/W gradient bytes through each NIC."""
+        """Ring all-reduce time per iteration: 2 (W-1)/W gradient bytes through each NIC, plus
+        the profile's fixed overhead (NICs idle meanwhile, so the simulator's reserved
+        gradient rate is bytes / this time)."""
         W = len(plan.trainers)
         machines = [self.cluster.machine_index(t.machine) for t in plan.trainers]
         if W <= 1 or len(set(machines)) == 1:
@@ -186,7 +188,8 @@ class Workload:
         per = {m: machines.count(m) for m in set(machines)}
         bw = min(min(self.egress_bw[m], self.ingress_bw[m]) / per[m] for m in per)
         volume = 2.0 * (W - 1) / W * self.profile.grad_bytes
-        return volume / bw + 2 * (W - 1) * self.cluster.latency
+        return (volume / bw + 2 * (W - 1) * self.cluster.latency
+                + self.profile.allreduce_overhead_s)
 
     def allreduce_bytes(self, plan: Plan) -> float:
         W = len(plan.trainers)

@@ -275,8 +275,9 @@ def build_instance(problem: Problem, bundles: list[tuple[int, ...]] | None = Non
         by_bundle.append(mine)
     vol = 2.0 * (W - 1) / W * problem.profile.grad_bytes if W > 1 else 0.0
     return Instance(problem, list(bundles), exact, aggregate, hosts, host_of, options,
-                    by_bundle, base, sample_s, vol, 2 * (W - 1) * problem.cluster.latency,
-                    single)
+                    by_bundle, base, sample_s, vol,
+                    (2 * (W - 1) * problem.cluster.latency + problem.profile.allreduce_overhead_s)
+                    if W > 1 else 0.0, single)
 
 
 # ---------------------------------------------------------------------- solution
@@ -908,7 +909,8 @@ def barrier_chain_bound(problem: Problem, split: Sequence[tuple[int, ...]], seed
         A = 0.0
     else:  # some two trainers sit on different machines: a ring through the best NICs
         vol = 2.0 * (W - 1) / W * problem.profile.grad_bytes
-        A = vol / float(max(min(eg[m], ig[m]) for m in Ts)) + 2 * (W - 1) * lat
+        A = (vol / float(max(min(eg[m], ig[m]) for m in Ts)) + 2 * (W - 1) * lat
+             + problem.profile.allreduce_overhead_s)
     fb = problem.profile.feature_bytes
     store = wl.store
     rate = np.minimum(eg[:, None], igT[None, :])  # [M, T]: store m to a trainer on T

@@ -78,3 +78,29 @@ def test_synthetic_profile_shape() -> None:
     assert nodes[5] / nodes.sum() == pytest.approx(0.5, abs=0.02)
     assert synthetic_profile(16, seed=3, samples=4).parts[0].sample_s.tolist() == \
         synthetic_profile(16, seed=3, samples=4).parts[0].sample_s.tolist()
+
+
+def test_allreduce_overhead_is_time_not_bytes(cora_profile: tuple, examples: Path,
+                                              tmp_path: Path) -> None:
+    """A calibrated all-reduce overhead (seconds the collective library adds beyond bytes /
+    bandwidth) lengthens every all-reduce by exactly that much, leaves the gradient bytes --
+    and so the NIC time the simulator reserves for them -- unchanged, and survives a save."""
+    from gnnsched.plan import Plan, TrainerPlan
+    from gnnsched.spec import load_cluster
+    from gnnsched.workload import Workload
+
+    job, _, prof = cora_profile
+    cluster = load_cluster(examples / "lab4" / "cluster.yaml")
+    gpus = [m.name for m in cluster.machines if m.gpus][:2]
+    stores = [m.name for m in cluster.machines if m.partitions]
+    plan = Plan("hand", cluster.name, cluster.fingerprint(), tuple(
+        TrainerPlan(i, gpus[i], 0, (2 * i, 2 * i + 1), ((stores[0], 1),), gpus[i])
+        for i in range(2)))
+    base, calibrated = Workload(cluster, job, prof), replace(prof, allreduce_overhead_s=0.05)
+    slow = Workload(cluster, job, calibrated)
+    assert base.allreduce_s(plan) > 0
+    assert slow.allreduce_s(plan) == pytest.approx(base.allreduce_s(plan) + 0.05)
+    assert slow.allreduce_bytes(plan) == base.allreduce_bytes(plan)
+    calibrated.save(tmp_path / "cost.json")
+    assert CostProfile.load(tmp_path / "cost.json").allreduce_overhead_s == 0.05
+    assert "allreduce_overhead_s" not in prof.to_dict()  # profiler output stays as it was

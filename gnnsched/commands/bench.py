@@ -55,6 +55,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-reference", action="store_true",
                    help="skip the single-process reference training per seed split")
     p.add_argument("--seed", type=int, default=0, help="job, planning and simulation seed")
+    p.add_argument("--resimulate", action="store_true",
+                   help="train nothing: re-derive every run's simulated prediction from the "
+                        "measurements stored in OUT/results.json (plans and profiles from "
+                        "WORK), then rewrite the report and plots -- after a change to the "
+                        "simulator or its in-situ calibration")
 
 
 def bench_script() -> Path:
