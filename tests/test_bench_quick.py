@@ -134,3 +134,13 @@ def test_bench_quick(tmp_path: Path) -> None:
     for f in ("report.md", "speedup.png", "stages.png", "scaling.png", "fidelity.png"):
         assert (out / f).stat().st_size > 0, f
     assert "## Headline" in (out / "report.md").read_text()
+    # --resimulate re-derives the same predictions from the stored measurements
+    before = {(c["shape"], n): c["systems"][n]["sim"]["epoch_time_s"]
+              for c in doc["configs"] for n in bench.RUNTIME_SYSTEMS}
+    assert main(["bench", "--quick", "--resimulate", "--out", str(out), "--work",
+                 str(work)]) == 0
+    again = json.loads((out / "results.json").read_text())
+    assert again["resimulated"] and {
+        (c["shape"], n): c["systems"][n]["sim"]["epoch_time_s"]
+        for c in again["configs"] for n in bench.RUNTIME_SYSTEMS} == pytest.approx(before)
+    assert "--resimulate" in (out / "report.md").read_text()
