@@ -37,8 +37,9 @@ two epochs simulated back to back, because the measured epochs after the first s
 mini-batches already prefetched. Simulated epochs at scale are steady-state too. The
 prediction uses the task costs the run measured (:func:`insitu_profile`: a CPU slowdown from
 the training steps, the sampling seconds per mini-batch, and the all-reduce's time beyond
-bytes / bandwidth as a fixed overhead in which the NICs are idle), since on this 2-core box a dozen processes of four emulated hosts
-share the cores; the prediction from the quiet profile alone is reported beside it.
+bytes / bandwidth as a fixed overhead in which the NICs are idle), since on this 2-core box
+a dozen processes of four emulated hosts share the cores; the prediction from the quiet
+profile alone is reported beside it.
 
 **At scale.** Each shape is replicated ``M / 4`` times (partitions renumbered, 2 trainers per
 copy). The measured profile is scaled to ``M`` partitions (:func:`scale_profile`): partition
@@ -425,8 +426,9 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
     stretched to emulate slower devices — over the profile's mean for its parts; training
     steps are pure compute) scales every ``train_s``; each trainer's mean sampling seconds
     per mini-batch over the profile's mean for its parts scales those parts' ``sample_s``
-    (at least by ``cpu``); ``allreduce_overhead_s`` (the fastest trainer's all-reduce seconds — the last to arrive
-    waits least — minus the cost model's ring time, at least 0) is added to every
+    (at least by ``cpu``); ``allreduce_overhead_s`` (the fastest trainer's all-reduce
+    seconds — the last to arrive waits least — minus the cost model's ring time, at least 0)
+    is added to every
     all-reduce as time in which the NICs are *not* busy: the gradient bytes stay what they
     are, so the simulator reserves no more NIC time for them than they take (scaling the
     bytes instead would block every trainer NIC for the library's overhead too). The
@@ -436,25 +438,23 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
 
     from gnnsched.workload import Workload
 
-    cpu, ar = [], []
+    def mean(t: Any, key: str) -> float:
+        return float(np.mean(np.concatenate([getattr(prof.parts[q], key) for q in t.parts])))
+
+    cpu, ar, sample = [], [], {}
     for t in plan.trainers:
         got = by_trainer.get(str(t.id)) or {}
         speed = cluster.machine(t.machine).gpus[t.device].speed
-        p_train = float(np.mean(np.concatenate([prof.parts[q].train_s for q in t.parts])))
-        if got.get("train_s") and p_train > 0:
-            cpu.append(got["train_s"] * speed / p_train)
+        if got.get("train_s") and mean(t, "train_s") > 0:
+            cpu.append(got["train_s"] * speed / mean(t, "train_s"))
         if got.get("allreduce_s"):
             ar.append(got["allreduce_s"])
+        if got.get("sample_s") and mean(t, "sample_s") > 0:
+            sample.update(dict.fromkeys(t.parts, got["sample_s"] / mean(t, "sample_s")))
     f_cpu = float(np.median(cpu)) if cpu else 1.0
     model_ar = Workload(cluster, job, prof).allreduce_s(plan)
     extra = max(0.0, min(ar) - model_ar) if ar and model_ar > 0 else 0.0
-    f_sample = {q: f_cpu for q in range(len(prof.parts))}
-    for t in plan.trainers:
-        got = by_trainer.get(str(t.id)) or {}
-        p_sample = float(np.mean(np.concatenate([prof.parts[q].sample_s for q in t.parts])))
-        if got.get("sample_s") and p_sample > 0:
-            for q in t.parts:
-                f_sample[q] = max(f_cpu, got["sample_s"] / p_sample)
+    f_sample = {q: max(f_cpu, sample.get(q, f_cpu)) for q in range(len(prof.parts))}
     parts = [replace(pp, sample_s=pp.sample_s * f_sample[q], train_s=pp.train_s * f_cpu)
              for q, pp in enumerate(prof.parts)]
     return (replace(prof, parts=parts, allreduce_overhead_s=prof.allreduce_overhead_s + extra),
@@ -1209,12 +1209,16 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
     L: list[str] = []
     L.append("# gnnsched evaluation" + (" (quick mode)" if st["quick"] else ""))
     L.append("")
+    spread = [max(t) / min(t) - 1 for c in doc["configs"] for r in c["systems"].values()
+              if len(t := r.get("repeat_epoch_times_s") or []) > 1]
     L.append(f"Reproduce: `{doc['reproduce']}` — {doc['wall_s'] / 60:.1f} min on this box "
              f"({doc['host']['cpus']} cores, load average {doc['host']['load_start']:.1f} at "
              f"the start, {doc['host']['load_end']:.1f} at the end; started "
              f"{doc['started']}). Launcher: {doc['launcher']['name']} — "
              f"{doc['launcher']['reason']}. {st['epochs']} epochs per run, epoch time = "
-             f"median over epochs 2..{st['epochs']}; {st['repeats']} run(s) per system."
+             f"median over epochs 2..{st['epochs']}; {st['repeats']} run(s) per system"
+             + (f" (repeats of one system differ by up to {max(spread):.0%}, median "
+                f"{statistics.median(spread):.0%})." if spread else ".")
              + (f" Simulated predictions re-derived from these measurements on "
                 f"{doc['resimulated']} (`gnnsched bench --resimulate`; the command above "
                 "computes the same)." if doc.get("resimulated") else ""))

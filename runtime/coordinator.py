@@ -818,9 +818,8 @@ class Coordinator:
         self.ranked: dict[tuple[int, int, int, str], list] = {}
         self.reducing: dict[int, int] = defaultdict(int)  # machine -> trainers all-reducing
         self.entered: dict[int, int] = defaultdict(int)  # step -> trainers in its all-reduce
-        self.holding: dict[int, list[str]] = {}  # machine -> the peers holding traffic into it
-        self.fetcher_at = {name: self.cluster.machine_index(self.roles[name].launch.machine)
-                           for name in self.fetchers}
+        self.holding: set[int] = set()  # machines the stores hold traffic into
+        self.contending = self._contending()
         self.sampled_info: dict[tuple[int, int], dict[str, Any]] = {}
         self.epochs = [e for e in self.epochs if self.record_seq[e["epoch"]] < start]
         self.__dict__.pop("test_accuracy", None)  # set again after the test steps
@@ -1010,30 +1009,34 @@ class Coordinator:
             if self.entered[seq] < self.W:
                 return
             del self.entered[seq]
-            for mm in [mm for mm, n in self.reducing.items() if n > 0 and mm not in self.holding]:
-                self.holding[mm] = peers = self._contending(mm)
-                for peer in peers:
-                    self.send(peer, ctrl("hold", machine=mm, seq=seq, on=True))
+            hold = [mm for mm, n in self.reducing.items() if n > 0 and mm not in self.holding]
+            on = True
         else:
             self.reducing[m] -= 1
-            if self.reducing[m] == 0 and m in self.holding:
-                for peer in self.holding.pop(m):
-                    self.send(peer, ctrl("hold", machine=m, seq=seq, on=False))
+            if self.reducing[m] > 0 or m not in self.holding:
+                return
+            hold, on = [m], False
+        for mm in hold:
+            (self.holding.add if on else self.holding.discard)(mm)
+            for peer in self.contending[mm]:
+                self.send(peer, ctrl("hold", machine=mm, seq=seq, on=on))
 
-    def _contending(self, m: int) -> list[str]:
-        """Stores and relays whose traffic into machine ``m`` would slow its gradients: those
-        on a machine that all-reduces itself (its egress carries gradients), and those whose
-        egress plus the ring's gradient rate exceeds ``m``'s ingress (they share it). A store
-        on a slow NIC sending into a fast one takes nothing from the gradients: held, it
-        would only idle (on a shaped testbed that starves a trainer fed by it)."""
-        ms = self.cluster.machines
-        reducing = {mm for mm, n in self.reducing.items() if n > 0}
-        ring = min(min(ms[t].egress, ms[t].ingress) for t in set(self.T))
-        out = []
-        for peer, at in [*((n, i) for i, n in self.stores.items()), *self.fetcher_at.items()]:
-            if at != m and (at in reducing or ms[at].egress + ring > ms[m].ingress * 1.001):
-                out.append(peer)
-        return out
+    def _contending(self) -> dict[int, list[str]]:
+        """Per trainer machine, the stores and relays whose traffic into it would slow its
+        gradients: those on a trainer machine (its egress carries gradients too), and those
+        whose egress plus the ring's gradient rate exceeds its ingress (they share it). A store
+        on a slow NIC sending into a fast one takes nothing from the gradients: held, it would
+        only idle (on a shaped testbed that starves a trainer fed by it). Fixed by the plan,
+        so computed once per (re)start."""
+        ms, trainers = self.cluster.machines, set(self.T)
+        ring = min(min(ms[t].egress, ms[t].ingress) for t in trainers)
+        senders = [*((n, i) for i, n in self.stores.items()),
+                   *((n, self.cluster.machine_index(self.roles[n].launch.machine))
+                     for n in self.fetchers)]
+        # 1.001: a sum that exactly fills the ingress (float rounding aside) still fits
+        return {m: [peer for peer, at in senders if at != m and (
+                    at in trainers or ms[at].egress + ring > ms[m].ingress * 1.001)]
+                for m in trainers}
 
     def _on_fetched(self, name: str, r: _Role, body: dict[str, Any]) -> None:
         pass  # the trainer reports the fetch time with the batch

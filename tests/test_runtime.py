@@ -335,6 +335,7 @@ def test_gradient_hold_starts_at_the_barrier_and_spares_fast_ingress() -> None:
     plus the ring's rate exceeds the receiver's ingress. A slow store feeding a fast NIC is
     never held (held, it would idle while its trainer starves)."""
     from collections import defaultdict
+    from types import SimpleNamespace
 
     from gnnsched.runtime.coordinator import Coordinator, _Role
     from gnnsched.runtime.transport import ctrl_body
@@ -347,8 +348,10 @@ def test_gradient_hold_starts_at_the_barrier_and_spares_fast_ingress() -> None:
          "gpus": [{"kind": "t4", "speed": 1.0, "memory_gb": 16}]}]})
     c = Coordinator.__new__(Coordinator)
     c.cluster, c.T, c.W = cl, [2, 1], 2  # trainer 0 on g0, trainer 1 on s1
-    c.stores, c.fetcher_at = {0: "store:s0", 1: "store:s1"}, {"fetcher:x": 0}
-    c.reducing, c.entered, c.holding = defaultdict(int), defaultdict(int), {}
+    c.stores, c.fetchers = {0: "store:s0", 1: "store:s1"}, ["fetcher:x"]
+    c.roles = {"fetcher:x": SimpleNamespace(launch=SimpleNamespace(machine="s0"))}
+    c.reducing, c.entered, c.holding = defaultdict(int), defaultdict(int), set()
+    c.contending = c._contending()
     sent: list[tuple[str, int, bool]] = []
 
     def send(peer: str, msg: Any) -> None:
@@ -369,4 +372,4 @@ def test_gradient_hold_starts_at_the_barrier_and_spares_fast_ingress() -> None:
     assert sent == [("store:s1", 2, False)]
     c._on_allreduce("trainer:1", role, {"trainer": 1, "seq": 4, "on": False})
     assert sorted(sent[1:]) == [("fetcher:x", 1, False), ("store:s0", 1, False)]
-    assert c.holding == {}
+    assert not c.holding
