@@ -36,8 +36,9 @@ steady-state epoch is compared with the measured epoch time. Steady state: the s
 two epochs simulated back to back, because the measured epochs after the first start with
 mini-batches already prefetched. Simulated epochs at scale are steady-state too. The
 prediction uses the task costs the run measured (:func:`insitu_profile`: a CPU slowdown from
-the training steps, the sampling seconds per mini-batch, and the all-reduce's time beyond
-bytes / bandwidth as a fixed overhead in which the NICs are idle), since on this 2-core box
+the training steps, the sampling seconds per mini-batch, and the all-reduce's own time — on
+the trainer that reached it last — beyond bytes / bandwidth as a fixed overhead in which the
+NICs are idle), since on this 2-core box
 a dozen processes of four emulated hosts share the cores; the prediction from the quiet
 profile alone is reported beside it.
 
@@ -414,8 +415,29 @@ def simulate_system(cluster: Any, job: Any, plan: Any, prof: Any, policy: str,
             "critical_share": dict(r0.critical_share)}
 
 
+def allreduce_last_s(run_dir: str | Path) -> float | None:
+    """The all-reduce's own seconds in a run: per steady iteration, the all-reduce of the
+    trainer that reached it last (the others also waited for it there), averaged. From the
+    run's per-batch records (``metrics.jsonl``); None if there are none."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return None
+    by_seq: dict[int, list[float]] = {}
+    with path.open() as fh:
+        for line in fh:
+            r = json.loads(line)
+            if r.get("type") == "batch" and r.get("phase") == "train" and r.get("epoch", 0) >= 1:
+                by_seq.setdefault(int(r["seq"]), []).append(float(r["allreduce_s"]))
+    if not by_seq:
+        return None
+    W = max(len(v) for v in by_seq.values())
+    last = [min(v) for v in by_seq.values() if len(v) == W]
+    return float(statistics.fmean(last)) if last else None
+
+
 def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
-                   by_trainer: dict[str, dict[str, float]]) -> tuple[Any, dict[str, Any]]:
+                   by_trainer: dict[str, dict[str, float]],
+                   allreduce_s: float | None = None) -> tuple[Any, dict[str, Any]]:
     """The profile with the costs this run measured in place of the profiler's.
 
     On this testbed four emulated hosts' dozen processes share two real cores, so every CPU
@@ -426,9 +448,9 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
     stretched to emulate slower devices — over the profile's mean for its parts; training
     steps are pure compute) scales every ``train_s``; each trainer's mean sampling seconds
     per mini-batch over the profile's mean for its parts scales those parts' ``sample_s``
-    (at least by ``cpu``); ``allreduce_overhead_s`` (the fastest trainer's all-reduce
-    seconds — the last to arrive waits least — minus the cost model's ring time, at least 0)
-    is added to every
+    (at least by ``cpu``); ``allreduce_overhead_s`` (the all-reduce's own seconds,
+    :func:`allreduce_last_s`, else the fastest trainer's mean, minus the cost model's ring
+    time, at least 0) is added to every
     all-reduce as time in which the NICs are *not* busy: the gradient bytes stay what they
     are, so the simulator reserves no more NIC time for them than they take (scaling the
     bytes instead would block every trainer NIC for the library's overhead too). The
@@ -453,6 +475,8 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
             sample.update(dict.fromkeys(t.parts, got["sample_s"] / mean(t, "sample_s")))
     f_cpu = float(np.median(cpu)) if cpu else 1.0
     model_ar = Workload(cluster, job, prof).allreduce_s(plan)
+    if allreduce_s:
+        ar = [allreduce_s]
     extra = max(0.0, min(ar) - model_ar) if ar and model_ar > 0 else 0.0
     f_sample = {q: max(f_cpu, sample.get(q, f_cpu)) for q in range(len(prof.parts))}
     parts = [replace(pp, sample_s=pp.sample_s * f_sample[q], train_s=pp.train_s * f_cpu)
@@ -495,6 +519,7 @@ def run_runtime_once(st: Settings, cluster: Any, job: Any, plan: Any, prof: Any,
                 partitions=part_dir, profile=prof, options=runtime_options(),
                 progress=tracker, launcher_options=lopts)
     row = summary(res)
+    row["allreduce_last_s"] = allreduce_last_s(res.run_dir)
     row["nic_bytes_run"] = _delta(before, counters.read()) if counters else None
     if row.get("recoveries"):
         say(f"    {tag}: recovered {len(row['recoveries'])} time(s): timing is suspect")
@@ -536,7 +561,8 @@ def aggregate_runtime(reps: list[dict[str, Any]]) -> dict[str, Any]:
                    "barrier": mean["allreduce_s"], "sample": mean["sample_s"],
                    "fetch": mean["fetch_s"]},
         "stages_by_trainer": st_, "startup_s": best["startup_s"], "wall_s": best["wall_s"],
-        "run_dir": best["run_dir"], "seconds": sum(r["seconds"] for r in reps),
+        "run_dir": best["run_dir"], "allreduce_last_s": best.get("allreduce_last_s"),
+        "seconds": sum(r["seconds"] for r in reps),
         "recoveries": [rc for r in reps for rc in r.get("recoveries", [])],
     }
 
@@ -840,7 +866,8 @@ def run_config(ctx: Context, shape: str, ds: str) -> dict[str, Any]:
                 row["sim_isolated"] = sim
                 try:  # the prediction with the task costs this run measured
                     cal, factors = insitu_profile(prof, plans[s.placer], cluster, job,
-                                                  row["stages_by_trainer"])
+                                                  row["stages_by_trainer"],
+                                                  row.get("allreduce_last_s"))
                     row["sim"] = simulate_system(cluster, job, plans[s.placer], cal,
                                                  s.policy, st.seed)
                     row["sim"]["insitu_factors"] = factors
@@ -1324,8 +1351,10 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
              "step takes several times what the profiler measured alone, sampling a mini-batch "
              "is a round of requests per layer through busy processes (its measured seconds "
              "per mini-batch replace the profiled CPU seconds), and gloo's all-reduce "
-             "takes longer than bytes / bandwidth, which is added as a fixed overhead with the "
-             "NICs idle; all per run in results.json, `sim.insitu_factors`); the simulator "
+             "takes longer than bytes / bandwidth (measured per iteration on the trainer that "
+             "reached it last, so no barrier wait is in it), which is added as a fixed "
+             "overhead with the NICs idle; all per run in results.json, "
+             "`sim.insitu_factors`); the simulator "
              "still predicts queueing, NIC "
              "sharing, the pipeline and the barrier. *Isolated* is the prediction from the "
              "profile alone, before the run.")
@@ -1665,7 +1694,9 @@ def resimulate(st: Settings) -> int:
             if s.placer is None or not row.get("epoch_time_s") or "stages_by_trainer" not in row:
                 continue
             plan = Plan.load(st.work / "runs" / f"{shape}-{ds}" / f"plan-{s.placer}.json")
-            cal, factors = insitu_profile(prof, plan, cluster, job, row["stages_by_trainer"])
+            last = row.get("allreduce_last_s") or allreduce_last_s(row["run_dir"])
+            cal, factors = insitu_profile(prof, plan, cluster, job, row["stages_by_trainer"],
+                                          last)
             row["sim"] = simulate_system(cluster, job, plan, cal, s.policy, st.seed)
             row["sim"]["insitu_factors"] = factors
             row["sim_error"] = row["sim"]["epoch_time_s"] / row["epoch_time_s"] - 1.0

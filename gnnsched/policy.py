@@ -87,6 +87,7 @@ right-hand side; tests check it on every iteration of random instances.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, NamedTuple
 
@@ -205,6 +206,29 @@ def get_policy(name: str | Policy) -> Policy:
     except KeyError:
         raise ValueError(f"unknown policy {name!r} (known: {', '.join(sorted(POLICIES))})") \
             from None
+
+
+def gradient_contenders(egress: Sequence[float], ingress: Sequence[float],
+                        trainer_machines: Iterable[int],
+                        senders: Iterable[int]) -> dict[int, list[int]]:
+    """Gradients first: per trainer machine ``m``, the sender machines whose traffic into ``m``
+    would slow its all-reduce, so the runtime holds it while the gradients are on the wire
+    (the simulator models the same priority as a gradient rate reserved on trainer NICs).
+
+    A sender contends when it all-reduces itself (its egress carries gradients too) or when
+    its egress plus the ring's gradient rate (the slowest trainer NIC) exceeds ``m``'s ingress
+    (they would share it). A slow sender feeding a fast NIC takes nothing from the gradients:
+    held, it would only idle. Depends on the plan alone, so drivers compute it once.
+    """
+    trainers = sorted(set(trainer_machines))
+    if not trainers:
+        return {}
+    ring = min(min(egress[t], ingress[t]) for t in trainers)
+    ts, out = set(trainers), {}
+    for m in trainers:  # 1.001: a sum that exactly fills the ingress (rounding aside) fits
+        out[m] = sorted({s for s in senders
+                         if s != m and (s in ts or egress[s] + ring > ingress[m] * 1.001)})
+    return out
 
 
 # ------------------------------------------------------------------------------ built-ins

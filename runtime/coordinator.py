@@ -93,7 +93,15 @@ import numpy as np
 import zmq
 
 from gnnsched.plan import Plan, TrainerPlan, plan_dict_diff
-from gnnsched.policy import BatchInfo, BatchKey, Policy, PolicyContext, Transfer, get_policy
+from gnnsched.policy import (
+    BatchInfo,
+    BatchKey,
+    Policy,
+    PolicyContext,
+    Transfer,
+    get_policy,
+    gradient_contenders,
+)
 from gnnsched.runtime.launcher import Launcher, LaunchError, Process, RoleLaunch
 from gnnsched.runtime.role import PHASES, seed_of, seeds_hash
 from gnnsched.runtime.store import CHUNK_BYTES, PEER_WINDOW_BYTES, WINDOW_BYTES
@@ -1023,20 +1031,15 @@ class Coordinator:
 
     def _contending(self) -> dict[int, list[str]]:
         """Per trainer machine, the stores and relays whose traffic into it would slow its
-        gradients: those on a trainer machine (its egress carries gradients too), and those
-        whose egress plus the ring's gradient rate exceeds its ingress (they share it). A store
-        on a slow NIC sending into a fast one takes nothing from the gradients: held, it would
-        only idle (on a shaped testbed that starves a trainer fed by it). Fixed by the plan,
-        so computed once per (re)start."""
-        ms, trainers = self.cluster.machines, set(self.T)
-        ring = min(min(ms[t].egress, ms[t].ingress) for t in trainers)
+        gradients (:func:`gnnsched.policy.gradient_contenders`, the rule the simulator
+        models). Fixed by the plan, so computed once per (re)start."""
+        ms = self.cluster.machines
         senders = [*((n, i) for i, n in self.stores.items()),
                    *((n, self.cluster.machine_index(self.roles[n].launch.machine))
                      for n in self.fetchers)]
-        # 1.001: a sum that exactly fills the ingress (float rounding aside) still fits
-        return {m: [peer for peer, at in senders if at != m and (
-                    at in trainers or ms[at].egress + ring > ms[m].ingress * 1.001)]
-                for m in trainers}
+        rule = gradient_contenders([x.egress for x in ms], [x.ingress for x in ms], self.T,
+                                   {at for _, at in senders})
+        return {m: [peer for peer, at in senders if at in cont] for m, cont in rule.items()}
 
     def _on_fetched(self, name: str, r: _Role, body: dict[str, Any]) -> None:
         pass  # the trainer reports the fetch time with the batch

@@ -160,3 +160,21 @@ def test_custom_policy_plugs_in():
                 assert set(ev[1:-1]) <= {"transfer"}
     finally:
         POLICIES.pop("recorder-test", None)
+
+
+def test_gradient_contenders_rule():
+    """Senders that all-reduce themselves, or whose egress plus the ring's rate overfills a
+    trainer's ingress, are held; a slow sender feeding a fast NIC is not."""
+    from gnnsched.policy import gradient_contenders
+
+    # machines: 0 store (50), 1 store (100), 2 trainer (200), 3 trainer (200)
+    egress = [50.0, 100.0, 200.0, 200.0]
+    ingress = [50.0, 100.0, 200.0, 200.0]
+    got = gradient_contenders(egress, ingress, [2, 3], [0, 1, 2])
+    # ring = 200: store 0 (50 + 200 > 200) and store 1 contend; 2 all-reduces itself
+    assert got == {2: [0, 1], 3: [0, 1, 2]}
+    # trainer NICs send 100 but receive 400: a 50 store plus the 100 ring fits the ingress
+    got = gradient_contenders([50.0, 50.0, 100.0, 100.0], [50.0, 50.0, 400.0, 400.0],
+                              [2, 3], [0, 1])
+    assert got == {2: [], 3: []}
+    assert gradient_contenders(egress, ingress, [], [0, 1]) == {}
