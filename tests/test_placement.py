@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -332,3 +333,36 @@ def test_mini_batches_do_not_depend_on_trainer_numbering() -> None:
     renumbered = replace(plan, trainers=tuple(sorted(ts, key=lambda t: t.id)))
     sc = simulator_scorer(pb, seed=3)
     assert sc(renumbered) == pytest.approx(sc(plan), rel=1e-12)
+
+
+_PLACE = """
+import sys
+from gnnsched.placement import get_placer
+from gnnsched.profile import synthetic_profile
+from gnnsched.spec import job_from_dict, load_cluster
+c = load_cluster(sys.argv[1])
+j = job_from_dict({"name": "det", "dataset": "cora", "feature_dim": 1433, "num_parts": 4,
+                   "trainers": 2, "hidden": 128, "fanouts": [10, 25], "batch_size": 8})
+prof = synthetic_profile(4, seeds_per_part=35, batch_size=8, fanouts=[10, 25],
+                         feature_dim=1433, hidden=128)
+plan = get_placer("gnnsched").place(c, j, prof, seed=0, budget=3.0)
+search = {k: v for k, v in plan.predicted["search"].items() if k != "wall_s"}
+print(repr(plan.key()), repr(plan.predicted["epoch_time_s"]), sorted(search.items()))
+"""
+
+
+def test_gnnsched_placer_is_deterministic() -> None:
+    """Same inputs and seed, same plan: across processes (string hashing differs) and
+    whatever the load (the small CP-SAT model is solved by one worker). The evaluation's
+    GPU-less shape has interchangeable hosts, where hash-ordered model terms and racing
+    workers used to give the search other (equally scored) starts: another trajectory, and
+    on the heterogeneous shape another plan."""
+    shape = Path(__file__).resolve().parents[1] / "bench" / "shapes" / "gpuless.yaml"
+    outs = set()
+    for hash_seed in ("1", "2", "3"):
+        r = subprocess.run([sys.executable, "-c", _PLACE, str(shape)],
+                           capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "PYTHONHASHSEED": hash_seed})
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs.add(r.stdout.strip())
+    assert len(outs) == 1, outs
