@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -27,12 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_eval as be  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def summary(accs: list[float]) -> dict[str, Any]:
-    return {"test_accuracy": accs, "mean": statistics.fmean(accs),
-            "std": statistics.stdev(accs) if len(accs) > 1 else 0.0,
-            "min": min(accs), "max": max(accs)}
 
 
 def run_dataset(ds: str, seeds: list[int], epochs: int, work: Path) -> dict[str, Any]:
@@ -68,7 +61,8 @@ def run_dataset(ds: str, seeds: list[int], epochs: int, work: Path) -> dict[str,
         dd.append(float(r.test_accuracy))
         print(f"[{ds}] DistDGL seed {seed}: test accuracy {dd[-1]:.4f}", flush=True)
     out = {"dataset": ds, "label": be.DATASETS[ds].label, "seeds": seeds, "epochs": epochs,
-           "split": split, "distdgl": summary(dd), "gnnsched_reference": summary(ref),
+           "split": split, "distdgl": be.accuracy_stats(dd),
+           "gnnsched_reference": be.accuracy_stats(ref),
            "distdgl_s": time.perf_counter() - t0,
            "reference_s": ref_s}
     out["mean_difference_pt"] = 100 * (out["gnnsched_reference"]["mean"]

@@ -467,12 +467,13 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
     for t in plan.trainers:
         got = by_trainer.get(str(t.id)) or {}
         speed = cluster.machine(t.machine).gpus[t.device].speed
-        if got.get("train_s") and mean(t, "train_s") > 0:
-            cpu.append(got["train_s"] * speed / mean(t, "train_s"))
+        p_train, p_sample = mean(t, "train_s"), mean(t, "sample_s")
+        if got.get("train_s") and p_train > 0:
+            cpu.append(got["train_s"] * speed / p_train)
         if got.get("allreduce_s"):
             ar.append(got["allreduce_s"])
-        if got.get("sample_s") and mean(t, "sample_s") > 0:
-            sample.update(dict.fromkeys(t.parts, got["sample_s"] / mean(t, "sample_s")))
+        if got.get("sample_s") and p_sample > 0:
+            sample.update(dict.fromkeys(t.parts, got["sample_s"] / p_sample))
     f_cpu = float(np.median(cpu)) if cpu else 1.0
     model_ar = Workload(cluster, job, prof).allreduce_s(plan)
     if allreduce_s:
@@ -630,6 +631,13 @@ def aggregate_distdgl(reps: list[dict[str, Any]], cluster: Any, job: Any) -> dic
     }
 
 
+def accuracy_stats(accs: list[float]) -> dict[str, Any]:
+    """Test accuracies over seeds, with their mean, standard deviation and range."""
+    return {"test_accuracy": accs, "mean": statistics.fmean(accs),
+            "std": statistics.stdev(accs) if len(accs) > 1 else 0.0,
+            "min": min(accs), "max": max(accs)}
+
+
 class Context:
     """What one evaluation shares across configurations: partitions, profiles, references."""
 
@@ -705,10 +713,8 @@ class Context:
             except Exception as exc:  # noqa: BLE001 - the spread is context, not a result
                 self.spreads[ds] = {"error": _error(exc)}
                 return self.spreads[ds]
-        out = {"split": split, "seeds": seeds, "test_accuracy": accs,
-               "mean": statistics.fmean(accs),
-               "std": statistics.stdev(accs) if len(accs) > 1 else 0.0,
-               "min": min(accs), "max": max(accs), "seconds": time.perf_counter() - t0}
+        out = {"split": split, "seeds": seeds, **accuracy_stats(accs),
+               "seconds": time.perf_counter() - t0}
         self.spreads[ds] = out
         say(f"[{ds}] single-process accuracy over seeds {seeds}: mean {out['mean']:.4f}, "
             f"std {out['std']:.4f}, range {out['min']:.4f}..{out['max']:.4f}")

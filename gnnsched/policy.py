@@ -224,10 +224,10 @@ def gradient_contenders(egress: Sequence[float], ingress: Sequence[float],
     if not trainers:
         return {}
     ring = min(min(egress[t], ingress[t]) for t in trainers)
-    ts, out = set(trainers), {}
+    ts, sources, out = set(trainers), set(senders), {}  # read once: any iterable will do
     for m in trainers:  # 1.001: a sum that exactly fills the ingress (rounding aside) fits
-        out[m] = sorted({s for s in senders
-                         if s != m and (s in ts or egress[s] + ring > ingress[m] * 1.001)})
+        out[m] = sorted(s for s in sources
+                        if s != m and (s in ts or egress[s] + ring > ingress[m] * 1.001))
     return out
 
 

@@ -1031,8 +1031,8 @@ class Coordinator:
 
     def _contending(self) -> dict[int, list[str]]:
         """Per trainer machine, the stores and relays whose traffic into it would slow its
-        gradients (:func:`gnnsched.policy.gradient_contenders`, the rule the simulator
-        models). Fixed by the plan, so computed once per (re)start."""
+        gradients (:func:`gnnsched.policy.gradient_contenders`). Fixed by the plan, so
+        computed once per (re)start."""
         ms = self.cluster.machines
         senders = [*((n, i) for i, n in self.stores.items()),
                    *((n, self.cluster.machine_index(self.roles[n].launch.machine))
