@@ -2,9 +2,11 @@
 simulator's fidelity, and simulated runs at 16-256 machines. Run: ``gnnsched bench`` (or
 ``python bench/bench_eval.py``) with the flags of :mod:`gnnsched.commands.bench`.
 
-**Real runs.** Three cluster shapes (``bench/shapes/*.yaml``, 4 hosts, 4 METIS partitions,
+**Real runs.** Four cluster shapes (``bench/shapes/*.yaml``, 4 hosts, 4 METIS partitions,
 2 trainers, 50-200 Mbit/s NICs so the network and not this box's 2 cores decides): plentiful,
-GPU-less stores, heterogeneous NICs and devices. Two datasets: Cora (its 1,433 raw features,
+GPU-less stores, heterogeneous NICs and devices, mixed GPU generations (old GPUs on the
+stores; DistDGL's trainers there are slowed like gnnsched's, see
+:mod:`gnnsched.runtime.distdgl`). Two datasets: Cora (its 1,433 raw features,
 public Planetoid split: 140 training nodes, so 8 seeds per trainer and mini-batch give 9
 synchronous iterations per epoch) and Coauthor Physics (8,415 keyword features randomly
 projected to 128). Physics' shared splits train 20 nodes per class (100): with 8-seed
@@ -78,6 +80,8 @@ SHAPES: dict[str, tuple[str, bool]] = {  # name: (what, colocation resource-limi
     "gpuless": ("2 GPU-less stores + 2 GPU hosts, all on 100 Mbit/s (like examples/lab4)", True),
     "hetero": ("stores on 50 / 100 Mbit/s, GPU hosts on 200 Mbit/s with a full- and a "
                "half-speed device", True),
+    "mixedgen": ("stores with old GPUs at 1/4 speed on 100 Mbit/s, current-GPU hosts on "
+                 "200 Mbit/s", True),
 }
 
 

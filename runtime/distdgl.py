@@ -20,6 +20,11 @@ through shared memory and every other one over the network. So:
   mini-batch counts. ``node_split`` cannot be used there (it needs ``P | T``).
 * ``DGL_NUM_SAMPLER=0``: sampling runs inside the trainer process (no sampler pool), to keep
   the process count small on few cores; DGL_NUM_SERVER=1 (no backup servers).
+* Slower devices are emulated as in gnnsched's trainer (``emulate_speed``, on by default, since
+  DistDGL trains on this box's CPU): a trainer whose host's GPU has ``speed`` < 1 stretches
+  each step's forward and backward compute ``c`` to ``c / speed`` (a DDP communication hook
+  sleeps before each gradient bucket's all-reduce), so both systems pay the same for an old
+  GPU and the comparison stays fair on mixed-generation clusters.
 
 Processes are started directly with DGL's environment contract (what ``tools/launch.py``
 sets): servers get ``DGL_ROLE=server DGL_SERVER_ID DGL_NUM_SERVER DGL_NUM_CLIENT
@@ -60,12 +65,14 @@ class DistDGLError(RuntimeError):
 @dataclass
 class TrainerSlot:
     """Where one trainer runs: ``home`` is the partition it sits with (its DGL machine id);
-    ``parts`` are the partitions whose seeds it trains on."""
+    ``parts`` are the partitions whose seeds it trains on; ``speed`` is its device's speed
+    relative to the profiling device (the host's GPUs in turn, one per trainer there)."""
 
     rank: int
     host: str
     home: int
     parts: list[int]
+    speed: float = 1.0
 
 
 @dataclass
@@ -124,7 +131,12 @@ def plan_trainers(cluster: ClusterSpec, trainers: int,
                         f"machine id per trainer, at most one per partition), got {trainers}")
     counts = list(train_counts) if train_counts is not None else [1] * P
     host_of = [cluster.machines[cluster.store_of(p)].name for p in range(P)]
-    slots = [TrainerSlot(t, host_of[t], t, [t]) for t in range(trainers)]
+    slots = []
+    for t in range(trainers):
+        m = cluster.machines[cluster.store_of(t)]
+        nth = sum(s.host == m.name for s in slots)
+        speed = m.gpus[nth % len(m.gpus)].speed if m.gpus else 1.0
+        slots.append(TrainerSlot(t, host_of[t], t, [t], float(speed)))
     load = [counts[t] for t in range(trainers)]
     for p in range(trainers, P):
         same = [s.rank for s in slots if s.host == host_of[p]]
@@ -224,6 +236,7 @@ def run_distdgl(
     timeout_s: float = 600.0,
     eval_fanouts: list[int] | None = None,
     eval_batch_size: int | None = None,
+    emulate_speed: bool = True,
     python: str = sys.executable,
 ) -> DistDGLResult:
     """Train ``job`` with DistDGL on ``cluster``'s store hosts over the partitions in
@@ -234,7 +247,8 @@ def run_distdgl(
     ``["ip", "netns", "exec", ns]``); the DGL environment is passed on the command line via
     ``env`` too, so prefixes that drop the environment (ssh) still work. Evaluation uses
     ``eval_fanouts`` (default: all neighbours, ``-1`` per layer) so accuracy does not depend
-    on sampling. Infeasible clusters return ``feasible=False`` without starting anything;
+    on sampling. ``emulate_speed`` stretches training steps of trainers on slower GPUs (see
+    the module doc). Infeasible clusters return ``feasible=False`` without starting anything;
     a feasible run that fails or exceeds ``timeout_s`` raises :class:`DistDGLError`.
     """
     from gnnsched.datasets import open_partitions
@@ -297,6 +311,7 @@ def run_distdgl(
         "eval_fanouts": list(eval_fanouts or [-1] * layers),
         "eval_batch_size": int(eval_batch_size or max(job.batch_size, 256)),
         "out_dir": str(out.resolve()), "timeout_s": timeout_s,
+        "emulate_speed": bool(emulate_speed),
     }
     config = out / "run.json"
     config.write_text(json.dumps(cfg, indent=1))

@@ -144,6 +144,29 @@ def _slot_nids(g: Any, mask_name: str, parts: list[int], node_ranges: list[list[
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.int64)
 
 
+class _Stretch:
+    """Emulates a device at ``speed`` < 1 of this CPU, as gnnsched's trainer does: a step's
+    forward and backward compute of ``c`` CPU seconds is followed by ``c (1/speed - 1)``
+    seconds of sleep (CPU, not wall, seconds: see :mod:`gnnsched.runtime.trainer`). A DDP
+    communication hook runs when a gradient bucket is ready, before its all-reduce: it sleeps
+    ``factor`` times the CPU seconds since the last mark (the step's start, then the previous
+    bucket), so every bucket's share of the compute is stretched before its all-reduce. Outside a step (``mark`` None) the
+    hook does not sleep: under ``join`` a trainer out of mini-batches runs the hook on zero
+    buckets to match the others' all-reduces."""
+
+    def __init__(self, speed: float) -> None:
+        self.factor = (1.0 / speed - 1.0) if 0 < speed < 1 else 0.0
+        self.mark: float | None = None
+
+    def hook(self, state, bucket):  # unannotated: DDP rejects any annotation but its own
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        if self.mark is not None:
+            time.sleep(max(0.0, time.process_time() - self.mark) * self.factor)
+            self.mark = time.process_time()
+        return allreduce_hook(state, bucket)
+
+
 def _run_trainer(cfg: dict[str, Any], rank: int) -> None:
     import torch
     import torch.distributed as tdist
@@ -180,6 +203,9 @@ def _run_trainer(cfg: dict[str, Any], rank: int) -> None:
     model = _build_model(cfg["feature_dim"], job["hidden"], cfg["num_classes"],
                          len(job["fanouts"]), job["dropout"])
     ddp = DistributedDataParallel(model)
+    stretch = _Stretch(float(slot.get("speed", 1.0)) if cfg.get("emulate_speed", True) else 1.0)
+    if stretch.factor > 0:
+        ddp.register_comm_hook(None, stretch.hook)
     opt = torch.optim.Adam(ddp.parameters(), lr=job["lr"])
     loss_fn = torch.nn.CrossEntropyLoss()
     sampler = dgl.dataloading.NeighborSampler(list(job["fanouts"]))
@@ -227,9 +253,11 @@ def _run_trainer(cfg: dict[str, Any], rank: int) -> None:
                 feats = g.ndata["feat"][input_nodes].float()  # local shm + remote pulls
                 labels = g.ndata["label"][seeds].long()
                 t2 = time.perf_counter()
+                stretch.mark = time.process_time()
                 loss = loss_fn(ddp(blocks, feats), labels)
                 opt.zero_grad()
                 loss.backward()  # DDP all-reduces gradients here
+                stretch.mark = None
                 opt.step()
                 t3 = time.perf_counter()
                 stage["sample_s"] += t1 - t

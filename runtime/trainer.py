@@ -27,10 +27,13 @@ steps after it: every mini-batch being a function of (seed, trainer, step), this
 exactly the lost steps from exactly the model state they first saw.
 
 Slower devices on a CPU box: a cluster may say a trainer's GPU has ``speed`` < 1 relative to the
-profiling device. With ``emulate_speed`` (on by default only when there is no CUDA) each step's
-compute time ``c`` is stretched to ``c / speed`` by sleeping ``c (1/speed - 1)``, so placement
-decisions that depend on device speed are visible in real runs; faster-than-reference devices
-cannot be emulated and run at this machine's speed.
+profiling device. With ``emulate_speed`` (on by default only when there is no CUDA) each step
+is stretched by sleeping ``c (1/speed - 1)`` after its compute, ``c`` being the CPU seconds the
+compute used, so a step costs what it would at ``speed`` and placement decisions that depend
+on device speed are visible in real runs. CPU seconds, not wall seconds: on a shared box the
+wall time also holds waits for a core, which a slow device would not multiply (stretching it
+multiplied that noise 1/speed times: steps of one plan ranged 30 ms..1.5 s at speed 1/4).
+Faster-than-reference devices cannot be emulated and run at this machine's speed.
 """
 
 from __future__ import annotations
@@ -401,7 +404,7 @@ class Trainer(Role):
                                    "seeds": seeds_hash(batch.seeds), "wait_s": wait_s,
                                    "sample_s": batch.sample_s, "fetch_s": batch.fetch_s,
                                    "input_nodes": int(batch.feats.shape[0])}
-            t1 = time.monotonic()
+            t1, cpu1 = time.monotonic(), time.process_time()
             if phase == 0:
                 model.train()
                 torch.manual_seed(seed_of(int(job["seed"]), 1, self.rank, seq))
@@ -410,8 +413,7 @@ class Trainer(Role):
                 opt.zero_grad()
                 loss.backward()
                 self.sync()
-                compute = time.monotonic() - t1
-                self.stretch(compute)
+                self.stretch(time.process_time() - cpu1)
                 t2 = time.monotonic()
                 if self.grad_first:  # stores hold traffic into this machine meanwhile
                     self.inbox.send("allreduce", trainer=self.rank, seq=seq, on=True)
@@ -430,7 +432,7 @@ class Trainer(Role):
                 with torch.no_grad():
                     out = model(blocks, x)
                 self.sync()
-                self.stretch(time.monotonic() - t1)
+                self.stretch(time.process_time() - cpu1)
                 rec.update(train_s=time.monotonic() - t1, allreduce_s=0.0)
             rec["correct"] = int((out.argmax(1) == y).sum()) if len(y) else 0
             epoch_end = seq == last_train.get(epoch)

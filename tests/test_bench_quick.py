@@ -102,7 +102,7 @@ def test_defaults_by_mode() -> None:
     assert q.quick and q.datasets == ["cora"] and q.shapes == ["gpuless"] and q.epochs == 2
     assert q.launcher == "local" and "local" in q.launcher_reason
     full = bench.resolve(_args("--launcher", "local"))
-    assert full.datasets == ["cora", "physics"] and len(full.shapes) == 3
+    assert full.datasets == ["cora", "physics"] and len(full.shapes) == 4
     assert full.epochs >= 4 and full.sizes[-1] == 256
     with pytest.raises(SystemExit):
         bench.resolve(_args("--shapes", "nope", "--launcher", "local"))

@@ -53,6 +53,31 @@ def test_plan_trainers_one_per_partition_and_fewer() -> None:
         plan_trainers(c, 5)
 
 
+def test_slower_devices_are_emulated_per_trainer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each trainer gets its host's GPUs in turn; the DDP hook stretches only inside a step."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    from gnnsched.runtime import distdgl_role
+
+    c = ClusterSpec("t", (
+        Machine("old", 2, 8 * GB, 1e9, 1e9, (GPU("k80", 0.25), GPU("t4", 1.0)), (0, 1)),
+        Machine("new", 2, 8 * GB, 1e9, 1e9, (GPU("a100", 1.0),), (2, 3))))
+    assert [s.speed for s in plan_trainers(c, 4)] == [0.25, 1.0, 1.0, 1.0]
+    slept: list[float] = []
+    monkeypatch.setattr(distdgl_role.time, "sleep", slept.append)
+    monkeypatch.setattr(default_hooks, "allreduce_hook", lambda state, bucket: bucket)
+    clock = iter([10.0, 10.2, 10.2, 10.3, 10.3])
+    monkeypatch.setattr(distdgl_role.time, "process_time", lambda: next(clock))
+    st = distdgl_role._Stretch(0.25)
+    assert st.factor == pytest.approx(3.0)
+    assert st.hook(None, "zeros") == "zeros" and slept == []  # out of a step (join): no sleep
+    st.mark = distdgl_role.time.process_time()  # step starts at 10.0 CPU seconds
+    assert st.hook(None, "b0") == "b0"  # 0.2 CPU s of compute before the first bucket
+    assert st.hook(None, "b1") == "b1"  # 0.1 s more before the second
+    assert slept == pytest.approx([0.6, 0.3])
+    assert distdgl_role._Stretch(1.0).factor == 0.0
+
+
 def test_infeasible_store_host_without_gpu_starts_nothing(tmp_path: Path) -> None:
     c = _cluster(("gpu0", (0,), 1), ("cpuonly", (1,), 0))
     assert "cpuonly" in infeasible_reason(c) and "gpu0" not in infeasible_reason(c)
@@ -76,7 +101,9 @@ def cora2() -> Path:
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_cora_two_partitions_on_loopback(cora2: Path, tmp_path: Path) -> None:
-    c = _cluster(("h0", (0,), 1), ("h1", (1,), 1))
+    # h1's GPU is an old one at half speed: its trainer's steps are stretched by the DDP hook
+    c = ClusterSpec("t", (Machine("h0", 2, 8 * GB, 1e9, 1e9, (GPU(),), (0,)),
+                          Machine("h1", 2, 8 * GB, 1e9, 1e9, (GPU("k80", 0.5),), (1,))))
     job = JobSpec(dataset="cora", num_parts=2, trainers=2, epochs=3, batch_size=32,
                   fanouts=(10, 25), hidden=128, lr=0.01, seed=0)
     out = tmp_path / "run"
@@ -88,6 +115,7 @@ def test_cora_two_partitions_on_loopback(cora2: Path, tmp_path: Path) -> None:
     assert len(res.val_accuracy) == 3
     assert res.bytes_sent is None  # loopback: not separable per host
     assert [t["home"] for t in res.trainers] == [0, 1]
+    assert [t["speed"] for t in res.trainers] == [1.0, 0.5]
     assert sum(t["train_nodes"] for t in res.trainers) == 140  # every Cora seed, once
     assert [line.split()[0] for line in res.ip_config] == ["127.0.0.1"] * 2
     assert len({line.split()[1] for line in res.ip_config}) == 2  # distinct ports

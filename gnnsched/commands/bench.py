@@ -1,5 +1,5 @@
 """The evaluation, reproducible with one command: real runs of gnnsched against colocation and
-real DistDGL on an emulated cluster (three shapes, Cora and Coauthor Physics), the simulator's
+real DistDGL on an emulated cluster (four shapes, Cora and Coauthor Physics), the simulator's
 prediction for every real run (fidelity), and simulated runs at 16-256 machines from the
 measured profiles. Writes ``results.json``, ``report.md`` and PNG plots to ``--out``.
 
@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--datasets", nargs="+", default=None,
                    help="cora and/or physics (default: both; --quick: cora)")
     p.add_argument("--shapes", nargs="+", default=None,
-                   help="plentiful, gpuless, hetero (default: all; --quick: gpuless)")
+                   help="plentiful, gpuless, hetero, mixedgen (default: all; --quick: gpuless)")
     p.add_argument("--systems", nargs="+", default=None,
                    help="subset of distdgl, colocation+fifo, gnnsched+fifo, gnnsched+gnnsched")
     p.add_argument("--epochs", type=int, default=None,
