@@ -40,7 +40,8 @@ mini-batches already prefetched. Simulated epochs at scale are steady-state too.
 prediction uses the task costs the run measured (:func:`insitu_profile`: a CPU slowdown from
 the training steps, the sampling seconds per mini-batch, and the all-reduce's own time — on
 the trainer that reached it last — beyond bytes / bandwidth as a fixed overhead in which the
-NICs are idle), since on this 2-core box
+NICs are idle; per-batch costs with the spread the run's steps had, :func:`step_costs`),
+since on this 2-core box
 a dozen processes of four emulated hosts share the cores; the prediction from the quiet
 profile alone is reported beside it.
 
@@ -439,9 +440,41 @@ def allreduce_last_s(run_dir: str | Path) -> float | None:
     return float(statistics.fmean(last)) if last else None
 
 
+def step_costs(run_dir: str | Path) -> dict[str, dict[str, list[float]]]:
+    """Per trainer, the training and sampling seconds of every steady training step of a run
+    (epochs after the first), from its ``metrics.jsonl``; empty if there is none."""
+    path = Path(run_dir) / "metrics.jsonl"
+    out: dict[str, dict[str, list[float]]] = {}
+    if not path.exists():
+        return out
+    with path.open() as fh:
+        for line in fh:
+            r = json.loads(line)
+            if r.get("type") == "batch" and r.get("phase") == "train" and r.get("epoch", 0) >= 1:
+                got = out.setdefault(str(r["trainer"]), {"train_s": [], "sample_s": []})
+                got["train_s"].append(float(r["train_s"]))
+                got["sample_s"].append(float(r.get("sample_s") or 0.0))
+    return out
+
+
+def _spread(profiled: Any, measured: list[float], mean: float) -> Any:
+    """``profiled`` per-batch costs redrawn from the ``measured`` distribution rank for rank
+    (a bigger profiled batch keeps a bigger cost) and scaled to ``mean``."""
+    import numpy as np
+
+    n = len(profiled)
+    if n == 0 or len(measured) < 2 or mean <= 0:
+        return profiled * (mean / profiled.mean()) if n and profiled.mean() > 0 else profiled
+    ranks = np.argsort(np.argsort(profiled, kind="stable"), kind="stable")
+    q = np.quantile(np.asarray(measured, dtype=float), (ranks + 0.5) / n)
+    return q * (mean / q.mean()) if q.mean() > 0 else profiled * (mean / profiled.mean())
+
+
 def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
                    by_trainer: dict[str, dict[str, float]],
-                   allreduce_s: float | None = None) -> tuple[Any, dict[str, Any]]:
+                   allreduce_s: float | None = None,
+                   steps: dict[str, dict[str, list[float]]] | None = None,
+                   ) -> tuple[Any, dict[str, Any]]:
     """The profile with the costs this run measured in place of the profiler's.
 
     On this testbed four emulated hosts' dozen processes share two real cores, so every CPU
@@ -459,7 +492,10 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
     are, so the simulator reserves no more NIC time for them than they take (scaling the
     bytes instead would block every trainer NIC for the library's overhead too). The
     simulator still predicts the rest: sampling hops, feature traffic and NIC sharing, the
-    pipeline, the barrier waits."""
+    pipeline, the barrier waits. With ``steps`` (:func:`step_costs`) each part's per-batch
+    training and sampling costs also take the spread its trainer's steps had in the run (a
+    loaded box's scheduling jitter, which decides how far apart trainers reach the barrier),
+    at the same means."""
     import numpy as np
 
     from gnnsched.workload import Workload
@@ -486,6 +522,14 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
     f_sample = {q: max(f_cpu, sample.get(q, f_cpu)) for q in range(len(prof.parts))}
     parts = [replace(pp, sample_s=pp.sample_s * f_sample[q], train_s=pp.train_s * f_cpu)
              for q, pp in enumerate(prof.parts)]
+    for t in plan.trainers if steps else ():
+        got = steps.get(str(t.id)) or {}
+        for q in t.parts:
+            pp, base = parts[q], prof.parts[q]
+            parts[q] = replace(pp, train_s=_spread(base.train_s, got.get("train_s", []),
+                                                   float(pp.train_s.mean())),
+                               sample_s=_spread(base.sample_s, got.get("sample_s", []),
+                                                float(pp.sample_s.mean())))
     return (replace(prof, parts=parts, allreduce_overhead_s=prof.allreduce_overhead_s + extra),
             {"cpu": f_cpu, "sample": [f_sample[q] for q in range(len(prof.parts))],
              "allreduce": (min(ar) / model_ar) if ar and model_ar > 0 else 1.0,
@@ -877,7 +921,8 @@ def run_config(ctx: Context, shape: str, ds: str) -> dict[str, Any]:
                 try:  # the prediction with the task costs this run measured
                     cal, factors = insitu_profile(prof, plans[s.placer], cluster, job,
                                                   row["stages_by_trainer"],
-                                                  row.get("allreduce_last_s"))
+                                                  row.get("allreduce_last_s"),
+                                                  step_costs(row["run_dir"]))
                     row["sim"] = simulate_system(cluster, job, plans[s.placer], cal,
                                                  s.policy, st.seed)
                     row["sim"]["insitu_factors"] = factors
@@ -1363,8 +1408,10 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
              "per mini-batch replace the profiled CPU seconds), and gloo's all-reduce "
              "takes longer than bytes / bandwidth (measured per iteration on the trainer that "
              "reached it last, so no barrier wait is in it), which is added as a fixed "
-             "overhead with the NICs idle; all per run in results.json, "
-             "`sim.insitu_factors`); the simulator "
+             "overhead with the NICs idle; each part's per-batch training and sampling costs "
+             "also take the spread its trainer's steps had in the run, at the same means, "
+             "since the box's scheduling jitter decides how far apart trainers reach the "
+             "barrier; all per run in results.json, `sim.insitu_factors`); the simulator "
              "still predicts queueing, NIC "
              "sharing, the pipeline and the barrier. *Isolated* is the prediction from the "
              "profile alone, before the run.")
@@ -1706,7 +1753,7 @@ def resimulate(st: Settings) -> int:
             plan = Plan.load(st.work / "runs" / f"{shape}-{ds}" / f"plan-{s.placer}.json")
             last = row.get("allreduce_last_s") or allreduce_last_s(row["run_dir"])
             cal, factors = insitu_profile(prof, plan, cluster, job, row["stages_by_trainer"],
-                                          last)
+                                          last, step_costs(row["run_dir"]))
             row["sim"] = simulate_system(cluster, job, plan, cal, s.policy, st.seed)
             row["sim"]["insitu_factors"] = factors
             row["sim_error"] = row["sim"]["epoch_time_s"] / row["epoch_time_s"] - 1.0

@@ -21,10 +21,10 @@ through shared memory and every other one over the network. So:
 * ``DGL_NUM_SAMPLER=0``: sampling runs inside the trainer process (no sampler pool), to keep
   the process count small on few cores; DGL_NUM_SERVER=1 (no backup servers).
 * Slower devices are emulated as in gnnsched's trainer (``emulate_speed``, on by default, since
-  DistDGL trains on this box's CPU): a trainer whose host's GPU has ``speed`` < 1 stretches
-  each step's forward and backward compute ``c`` to ``c / speed`` (a DDP communication hook
-  sleeps before each gradient bucket's all-reduce), so both systems pay the same for an old
-  GPU and the comparison stays fair on mixed-generation clusters.
+  DistDGL trains on this box's CPU): a trainer whose host's GPU has ``speed`` < 1 sleeps
+  ``c (1/speed - 1)`` after each step's forward and backward compute of ``c`` CPU seconds (a
+  DDP communication hook, before each gradient bucket's all-reduce), so both systems pay the
+  same for an old GPU and the comparison stays fair on mixed-generation clusters.
 
 Processes are started directly with DGL's environment contract (what ``tools/launch.py``
 sets): servers get ``DGL_ROLE=server DGL_SERVER_ID DGL_NUM_SERVER DGL_NUM_CLIENT

@@ -97,6 +97,27 @@ def test_bytes_per_epoch_uses_steady_epochs() -> None:
     assert per == {"h": 100.0} and "epochs 2..4" in note
 
 
+def test_step_spread_keeps_means_and_batch_order(tmp_path: Path) -> None:
+    """In-situ costs take the run's per-step spread, rank for rank, at the calibrated means."""
+    rows = [{"type": "batch", "phase": "train", "epoch": e, "trainer": t, "seq": i,
+             "train_s": 0.01 * (1 + i % 4) * (t + 1), "sample_s": 0.02}
+            for e in (0, 1) for t in (0, 1) for i in range(8)]
+    rows.append({"type": "batch", "phase": "val", "epoch": 1, "trainer": 0, "train_s": 9.0})
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    steps = bench.step_costs(tmp_path)
+    assert sorted(steps) == ["0", "1"] and len(steps["0"]["train_s"]) == 8  # epoch 1, train
+    assert max(steps["0"]["train_s"]) == pytest.approx(0.04)
+    profiled = np.array([3.0, 1.0, 2.0, 5.0])
+    got = bench._spread(profiled, steps["1"]["train_s"], mean=2.0)
+    assert got.mean() == pytest.approx(2.0)
+    assert list(np.argsort(got)) == list(np.argsort(profiled))  # bigger batch, bigger cost
+    assert got.max() / got.min() == pytest.approx(steps["1"]["train_s"][3] /
+                                                  steps["1"]["train_s"][0], rel=0.3)
+    flat = bench._spread(profiled, [0.5, 0.5, 0.5], mean=2.0)  # no spread measured
+    assert np.allclose(flat, 2.0)
+    assert np.allclose(bench._spread(profiled, [], mean=2.0), profiled * 2.0 / profiled.mean())
+
+
 def test_defaults_by_mode() -> None:
     q = bench.resolve(_args("--quick", "--launcher", "local"))
     assert q.quick and q.datasets == ["cora"] and q.shapes == ["gpuless"] and q.epochs == 2
