@@ -34,9 +34,10 @@ accuracy differences are reported next to the reference's for the same splits.
 
 **Fidelity.** Each gnnsched-runtime run is simulated (:func:`gnnsched.simulator.simulate`,
 same cluster, plan, policy and measured profile; mean of 3 simulator seeds) and the simulated
-steady-state epoch is compared with the measured epoch time. Steady state: the second of
-two epochs simulated back to back, because the measured epochs after the first start with
-mini-batches already prefetched. Simulated epochs at scale are steady-state too. The
+steady-state epoch is compared with the measured epoch time. Steady state: the middle of
+three epochs simulated back to back, because a measured epoch after the first starts with
+mini-batches the epoch before prefetched and prefetches for the next one (the last epoch
+simulated would only receive). Simulated epochs at scale are steady-state too. The
 prediction uses the task costs the run measured (:func:`insitu_profile`: a CPU slowdown from
 the training steps, the sampling seconds per mini-batch, and the all-reduce's own time — on
 the trainer that reached it last — beyond bytes / bandwidth as a fixed overhead in which the
@@ -390,15 +391,16 @@ def simulate_system(cluster: Any, job: Any, plan: Any, prof: Any, policy: str,
     from gnnsched.simulator import simulate
 
     K = prof.iterations_per_epoch(job.trainers, job.batch_size)
-    # steady state: the second of two epochs simulated back to back (its first mini-batches
-    # were prefetched during the first epoch, as in the measured epochs after the first)
-    runs = [simulate(cluster, job, plan, prof, policy, seed=seed + i, iterations=2 * K)
+    # steady state: the middle of three epochs simulated back to back. Like a measured epoch
+    # after the first, it starts with mini-batches the epoch before prefetched and prefetches
+    # for the one after (the last of the epochs simulated would only receive, not give).
+    runs = [simulate(cluster, job, plan, prof, policy, seed=seed + i, iterations=3 * K)
             for i in range(SIM_SEEDS)]
     steady = [float(r.barriers[2 * K - 1] - r.barriers[K - 1]) for r in runs]
     first = [float(r.barriers[K - 1]) for r in runs]
     r0 = simulate(cluster, job, plan, prof, policy, seed=seed)
     W = len(r0.stages)
-    stages = {k: float(statistics.fmean(st[k] for st in runs[0].stages)) / (2 * K)
+    stages = {k: float(statistics.fmean(st[k] for st in runs[0].stages)) / (3 * K)
               for k in ("sample", "fetch", "train", "stall", "barrier")}
     bound_steady = None
     try:
@@ -1164,11 +1166,19 @@ def _why_speed(c: dict[str, Any], base: str) -> str:
     sim_sp = r.get("sim_speedup_vs_colocation")
     if base == "colocation+fifo" and sim_sp:
         bits.append(f"the simulator predicts {sim_sp:.2f}x for these two plans")
-        colo_sim = b.get("sim", {}).get("epoch_time_s")
+        # the bound is the placer's, from the profile: compare it with colocation's
+        # prediction from the same profile, not with the in-situ one
+        colo_sim = (b.get("sim_isolated") or b.get("sim") or {}).get("epoch_time_s")
         bound = c.get("bound_any_placement_s")
-        if colo_sim and bound:
-            bits.append(f"colocation's simulated epoch is {colo_sim / bound:.2f}x the "
-                        f"lower bound of any placement ({bound:.3f} s), so placement has "
+        if colo_sim and bound and colo_sim / bound < 1.02:
+            bits.append(f"by the profile, colocation's simulated epoch ({colo_sim:.3f} s) is "
+                        f"at the lower bound of any placement ({bound:.3f} s; the bound is "
+                        "over the profile's mini-batches, the simulation draws its own), so "
+                        "no placement is faster here")
+        elif colo_sim and bound:
+            bits.append(f"by the profile, colocation's simulated epoch ({colo_sim:.3f} s) is "
+                        f"{colo_sim / bound:.2f}x the lower bound of any placement "
+                        f"({bound:.3f} s), so placement has "
                         f"{'little' if colo_sim / bound < 1.5 else 'some'} headroom here")
     st_me, st_b = r.get("stages", {}), b.get("stages", {})
     if st_me and st_b:
@@ -1396,7 +1406,7 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
     L.append("")
     L.append("## Fidelity: simulated vs measured")
     L.append("")
-    L.append("Simulated steady-state epoch (the second of two simulated epochs, mean "
+    L.append("Simulated steady-state epoch (the middle of three simulated epochs, mean "
              f"of {SIM_SEEDS} simulator seeds) against the measured median epoch, per gnnsched-"
              "runtime run; per-iteration stages (input wait / train / barrier) measured and "
              "simulated.")
@@ -1729,8 +1739,9 @@ def _versions() -> dict[str, str]:
 
 def resimulate(st: Settings) -> int:
     """Re-derive every real run's in-situ prediction from ``st.out/results.json`` (the plans
-    and profiles the run used, from ``st.work``) and rewrite the report: the numbers are those
-    the full command computes from the same measurements."""
+    and profiles the run used, from ``st.work``) and the scaling sweep (unless ``--no-scale``),
+    and rewrite the report: the numbers are those the full command computes from the same
+    measurements."""
     from gnnsched.plan import Plan
 
     path = st.out / "results.json"
@@ -1740,7 +1751,9 @@ def resimulate(st: Settings) -> int:
     doc = json.loads(path.read_text())
     old = doc["settings"]
     st = replace(st, samples=int(old["samples"]), seed=int(old["seed"]),
-                 epochs=int(old["epochs"]), quick=bool(old["quick"]))
+                 epochs=int(old["epochs"]), quick=bool(old["quick"]),
+                 datasets=list(old["datasets"]), shapes=list(old["shapes"]),
+                 sizes=list(old["sizes"]), budget=float(old["budget"]))
     ctx = Context(st)
     for c in doc["configs"]:
         ds, shape = c["dataset"], c["shape"]
@@ -1751,6 +1764,9 @@ def resimulate(st: Settings) -> int:
             if s.placer is None or not row.get("epoch_time_s") or "stages_by_trainer" not in row:
                 continue
             plan = Plan.load(st.work / "runs" / f"{shape}-{ds}" / f"plan-{s.placer}.json")
+            row["sim_isolated"] = simulate_system(cluster, job, plan, prof, s.policy, st.seed)
+            row["sim_error_isolated"] = (row["sim_isolated"]["epoch_time_s"]
+                                         / row["epoch_time_s"] - 1.0)
             last = row.get("allreduce_last_s") or allreduce_last_s(row["run_dir"])
             cal, factors = insitu_profile(prof, plan, cluster, job, row["stages_by_trainer"],
                                           last, step_costs(row["run_dir"]))
@@ -1759,6 +1775,8 @@ def resimulate(st: Settings) -> int:
             row["sim_error"] = row["sim"]["epoch_time_s"] / row["epoch_time_s"] - 1.0
             say(f"[{shape}/{ds}] {sysname}: {_line(row)}")
         _speedups(c)
+    if doc.get("scaling") and st.scale:  # simulated only: re-derived whole
+        doc["scaling"] = run_scaling(ctx)
     ctx.spreads = doc.get("accuracy_spread", {})
     doc["targets"] = targets(doc["configs"], ctx)
     doc["resimulated"] = time.strftime("%Y-%m-%d %H:%M")

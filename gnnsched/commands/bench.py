@@ -58,8 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resimulate", action="store_true",
                    help="train nothing: re-derive every run's simulated prediction from the "
                         "measurements stored in OUT/results.json (plans and profiles from "
-                        "WORK), then rewrite the report and plots -- after a change to the "
-                        "simulator or its in-situ calibration")
+                        "WORK) and the simulated scaling sweep (unless --no-scale), then "
+                        "rewrite the report and plots -- after a change to the simulator or "
+                        "its in-situ calibration")
 
 
 def bench_script() -> Path:
