@@ -150,9 +150,9 @@ class _Stretch:
     seconds of sleep (CPU, not wall, seconds: see :mod:`gnnsched.runtime.trainer`). A DDP
     communication hook runs when a gradient bucket is ready, before its all-reduce: it sleeps
     ``factor`` times the CPU seconds since the last mark (the step's start, then the previous
-    bucket), so every bucket's share of the compute is stretched before its all-reduce. Outside a step (``mark`` None) the
-    hook does not sleep: under ``join`` a trainer out of mini-batches runs the hook on zero
-    buckets to match the others' all-reduces."""
+    bucket), so every bucket's share of the compute is stretched before its all-reduce.
+    Outside a step (``mark`` None) the hook does not sleep: under ``join`` a trainer out of
+    mini-batches runs the hook on zero buckets to match the others' all-reduces."""
 
     def __init__(self, speed: float) -> None:
         self.factor = (1.0 / speed - 1.0) if 0 < speed < 1 else 0.0

@@ -28,8 +28,8 @@ exactly the lost steps from exactly the model state they first saw.
 
 Slower devices on a CPU box: a cluster may say a trainer's GPU has ``speed`` < 1 relative to the
 profiling device. With ``emulate_speed`` (on by default only when there is no CUDA) each step
-is stretched by sleeping ``c (1/speed - 1)`` after its compute, ``c`` being the CPU seconds the
-compute used, so a step costs what it would at ``speed`` and placement decisions that depend
+is stretched by sleeping ``c (1/speed - 1)`` after its compute, ``c`` being the process's CPU
+seconds during the compute, so a step costs what it would at ``speed`` and decisions that depend
 on device speed are visible in real runs. CPU seconds, not wall seconds: on a shared box the
 wall time also holds waits for a core, which a slow device would not multiply (stretching it
 multiplied that noise 1/speed times: steps of one plan ranged 30 ms..1.5 s at speed 1/4).
