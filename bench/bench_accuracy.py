@@ -29,14 +29,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_dataset(ds: str, seeds: list[int], epochs: int, work: Path) -> dict[str, Any]:
+    from gnnsched.commands.bench import add_arguments
     from gnnsched.placement import get_placer
     from gnnsched.runtime.distdgl import run_distdgl
     from gnnsched.runtime.reference import reference_train
 
-    st = be.resolve(argparse.Namespace(
-        quick=False, out=None, work=str(work), launcher="local", datasets=[ds],
-        shapes=["plentiful"], systems=None, epochs=epochs, repeats=1, budget=None,
-        samples=None, sizes=None, no_real=False, no_scale=True, no_reference=False, seed=0))
+    cli = argparse.ArgumentParser()
+    add_arguments(cli)
+    st = be.resolve(cli.parse_args(["--work", str(work), "--launcher", "local", "--datasets",
+                                    ds, "--shapes", "plentiful", "--epochs", str(epochs),
+                                    "--no-scale"]))
     ctx = be.Context(st)
     ctx.prepare(ds)
     cluster = be.load_shape("plentiful")

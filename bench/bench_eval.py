@@ -422,19 +422,25 @@ def simulate_system(cluster: Any, job: Any, plan: Any, prof: Any, policy: str,
             "critical_share": dict(r0.critical_share)}
 
 
-def allreduce_last_s(run_dir: str | Path) -> float | None:
-    """The all-reduce's own seconds in a run: per steady iteration, the all-reduce of the
-    trainer that reached it last (the others also waited for it there), averaged. From the
-    run's per-batch records (``metrics.jsonl``); None if there are none."""
+def steady_train_batches(run_dir: str | Path) -> list[dict[str, Any]]:
+    """A run's per-batch records of its training steps after the first epoch (the steady
+    ones), from its ``metrics.jsonl``; empty if there is none."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
-        return None
-    by_seq: dict[int, list[float]] = {}
+        return []
     with path.open() as fh:
-        for line in fh:
-            r = json.loads(line)
-            if r.get("type") == "batch" and r.get("phase") == "train" and r.get("epoch", 0) >= 1:
-                by_seq.setdefault(int(r["seq"]), []).append(float(r["allreduce_s"]))
+        rows = [json.loads(line) for line in fh]
+    return [r for r in rows if r.get("type") == "batch" and r.get("phase") == "train"
+            and r.get("epoch", 0) >= 1]
+
+
+def allreduce_last_s(run_dir: str | Path) -> float | None:
+    """The all-reduce's own seconds in a run: per steady iteration, the all-reduce of the
+    trainer that reached it last (the others also waited for it there), averaged. None if
+    the run has no batch records."""
+    by_seq: dict[int, list[float]] = {}
+    for r in steady_train_batches(run_dir):
+        by_seq.setdefault(int(r["seq"]), []).append(float(r["allreduce_s"]))
     if not by_seq:
         return None
     W = max(len(v) for v in by_seq.values())
@@ -443,33 +449,31 @@ def allreduce_last_s(run_dir: str | Path) -> float | None:
 
 
 def step_costs(run_dir: str | Path) -> dict[str, dict[str, list[float]]]:
-    """Per trainer, the training and sampling seconds of every steady training step of a run
-    (epochs after the first), from its ``metrics.jsonl``; empty if there is none."""
-    path = Path(run_dir) / "metrics.jsonl"
+    """Per trainer, the training and sampling seconds of every steady training step of a
+    run; empty if there is none."""
     out: dict[str, dict[str, list[float]]] = {}
-    if not path.exists():
-        return out
-    with path.open() as fh:
-        for line in fh:
-            r = json.loads(line)
-            if r.get("type") == "batch" and r.get("phase") == "train" and r.get("epoch", 0) >= 1:
-                got = out.setdefault(str(r["trainer"]), {"train_s": [], "sample_s": []})
-                got["train_s"].append(float(r["train_s"]))
-                got["sample_s"].append(float(r.get("sample_s") or 0.0))
+    for r in steady_train_batches(run_dir):
+        got = out.setdefault(str(r["trainer"]), {"train_s": [], "sample_s": []})
+        got["train_s"].append(float(r["train_s"]))
+        got["sample_s"].append(float(r.get("sample_s") or 0.0))
     return out
 
 
 def _spread(profiled: Any, measured: list[float], mean: float) -> Any:
     """``profiled`` per-batch costs redrawn from the ``measured`` distribution rank for rank
-    (a bigger profiled batch keeps a bigger cost) and scaled to ``mean``."""
+    (a bigger profiled batch keeps a bigger cost) and scaled to ``mean``; only scaled when
+    fewer than two costs were measured."""
     import numpy as np
 
-    n = len(profiled)
-    if n == 0 or len(measured) < 2 or mean <= 0:
-        return profiled * (mean / profiled.mean()) if n and profiled.mean() > 0 else profiled
-    ranks = np.argsort(np.argsort(profiled, kind="stable"), kind="stable")
-    q = np.quantile(np.asarray(measured, dtype=float), (ranks + 0.5) / n)
-    return q * (mean / q.mean()) if q.mean() > 0 else profiled * (mean / profiled.mean())
+    def scaled(a: Any) -> Any:
+        return a * (mean / a.mean()) if len(a) and a.mean() > 0 else a
+
+    if len(profiled) and len(measured) >= 2:
+        ranks = np.argsort(np.argsort(profiled, kind="stable"), kind="stable")
+        q = np.quantile(np.asarray(measured, dtype=float), (ranks + 0.5) / len(profiled))
+        if q.mean() > 0:
+            return scaled(q)
+    return scaled(profiled)
 
 
 def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
@@ -538,6 +542,22 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
              "allreduce_overhead_s": extra,
              "allreduce_measured_s": float(min(ar)) if ar else None,
              "allreduce_model_s": float(model_ar)})
+
+
+def predict_run(row: dict[str, Any], isolated: dict[str, Any], cluster: Any, job: Any,
+                plan: Any, prof: Any, policy: str, seed: int) -> None:
+    """Set a measured run's predictions: ``isolated`` (from the profile alone) and the one
+    from the costs the run measured (:func:`insitu_profile`), each with its error. If the
+    in-situ simulation raises, ``sim`` stays the isolated prediction."""
+    row["sim_isolated"] = row["sim"] = isolated
+    row["sim_error_isolated"] = row["sim_error"] = (isolated["epoch_time_s"]
+                                                    / row["epoch_time_s"] - 1.0)
+    last = row.get("allreduce_last_s") or allreduce_last_s(row["run_dir"])
+    cal, factors = insitu_profile(prof, plan, cluster, job, row["stages_by_trainer"], last,
+                                  step_costs(row["run_dir"]))
+    row["sim"] = {**simulate_system(cluster, job, plan, cal, policy, seed),
+                  "insitu_factors": factors}
+    row["sim_error"] = row["sim"]["epoch_time_s"] / row["epoch_time_s"] - 1.0
 
 
 def runtime_options() -> Any:
@@ -918,19 +938,11 @@ def run_config(ctx: Context, shape: str, ds: str) -> dict[str, Any]:
                 row["reference_accuracy"] = ref.get("test_accuracy")
             sim = row.get("sim", {})
             if row.get("epoch_time_s") and sim.get("epoch_time_s"):
-                row["sim_error_isolated"] = sim["epoch_time_s"] / row["epoch_time_s"] - 1.0
-                row["sim_isolated"] = sim
-                try:  # the prediction with the task costs this run measured
-                    cal, factors = insitu_profile(prof, plans[s.placer], cluster, job,
-                                                  row["stages_by_trainer"],
-                                                  row.get("allreduce_last_s"),
-                                                  step_costs(row["run_dir"]))
-                    row["sim"] = simulate_system(cluster, job, plans[s.placer], cal,
-                                                 s.policy, st.seed)
-                    row["sim"]["insitu_factors"] = factors
+                try:
+                    predict_run(row, sim, cluster, job, plans[s.placer], prof, s.policy,
+                                st.seed)
                 except Exception as exc:  # noqa: BLE001 - keep the isolated prediction
                     say(f"[{label}] {sysname}: in-situ simulation failed: {_error(exc)}")
-                row["sim_error"] = row["sim"]["epoch_time_s"] / row["epoch_time_s"] - 1.0
             say(f"[{label}] {sysname}: {_line(row)}")
     finally:
         if counters is not None:
@@ -1764,15 +1776,8 @@ def resimulate(st: Settings) -> int:
             if s.placer is None or not row.get("epoch_time_s") or "stages_by_trainer" not in row:
                 continue
             plan = Plan.load(st.work / "runs" / f"{shape}-{ds}" / f"plan-{s.placer}.json")
-            row["sim_isolated"] = simulate_system(cluster, job, plan, prof, s.policy, st.seed)
-            row["sim_error_isolated"] = (row["sim_isolated"]["epoch_time_s"]
-                                         / row["epoch_time_s"] - 1.0)
-            last = row.get("allreduce_last_s") or allreduce_last_s(row["run_dir"])
-            cal, factors = insitu_profile(prof, plan, cluster, job, row["stages_by_trainer"],
-                                          last, step_costs(row["run_dir"]))
-            row["sim"] = simulate_system(cluster, job, plan, cal, s.policy, st.seed)
-            row["sim"]["insitu_factors"] = factors
-            row["sim_error"] = row["sim"]["epoch_time_s"] / row["epoch_time_s"] - 1.0
+            predict_run(row, simulate_system(cluster, job, plan, prof, s.policy, st.seed),
+                        cluster, job, plan, prof, s.policy, st.seed)
             say(f"[{shape}/{ds}] {sysname}: {_line(row)}")
         _speedups(c)
     if doc.get("scaling") and st.scale:  # simulated only: re-derived whole
