@@ -1,12 +1,13 @@
 """Accuracy over seeds: DistDGL beside single-process training of gnnsched's split, per dataset.
 
-Why: the evaluation compares one run of each system, but on Cora's 140 training nodes test
-accuracy moves by points with the initialisation and mini-batch order alone. Here both sides
-train the evaluation's job (GraphSAGE, fan-outs 10/25, 8 epochs, 2 trainers over 4 METIS
-parts) with job seeds 0..N-1: DistDGL on local processes (the plentiful shape's hosts on
-127.0.0.1: accuracy does not depend on the network) and gnnsched's reference — single-process
-training of the colocation plan's seed split, which every gnnsched run matches within 1
-point (the evaluation's invariant). Prints a table, writes ``docs/bench/accuracy.json``.
+Why: the evaluation compares the mean over its repeats (one job seed each), but on Cora's
+140 training nodes test accuracy moves by points with the initialisation and mini-batch order
+alone. Here both sides train the evaluation's job (GraphSAGE, fan-outs 10/25, 8 epochs, 2
+trainers over 4 METIS parts) with job seeds 0..N-1: DistDGL on local processes (the
+plentiful shape's hosts on 127.0.0.1: accuracy does not depend on the network) and
+gnnsched's reference — single-process training of the colocation plan's seed split, which
+every gnnsched run matches within 1 point (the evaluation's invariant); DistDGL trains the
+same seed split. Prints a table, writes ``docs/bench/accuracy.json``.
 
 Run: ``python bench/bench_accuracy.py [--datasets cora physics] [--seeds 5]`` (about 1 min
 per DistDGL run on this 2-core box).
@@ -59,7 +60,8 @@ def run_dataset(ds: str, seeds: list[int], epochs: int, work: Path) -> dict[str,
         job = be.make_job(ds, epochs, seed)
         with tempfile.TemporaryDirectory(prefix="gnnsched-acc-") as tmp:
             r = run_distdgl(cluster, job, ctx.parts[ds], out_dir=tmp, timeout_s=900,
-                            eval_fanouts=list(job.fanouts), eval_batch_size=be.EVAL_BATCH)
+                            eval_fanouts=list(job.fanouts), eval_batch_size=be.EVAL_BATCH,
+                            split=be.distdgl_split(plan))
         dd.append(float(r.test_accuracy))
         print(f"[{ds}] DistDGL seed {seed}: test accuracy {dd[-1]:.4f}", flush=True)
     out = {"dataset": ds, "label": be.DATASETS[ds].label, "seeds": seeds, "epochs": epochs,

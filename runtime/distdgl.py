@@ -121,14 +121,26 @@ def infeasible_reason(cluster: ClusterSpec) -> str:
 
 
 def plan_trainers(cluster: ClusterSpec, trainers: int,
-                  train_counts: list[int] | None = None) -> list[TrainerSlot]:
+                  train_counts: list[int] | None = None,
+                  split: list[list[int]] | None = None) -> list[TrainerSlot]:
     """Place ``trainers`` DistDGL trainers: trainer ``t`` with partition ``t`` (see module doc);
     partitions without a trainer give their seeds to one on the same host, else to the
-    trainer with the fewest seeds so far (``train_counts[p]``: seeds of part ``p``)."""
+    trainer with the fewest seeds so far (``train_counts[p]``: seeds of part ``p``).
+
+    ``split`` fixes the seed split instead (trainer ``t`` trains the seeds of ``split[t]``,
+    which must hold partition ``t``): an evaluation then trains DistDGL on the same split as
+    the system it is compared with."""
     P = cluster.num_parts
     if not 1 <= trainers <= P:
         raise SpecError(cluster.source, "trainers", f"DistDGL needs 1..{P} trainers (one "
                         f"machine id per trainer, at most one per partition), got {trainers}")
+    if split is not None:
+        flat = sorted(p for g in split for p in g)
+        if (len(split) != trainers or flat != list(range(P))
+                or any(t not in g for t, g in enumerate(split))):
+            raise SpecError(cluster.source, "split", f"{split} is not a DistDGL seed split",
+                            f"{trainers} groups covering partitions 0..{P - 1} once, group t "
+                            "holding partition t (trainer t sits with partition t)")
     counts = list(train_counts) if train_counts is not None else [1] * P
     host_of = [cluster.machines[cluster.store_of(p)].name for p in range(P)]
     slots = []
@@ -136,7 +148,10 @@ def plan_trainers(cluster: ClusterSpec, trainers: int,
         m = cluster.machines[cluster.store_of(t)]
         nth = sum(s.host == m.name for s in slots)
         speed = m.gpus[nth % len(m.gpus)].speed if m.gpus else 1.0
-        slots.append(TrainerSlot(t, host_of[t], t, [t], float(speed)))
+        parts = sorted(split[t]) if split is not None else [t]
+        slots.append(TrainerSlot(t, host_of[t], t, parts, float(speed)))
+    if split is not None:
+        return slots
     load = [counts[t] for t in range(trainers)]
     for p in range(trainers, P):
         same = [s.rank for s in slots if s.host == host_of[p]]
@@ -237,6 +252,7 @@ def run_distdgl(
     eval_fanouts: list[int] | None = None,
     eval_batch_size: int | None = None,
     emulate_speed: bool = True,
+    split: list[list[int]] | None = None,
     python: str = sys.executable,
 ) -> DistDGLResult:
     """Train ``job`` with DistDGL on ``cluster``'s store hosts over the partitions in
@@ -248,7 +264,8 @@ def run_distdgl(
     ``env`` too, so prefixes that drop the environment (ssh) still work. Evaluation uses
     ``eval_fanouts`` (default: all neighbours, ``-1`` per layer) so accuracy does not depend
     on sampling. ``emulate_speed`` stretches training steps of trainers on slower GPUs (see
-    the module doc). Infeasible clusters return ``feasible=False`` without starting anything;
+    the module doc). ``split`` fixes the trainers' seed split (:func:`plan_trainers`).
+    Infeasible clusters return ``feasible=False`` without starting anything;
     a feasible run that fails or exceeds ``timeout_s`` raises :class:`DistDGLError`.
     """
     from gnnsched.datasets import open_partitions
@@ -270,7 +287,7 @@ def run_distdgl(
     dgl_meta = json.loads(pset.config.read_text())
     node_ranges = [[int(a), int(b)] for a, b in next(iter(dgl_meta["node_map"].values()))]
     train_counts = [int(p.get("train", 1)) for p in pset.meta.get("parts", [])] or None
-    slots = plan_trainers(cluster, job.trainers, train_counts)
+    slots = plan_trainers(cluster, job.trainers, train_counts, split)
 
     if hosts is None:
         hosts = {}

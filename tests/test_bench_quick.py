@@ -118,6 +118,37 @@ def test_step_spread_keeps_means_and_batch_order(tmp_path: Path) -> None:
     assert np.allclose(bench._spread(profiled, [], mean=2.0), profiled * 2.0 / profiled.mean())
 
 
+def test_accuracy_invariants_pair_runs_by_job_seed() -> None:
+    """Repeats train with job seeds seed + r: runs of one split are compared seed by seed, the
+    system's accuracy is their mean, and DistDGL (other mini-batches) is never in a group."""
+    st = bench.resolve(_args("--repeats", "2", "--launcher", "local"))
+    run = {"ok": True, "split": [[0, 2], [1, 3]], "epoch_time_s": 1.0, "sim": {"epoch_time_s": 1},
+           "placer": "colocation"}
+    colo = {**run, "repeat_test_accuracy": [0.80, 0.76], "repeat_job_seeds": [0, 1],
+            "repeat_reference_accuracy": [0.80, 0.765]}
+    same = {**colo, "repeat_test_accuracy": [0.805, 0.762]}
+    dd = {"ok": True, "feasible": True, "epoch_time_s": 1.0, "seed_split": [[0, 2], [1, 3]],
+          "repeat_test_accuracy": [0.70, 0.70], "repeat_job_seeds": [0, 1]}
+    for r in (colo, same, dd):
+        r["test_accuracy"] = bench.mean_accuracy(r["repeat_test_accuracy"])
+    assert colo["test_accuracy"] == pytest.approx(0.78)
+    cfg = {"shape": "s", "dataset": "d", "systems": {"colocation+fifo": colo,
+                                                     "gnnsched+fifo": same, "distdgl": dd}}
+    ok = {i["name"]: i for i in bench.invariants([cfg], [], st)}
+    assert all(i["ok"] for i in ok.values()), ok
+    assert "2 groups" in ok["systems training the same mini-batches agree within 1 point"][
+        "detail"]
+    # the means agree (0.78 vs 0.789) but seed 1's runs do not: caught
+    same["repeat_test_accuracy"] = [0.80, 0.778]
+    bad = {i["name"]: i for i in bench.invariants([cfg], [], st)}
+    assert not bad["systems training the same mini-batches agree within 1 point"]["ok"]
+    assert "job seed 1" in bad["systems training the same mini-batches agree within 1 point"][
+        "detail"]
+    assert not bad["every run matches single-process training of its seed split within 1 "
+                   "point"]["ok"]
+    assert bench.mean_accuracy([None, float("nan")]) is None
+
+
 def test_defaults_by_mode() -> None:
     q = bench.resolve(_args("--quick", "--launcher", "local"))
     assert q.quick and q.datasets == ["cora"] and q.shapes == ["gpuless"] and q.epochs == 2

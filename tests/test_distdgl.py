@@ -53,6 +53,16 @@ def test_plan_trainers_one_per_partition_and_fewer() -> None:
         plan_trainers(c, 5)
 
 
+def test_plan_trainers_takes_a_given_split() -> None:
+    """An evaluation trains DistDGL on colocation's split; trainer t must hold partition t."""
+    c = _cluster(("a", (0, 1), 1), ("b", (2, 3), 1))
+    slots = plan_trainers(c, 2, split=[[0, 3], [2, 1]])
+    assert [(s.host, s.home, s.parts) for s in slots] == [("a", 0, [0, 3]), ("a", 1, [1, 2])]
+    for bad in ([[0, 1], [2, 3]], [[0, 2], [1]], [[0, 2, 3], [1, 2]], [[0, 1, 2, 3]]):
+        with pytest.raises(ValueError, match="split"):
+            plan_trainers(c, 2, split=bad)
+
+
 def test_slower_devices_are_emulated_per_trainer(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each trainer gets its host's GPUs in turn; the DDP hook stretches only inside a step."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
