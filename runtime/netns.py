@@ -277,15 +277,21 @@ def _proc_state(pid: int) -> str:
         return "zombie"
 
 
-def _shape_args(rate: float, mtu: int) -> list[str]:
-    """tbf arguments for `rate` bytes/s: a burst of ~4 ms (>= a few frames) and a queue of
-    ~20 ms, at least two sockets' TSQ budget (so one bulk flow is never dropped locally).
+def shape_params(rate: float, mtu: int = 1500) -> tuple[int, int]:
+    """(burst, queue limit) in bytes of the tbf that shapes a NIC to `rate` bytes/s: a burst of
+    ~4 ms (>= a few frames) and a queue of ~20 ms, at least two sockets' TSQ budget (so one
+    bulk flow is never dropped locally).
 
     The burst must exceed one frame and one timer tick's worth of tokens, else tbf undershoots;
     it is kept small so a 1-second transfer sees the configured rate, not the burst.
     """
     burst = max(int(rate * 0.004), 4 * (mtu + 14), 16 * 1024)
-    limit = max(int(rate * 0.02), 2 * TSQ_BYTES + burst)
+    return burst, max(int(rate * 0.02), 2 * TSQ_BYTES + burst)
+
+
+def _shape_args(rate: float, mtu: int) -> list[str]:
+    """tbf arguments for `rate` bytes/s (:func:`shape_params`)."""
+    burst, limit = shape_params(rate, mtu)
     return ["tbf", "rate", f"{int(round(rate * 8))}bit", "burst", str(burst), "limit", str(limit)]
 
 

@@ -41,7 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=None,
                    help="training epochs per run (default 8; --quick 2)")
     p.add_argument("--repeats", type=int, default=1,
-                   help="real runs per system; the median epoch time is reported")
+                   help="real runs per system, run r with job seed SEED + r in every "
+                        "system; the median epoch time and the mean accuracy are reported")
     p.add_argument("--budget", type=float, default=None,
                    help="gnnsched planning seconds per plan (default 10; --quick 3)")
     p.add_argument("--samples", type=int, default=None,
