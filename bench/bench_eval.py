@@ -1360,14 +1360,14 @@ def targets(configs: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]
                 if dd.get("seed_split") and dd["seed_split"] != me.get("split"):
                     why += (f"; the two split the seeds differently ({dd['seed_split']} vs "
                             f"{me.get('split')})")
-                    twin = next((n for n in RUNTIME_SYSTEMS if _acc(sy.get(n, {})) is not None
-                                 and sy[n].get("split") == dd["seed_split"]), None)
+                    twin = next((k for k in RUNTIME_SYSTEMS if _acc(sy.get(k, {})) is not None
+                                 and sy[k].get("split") == dd["seed_split"]), None)
                     if twin:
                         why += (f", and {SYSTEMS[twin].label}, which trains DistDGL's split, "
                                 f"is at {100 * (_acc(sy[twin]) - b):+.1f} pt")
                 sp = ctx.spreads.get(c["dataset"], {})
                 if sp.get("test_accuracy"):
-                    why += (f": single-process training of one run over "
+                    why += (f": single-process training of split {sp['split']} over "
                             f"{len(sp['seeds'])} seeds spans {sp['min']:.3f}..{sp['max']:.3f} "
                             f"(std {100 * sp['std']:.1f} pt)")
                 if ref is not None:
