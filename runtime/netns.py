@@ -277,21 +277,35 @@ def _proc_state(pid: int) -> str:
         return "zombie"
 
 
-def shape_params(rate: float, mtu: int = 1500) -> tuple[int, int]:
+def shape_params(rate: float, mtu: int = 1500,
+                 queue_ms: float | None = None) -> tuple[int, int]:
     """(burst, queue limit) in bytes of the tbf that shapes a NIC to `rate` bytes/s: a burst of
     ~4 ms (>= a few frames) and a queue of ~20 ms, at least two sockets' TSQ budget (so one
-    bulk flow is never dropped locally).
+    bulk flow is never dropped locally; on a slow NIC that is far more than 20 ms). With
+    ``queue_ms`` the queue holds that many milliseconds at `rate` (and :func:`tsq_bytes` shrinks
+    the sockets' budget to fit it).
 
     The burst must exceed one frame and one timer tick's worth of tokens, else tbf undershoots;
     it is kept small so a 1-second transfer sees the configured rate, not the burst.
     """
     burst = max(int(rate * 0.004), 4 * (mtu + 14), 16 * 1024)
+    if queue_ms is not None:
+        return burst, max(int(rate * queue_ms / 1e3), burst + 4 * (mtu + 14))
     return burst, max(int(rate * 0.02), 2 * TSQ_BYTES + burst)
 
 
-def _shape_args(rate: float, mtu: int) -> list[str]:
+def tsq_bytes(rate: float, mtu: int = 1500, queue_ms: float | None = None) -> int:
+    """TCP small queues budget of a host whose NIC sends `rate` bytes/s: ``TSQ_BYTES``, or with
+    ``queue_ms`` what lets two sockets share the NIC's queue (at least 4 frames)."""
+    if queue_ms is None:
+        return TSQ_BYTES
+    burst, limit = shape_params(rate, mtu, queue_ms)
+    return int(min(TSQ_BYTES, max(4 * (mtu + 14), (limit - burst) // 2)))
+
+
+def _shape_args(rate: float, mtu: int, queue_ms: float | None = None) -> list[str]:
     """tbf arguments for `rate` bytes/s (:func:`shape_params`)."""
-    burst, limit = shape_params(rate, mtu)
+    burst, limit = shape_params(rate, mtu, queue_ms)
     return ["tbf", "rate", f"{int(round(rate * 8))}bit", "burst", str(burst), "limit", str(limit)]
 
 
@@ -306,13 +320,18 @@ class EmulatedCluster:
     the namespaces can reach hosts. ``mtu`` is the NIC MTU: at 1500, as on a plain Ethernet
     NIC, TCP goodput is ~95% of the shaped (wire) rate, as on real hardware. ``payload_rates``
     raises the wire rate by the TCP/IP/Ethernet header share so that *goodput* equals the file's
-    rate (for comparing with a simulator that divides bytes by bandwidth).
+    rate (for comparing with a simulator that divides bytes by bandwidth). ``queue_ms`` bounds
+    every NIC's queue to that many milliseconds of its rate (default: :func:`shape_params`).
     """
 
     def __init__(self, cluster: ClusterSpec, *, gateway: bool = True, mtu: int = 1500,
-                 payload_rates: bool = False, ignore_latency: bool = False) -> None:
+                 payload_rates: bool = False, ignore_latency: bool = False,
+                 queue_ms: float | None = None) -> None:
         if not 576 <= mtu <= 65535:
             raise NetnsError(f"mtu {mtu} out of range (576..65535)")
+        if queue_ms is not None and not 1 <= queue_ms <= 1000:
+            raise NetnsError(f"queue_ms {queue_ms} out of range (1..1000 ms)")
+        self.queue_ms = queue_ms
         self.spec = cluster
         self.name = _clean(cluster.name)
         self.mtu = mtu
@@ -332,7 +351,8 @@ class EmulatedCluster:
                                          m.ingress, port)
         self.latency = 0.0 if ignore_latency else cluster.latency
         self.fingerprint = hashlib.sha1(json.dumps(
-            [cluster.to_dict(), gateway, mtu, payload_rates, ignore_latency], sort_keys=True,
+            [cluster.to_dict(), gateway, mtu, payload_rates, ignore_latency]
+            + ([queue_ms] if queue_ms is not None else []), sort_keys=True,
             default=str).encode()
         ).hexdigest()[:16]
 
@@ -445,7 +465,7 @@ class EmulatedCluster:
             "cluster": self.spec.name, "name": self.name, "source": self.spec.source,
             "fingerprint": self.fingerprint, "complete": complete, "pid": os.getpid(),
             "created": time.time(), "switch_ns": self.switch_ns, "mtu": self.mtu,
-            "wire_scale": self.wire_scale,
+            "wire_scale": self.wire_scale, "queue_ms": self.queue_ms,
             "latency_s": self.latency, "gateway_if": self.gateway_if,
             "gateway_address": self.gateway_address,
             "hosts": [asdict(h) for h in self.hosts.values()],
@@ -464,7 +484,8 @@ class EmulatedCluster:
         for h in self.hosts.values():
             _run(["ip", "netns", "add", h.ns])
             _run(["ip", "-n", h.ns, "link", "set", "lo", "up"])
-            _sysctl(h.ns, "net/ipv4/tcp_limit_output_bytes", TSQ_BYTES)
+            _sysctl(h.ns, "net/ipv4/tcp_limit_output_bytes",
+                    tsq_bytes(h.egress * self.wire_scale, self.mtu, self.queue_ms))
             # Both veth ends are born inside namespaces: nothing appears in the root namespace.
             _run(["ip", "-n", sw, "link", "add", h.port, "mtu", str(self.mtu), "type", "veth",
                   "peer", "name", HOST_IF, "mtu", str(self.mtu), "netns", h.ns])
@@ -477,13 +498,14 @@ class EmulatedCluster:
                 _run(["tc", "-n", h.ns, "qdisc", "replace", "dev", HOST_IF, "root", "handle",
                       "1:", "netem", "delay", delay, "limit", "100000"])
                 _run(["tc", "-n", h.ns, "qdisc", "add", "dev", HOST_IF, "parent", "1:1",
-                      "handle", "10:", *_shape_args(h.egress * self.wire_scale, self.mtu)])
+                      "handle", "10:", *_shape_args(h.egress * self.wire_scale, self.mtu,
+                                                    self.queue_ms)])
             else:
                 _run(["tc", "-n", h.ns, "qdisc", "replace", "dev", HOST_IF, "root", "handle",
-                      "1:", *_shape_args(h.egress * self.wire_scale, self.mtu)])
+                      "1:", *_shape_args(h.egress * self.wire_scale, self.mtu, self.queue_ms)])
             # Ingress: what the switch sends toward the host.
             _run(["tc", "-n", sw, "qdisc", "replace", "dev", h.port, "root", "handle", "1:",
-                  *_shape_args(h.ingress * self.wire_scale, self.mtu)])
+                  *_shape_args(h.ingress * self.wire_scale, self.mtu, self.queue_ms)])
         if self.gateway_if:
             _run(["ip", "link", "add", self.gateway_if, "mtu", str(self.mtu), "type", "veth",
                   "peer", "name", GATEWAY_PORT, "mtu", str(self.mtu), "netns", sw])

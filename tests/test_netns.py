@@ -114,6 +114,30 @@ def test_up_namespaces_ping_each_other_and_down_removes_all() -> None:
     assert ec.down() == []  # idempotent
 
 
+def test_queue_ms_bounds_every_nic_queue() -> None:
+    """By default a slow NIC queues two sockets' TSQ budget (88 ms at 50 Mbit/s); with
+    ``queue_ms`` every queue holds that many ms and the sockets' budget shrinks to fit it."""
+    for mbit in (50, 100, 200):
+        rate = mbit * 1e6 / 8
+        burst, limit = netns.shape_params(rate, 1500, 20)
+        assert limit == pytest.approx(rate * 0.02, rel=0.01)
+        assert 2 * netns.tsq_bytes(rate, 1500, 20) + burst <= limit
+        assert netns.tsq_bytes(rate) == netns.TSQ_BYTES
+    assert netns.shape_params(50e6 / 8)[1] / (50e6 / 8) > 0.08
+    with pytest.raises(netns.NetnsError, match="queue_ms"):
+        netns.EmulatedCluster(_spec("q", {"a": (40, 40)}), queue_ms=0.1)
+
+
+@needs_netns
+def test_small_queues_keep_the_shaped_rate() -> None:
+    spec = _spec("q", {"a": (40, 40), "b": (40, 40)})
+    with netns.emulated(spec, gateway=False, queue_ms=20) as ec:
+        ab = ec.measure_rate("a", "b", nbytes=int(40e6 / 8 * 1.2))
+    # one bulk flow still fills the link (0.91-0.94 measured; margin for a loaded box)
+    assert 0.85 <= ab["ratio"] <= 1.02, ab
+    assert _leftovers(ec) == []
+
+
 @needs_netns
 def test_shaped_rate_and_asymmetric_egress_ingress() -> None:
     # a sends at most 40 Mbit/s, b receives at most 60: a->b is egress-bound at 40;

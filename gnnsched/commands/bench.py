@@ -53,6 +53,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-real", action="store_true",
                    help="skip the real runs (profiles, plans, simulation and scaling only)")
     p.add_argument("--no-scale", action="store_true", help="skip the simulated sweep")
+    p.add_argument("--nic-queue-ms", type=float, default=None,
+                   help="bound every emulated NIC's queue to this many milliseconds of its "
+                        "rate (netns; default: the emulation's own, see `gnnsched cluster "
+                        "up --help`)")
     p.add_argument("--no-reference", action="store_true",
                    help="skip the single-process reference training per seed split")
     p.add_argument("--seed", type=int, default=0, help="job, planning and simulation seed")

@@ -31,6 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="shape so TCP goodput (not wire rate) equals the file's bandwidth")
     up.add_argument("--ignore-latency", action="store_true",
                     help="do not emulate the file's latency_ms (e.g. no netem in the kernel)")
+    up.add_argument("--queue-ms", type=float, default=None,
+                    help="bound every NIC's queue to this many milliseconds of its rate "
+                         "(default: ~20 ms, but at least two sockets' TCP small-queue budget: "
+                         "88 ms on a 50 Mbit/s NIC)")
     up.add_argument("--check", action="store_true",
                     help="after up, ping every host from the first one")
     up.add_argument("--json", action="store_true", help="print the table as JSON")
@@ -96,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
                 return 2
             ec = netns.EmulatedCluster(spec, gateway=not args.no_gateway, mtu=args.mtu,
                                        payload_rates=args.payload_rates,
-                                       ignore_latency=args.ignore_latency).up()
+                                       ignore_latency=args.ignore_latency,
+                                       queue_ms=args.queue_ms).up()
             rows = ec.status()
             if args.json:
                 print(json.dumps({"cluster": spec.name, "gateway": ec.gateway_address,
