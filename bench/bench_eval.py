@@ -730,7 +730,7 @@ def job_for_repeat(ds: str, st: Settings, rep: int) -> Any:
 
 def mean_accuracy(accs: list[Any]) -> float | None:
     """Mean test accuracy over a system's repetitions (one per job seed); None if none."""
-    vals = [float(a) for a in accs if a is not None and not math.isnan(float(a))]
+    vals = [v for v in map(_num, accs) if v is not None]
     return statistics.fmean(vals) if vals else None
 
 
@@ -1145,9 +1145,13 @@ def run_scaling(ctx: Context) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------ checks
 
 
+def _num(v: Any) -> float | None:
+    """``v`` as a float; None for a missing or NaN number."""
+    return None if v is None or math.isnan(float(v)) else float(v)
+
+
 def _acc(r: dict[str, Any]) -> float | None:
-    v = r.get("test_accuracy")
-    return float(v) if v is not None and not (isinstance(v, float) and math.isnan(v)) else None
+    return _num(r.get("test_accuracy"))
 
 
 def _runs(r: dict[str, Any]) -> list[tuple[Any, float | None, float | None]]:
@@ -1158,7 +1162,7 @@ def _runs(r: dict[str, Any]) -> list[tuple[Any, float | None, float | None]]:
     refs = r.get("repeat_reference_accuracy") or []
     if accs and len(seeds) == len(accs):
         refs = refs if len(refs) == len(accs) else [None] * len(accs)
-        return [(s, _acc({"test_accuracy": a}), ref) for s, a, ref in zip(seeds, accs, refs)]
+        return [(s, _num(a), ref) for s, a, ref in zip(seeds, accs, refs)]
     return [(None, _acc(r), r.get("reference_accuracy"))]
 
 
