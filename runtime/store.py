@@ -9,6 +9,9 @@ NIC can order it. Priority transmission is real, not a label:
 * a chunk leaves only while the bytes sent but not yet acknowledged by their receiver stay
   under ``window_bytes``, so data waits in *this* queue, not in socket buffers nobody can
   reorder (sockets also get a small ``SNDHWM`` and ``SO_SNDBUF``);
+* sends never block: when one receiver's pipe is full its chunk goes back to the queue and
+  the NIC serves the others (a blocking send would stall every transfer, sampling answers
+  included, behind the slowest receiver);
 * with ``sharing == "priority"`` the next chunk always comes from the first transfer in the
   policy's order; with ``"fair"`` active transfers take turns chunk by chunk, like TCP flows
   sharing a link. The coordinator runs the policy: it sends each transfer's priority key
@@ -237,6 +240,7 @@ class NicQueue:
         self.in_flight_bytes = 0
         self.peer_bytes: dict[bytes, int] = {}
         self.held: dict[int, int] = {}  # machine all-reducing iteration k -> k
+        self.full: set[bytes] = set()  # receivers whose socket pipe was full this round
         self._rr = 0
 
     def add(self, t: OutTransfer) -> None:
@@ -276,7 +280,7 @@ class NicQueue:
             if t.local:
                 return t
         ready = [t for t in ready if t.seq <= self.held.get(t.dst_machine, t.seq)
-                 and self._room(t, t.sizes[t.next_chunk])]
+                 and t.peer not in self.full and self._room(t, t.sizes[t.next_chunk])]
         if not ready:
             return None
         if self.sharing == "priority":
@@ -284,6 +288,22 @@ class NicQueue:
                        else (1, (), t.tid))
         self._rr = (self._rr + 1) % len(ready)
         return ready[self._rr]
+
+    def stall(self) -> str:
+        """Why no remote chunk leaves now: ``idle`` (none pending), ``held`` (every pending
+        one is held for an all-reduce), ``pipe`` (their receivers' socket pipes are full: the
+        NIC is busy) or ``window`` (waiting for acknowledgements). The store adds up the
+        seconds spent in each (its ``waits`` stats): time in ``window`` is a NIC left idle
+        by the runtime, which the simulator does not model."""
+        ready = [t for t in self.active.values() if t.pending and not t.local]
+        if not ready:
+            return "idle"
+        ready = [t for t in ready if t.seq <= self.held.get(t.dst_machine, t.seq)]
+        if not ready:
+            return "held"
+        if all(t.peer in self.full for t in ready):
+            return "pipe"
+        return "window"
 
     def next_chunk(self) -> tuple[OutTransfer, Message, int] | None:
         """The next (transfer, chunk, bytes) to send, or None if nothing may go now."""
@@ -301,6 +321,20 @@ class NicQueue:
         t.chunks[i] = None  # freed once sent
         assert msg is not None
         return t, msg, size
+
+    def unsend(self, t: OutTransfer, msg: Message, size: int) -> None:
+        """Take back the chunk :meth:`next_chunk` just returned: its receiver's pipe is full.
+        The receiver is skipped until :meth:`next_round`, so one slow receiver never blocks
+        the NIC's other transfers."""
+        t.next_chunk -= 1
+        i = t.next_chunk
+        t.chunks[i] = msg
+        self.in_flight.pop((t.peer, t.req, i))
+        self._release(t.peer, size, t.local)
+        self.full.add(t.peer)
+
+    def next_round(self) -> None:
+        self.full.clear()
 
     def _release(self, peer: bytes, size: int, local: bool) -> None:
         if local:
@@ -417,8 +451,11 @@ class Store(Role):
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.control.sock, zmq.POLLIN)
+        # seconds by why nothing left (NicQueue.stall) and sending ("send": our own CPU)
+        self.waits = {"idle": 0.0, "window": 0.0, "held": 0.0, "pipe": 0.0, "send": 0.0}
+        state, last = "idle", time.monotonic()
         while not self.stopping:
-            events = dict(poller.poll(50))
+            events = dict(poller.poll(2 if self.nic.full else 50))
             if self.sock in events:
                 for _ in range(64):  # drain a burst before sending more
                     try:
@@ -435,8 +472,13 @@ class Store(Role):
                                  f"{type(exc).__name__}: {exc}")
             if self.control.sock in events:
                 self.poll_control()
+            now = time.monotonic()
+            self.waits[state] += now - last
             self.pump()
             self.flush_events()
+            last = time.monotonic()
+            self.waits["send"] += last - now
+            state = self.nic.stall()
 
     def handle(self, peer: bytes | None, msg: Message) -> None:
         assert peer is not None
@@ -500,13 +542,17 @@ class Store(Role):
         return out
 
     def pump(self) -> None:
+        self.nic.next_round()
         while True:
             nxt = self.nic.next_chunk()
             if nxt is None:
                 return
             t, msg, size = nxt
             try:
-                self.data.send(msg, t.peer, remote=not t.local)
+                self.data.send(msg, t.peer, flags=zmq.NOBLOCK, remote=not t.local)
+            except zmq.Again:  # its pipe is full: send to others, retry it next round
+                self.nic.unsend(t, msg, size)
+                continue
             except zmq.ZMQError as exc:  # the receiver is gone: drop what was for it
                 self.log(f"dropping transfers to {t.peer!r}: {exc}")
                 self.nic.drop_peer(t.peer)
@@ -545,8 +591,12 @@ class Store(Role):
             super().on_control(body)
 
     def stats(self) -> dict[str, Any]:
+        waits = {k: round(v, 3) for k, v in getattr(self, "waits", {}).items()}
+        if waits:
+            self.log("NIC queue: " + ", ".join(f"{k} {v:.2f} s" for k, v in waits.items()))
         return {"local_bytes": getattr(self, "local_bytes", 0),
-                "served": getattr(self, "served", {}), "rejected": getattr(self, "rejected", 0)}
+                "served": getattr(self, "served", {}), "rejected": getattr(self, "rejected", 0),
+                "waits_s": waits}
 
     def close(self) -> None:
         if hasattr(self, "data"):

@@ -162,7 +162,8 @@ def test_ctrl_c_stops_every_process(lab4, tmp_path: Path) -> None:
 def test_lab4_on_an_emulated_cluster_with_shaped_nics(lab4, tmp_path: Path) -> None:
     """The same job through the netns launcher: each host's roles in its own namespace behind a
     100 Mbit/s tbf-shaped NIC. It trains like the reference, every batch once, nothing is left
-    (processes, namespaces), and a bulk transfer on a shaped link runs at the shaped rate."""
+    (processes, namespaces), and a bulk transfer on a shaped link runs at the shaped rate.
+    Gradient holds are on here (``grad_first``, off by default) so that path runs end to end."""
     from gnnsched.runtime import netns
     from gnnsched.runtime.reference import reference_train
 
@@ -180,7 +181,8 @@ def test_lab4_on_an_emulated_cluster_with_shaped_nics(lab4, tmp_path: Path) -> N
     net = netns.EmulatedCluster(cluster).up()
     try:
         res = train(cluster, job, plan, policy="gnnsched", launcher="netns",
-                    out_dir=tmp_path / "run", partitions=parts, options=FAST)
+                    out_dir=tmp_path / "run", partitions=parts,
+                    options=replace(FAST, grad_first=True))
         assert res.launcher == "netns"
         assert not _children(), "a role process outlived the run"
         ref = reference_train(job, str(parts), [list(t.parts) for t in plan.trainers])

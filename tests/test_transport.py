@@ -219,6 +219,31 @@ def test_nic_queue_priority_fair_windows() -> None:
     assert _drain(h) == [10, 10]
 
 
+def test_full_pipe_skips_its_receiver_for_one_round() -> None:
+    """A chunk whose receiver's pipe is full goes back to the queue unchanged (window bytes
+    released) and the NIC serves other receivers; the next round retries it."""
+    q = NicQueue("priority", window=1000)
+    a, b = _transfer(1, 2, b"a"), _transfer(2, 2, b"b")
+    q.add(a)
+    q.add(b)
+    assert q.stall() == "window"  # pending and nothing sent yet
+    t, msg, size = q.next_chunk()
+    assert t is a and q.in_flight_bytes == 100
+    q.unsend(t, msg, size)
+    assert a.next_chunk == 0 and a.chunks[0] is msg and q.in_flight_bytes == 0
+    assert not q.in_flight and q.peer_bytes == {}
+    assert _drain(q) == [2, 2]  # receiver a skipped this round
+    assert q.stall() == "pipe"
+    q.next_round()
+    assert _drain(q) == [1, 1] and q.stall() == "idle"
+    h = NicQueue("priority", window=1000)
+    later = _transfer(3, 1)
+    later.seq = 6
+    h.add(later)
+    h.held[1] = 5
+    assert h.next_chunk() is None and h.stall() == "held"
+
+
 def test_chunked_splits_rows() -> None:
     rows = np.arange(10 * 4, dtype=np.float32).reshape(10, 4)
     msgs, sizes = chunked(Kind.FEAT_CHUNK, 3, {"feats": rows}, 16, 48)  # 3 rows per chunk
