@@ -169,12 +169,14 @@ class RuntimeOptions:
     chunk_bytes: int | None = None  # None: 256 KiB on loopback, ~2 ms of the NIC when shaped
     window_bytes: int | None = None  # None: 4 chunks
     peer_window_bytes: int | None = None  # None: 2 chunks
-    # Hold store traffic into a machine while it all-reduces. Off by default: the cost model
-    # gives gradients a reserved share of the NIC while other traffic keeps the rest, but a
-    # hold stops that traffic outright, for the all-reduce plus two control hops; on the
-    # emulated hetero shape (colocation + fifo, Physics, one run each) epochs took 1.59 s with
-    # holds and 1.40 s without, and only the run without was within 10% of the simulation.
-    grad_first: bool = False
+    # Gradients first: stores and relays send a machine nothing of later iterations while its
+    # trainer's gradients are on the wire -- for the ring's bytes / bandwidth (the cost model's
+    # reserved gradient share), not for the whole all-reduce call, whose fixed overhead leaves
+    # the NICs to other traffic. Holding for the whole call left hetero's 50 Mbit/s store idle
+    # (Physics, colocation + fifo, one run each: 1.59 s per epoch against 1.44 s with timed
+    # holds and 1.40 s with none); with none, plentiful/Cora's gnnsched plan took 1.68 s
+    # against 1.61 s with timed holds (1.5 MB of gradients per step on 100 Mbit/s).
+    grad_first: bool = True
     request_timeout: float = 120.0  # a store / trainer answer we wait for
     start_timeout: float = 300.0  # all roles up and ready
     orphan_timeout: float = 30.0  # a role exits when the coordinator is silent this long
@@ -834,6 +836,7 @@ class Coordinator:
         self.ranked: dict[tuple[int, int, int, str], list] = {}
         self.reducing: dict[int, int] = defaultdict(int)  # machine -> trainers all-reducing
         self.entered: dict[int, int] = defaultdict(int)  # step -> trainers in its all-reduce
+        self.grad_bytes: dict[int, int] = defaultdict(int)  # step -> largest ring volume
         self.holding: set[int] = set()  # machines the stores hold traffic into
         self.contending = self._contending()
         self.sampled_info: dict[tuple[int, int], dict[str, Any]] = {}
@@ -1019,12 +1022,17 @@ class Coordinator:
         needs for barrier ``k`` is never held."""
         m, seq = self.T[int(body["trainer"])], int(body["seq"])
         r.doing = f"{'all-reducing' if body['on'] else 'stepping'} step {seq}"
+        extra: dict[str, Any] = {}
         if body["on"]:
             self.reducing[m] += 1
             self.entered[seq] += 1
+            self.grad_bytes[seq] = max(self.grad_bytes[seq], int(body.get("bytes", 0)))
             if self.entered[seq] < self.W:
                 return
             del self.entered[seq]
+            volume = self.grad_bytes.pop(seq)
+            if volume > 0:  # the gradients' time on the wire; the rest of the call is not
+                extra["for_s"] = self.gradient_wire_s(volume)
             hold = [mm for mm, n in self.reducing.items() if n > 0 and mm not in self.holding]
             on = True
         else:
@@ -1035,7 +1043,17 @@ class Coordinator:
         for mm in hold:
             (self.holding.add if on else self.holding.discard)(mm)
             for peer in self.contending[mm]:
-                self.send(peer, ctrl("hold", machine=mm, seq=seq, on=on))
+                self.send(peer, ctrl("hold", machine=mm, seq=seq, on=on, **extra))
+
+    def gradient_wire_s(self, volume: float) -> float:
+        """Seconds a ring all-reduce sending ``volume`` bytes per trainer keeps the wire busy:
+        at the slowest trainer NIC's share, plus the ring's message latencies (as
+        :meth:`gnnsched.workload.Workload.allreduce_s`, without the fixed overhead, during
+        which the cost model's NICs carry other traffic)."""
+        ms = self.cluster.machines
+        per = {m: self.T.count(m) for m in set(self.T)}
+        bw = min(min(ms[m].egress, ms[m].ingress) / n for m, n in per.items())
+        return volume / bw + 2 * (self.W - 1) * self.cluster.latency
 
     def _contending(self) -> dict[int, list[str]]:
         """Per trainer machine, the stores and relays whose traffic into it would slow its

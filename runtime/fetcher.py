@@ -15,6 +15,7 @@ The fetcher role needs neither torch nor DGL, so it starts in a fraction of a se
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -122,7 +123,7 @@ class Fetcher(Role):
         self.sock, self.endpoint = self.bind(zmq.PULL, BULK)
         self.inbox = Channel(self.sock, f"{self.name} requests")
 
-        self.held: dict[int, int] = {}  # machine index -> iteration it all-reduces
+        self.held: dict[int, tuple[int, float]] = {}  # machine -> (iteration, until)
         self.deferred: list[tuple[int, int, np.ndarray, float]] = []
 
     def ready_fields(self) -> dict[str, Any]:
@@ -150,7 +151,10 @@ class Fetcher(Role):
         for s in [self.sock, self.control.sock, *self.stores.poll_sockets]:
             poller.register(s, zmq.POLLIN)
         while not self.stopping:
-            events = dict(poller.poll(200))
+            ends = [until for _, until in self.held.values() if until < math.inf]
+            wait = 200 if not ends else min(200, 1 + max(0.0, min(ends) - time.monotonic()) * 1e3)
+            events = dict(poller.poll(int(wait)))
+            self.expire_holds()
             for sock in events:
                 if sock is self.control.sock:
                     self.poll_control()
@@ -180,7 +184,7 @@ class Fetcher(Role):
         """Push a gathered mini-batch, unless its trainer's machine is all-reducing an
         earlier iteration: then it waits (gradients first, as the stores' NIC queues do)."""
         m = self.trainer_machine.get(trainer)
-        if m in self.held and seq > self.held[m]:
+        if m in self.held and seq > self.held[m][0] and time.monotonic() < self.held[m][1]:
             self.deferred.append((trainer, seq, feats, took))
             return
         self._push(trainer, seq, feats, took)
@@ -191,9 +195,23 @@ class Fetcher(Role):
             return
         m = int(body["machine"])
         if body["on"]:
-            self.held[m] = int(body["seq"])
+            for_s = body.get("for_s")
+            self.held[m] = (int(body["seq"]),
+                            time.monotonic() + for_s if for_s is not None else math.inf)
             return
         self.held.pop(m, None)
+        self.flush_deferred()
+
+    def expire_holds(self) -> None:
+        """Timed holds end by themselves once the gradients have left."""
+        now = time.monotonic()
+        done = [m for m, (_, until) in self.held.items() if now >= until]
+        for m in done:
+            del self.held[m]
+        if done:
+            self.flush_deferred()
+
+    def flush_deferred(self) -> None:
         waiting, self.deferred = self.deferred, []
         for item in sorted(waiting, key=lambda x: x[1]):  # oldest iteration first
             self.deliver(*item)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -221,10 +222,11 @@ class NicQueue:
     transfer's receiver is the slow side. ``fair``: pending transfers take turns, one chunk each.
     Bytes in flight (sent, not acknowledged) are bounded per receiver (``peer_window``) and in
     total (``window``); same-machine transfers bypass both (they never touch the NIC).
-    ``held`` maps a machine whose trainer is all-reducing iteration ``k`` (gradients go ahead
-    of all other traffic in the cost model) to ``k``: transfers of later iterations into it
-    wait until released. Anything of iteration ``k`` or earlier still flows -- another
-    trainer may need it to reach the same barrier -- so a hold can never deadlock.
+    :meth:`hold` marks a machine whose trainer is all-reducing iteration ``k`` (gradients go
+    ahead of all other traffic in the cost model): transfers of later iterations into it wait
+    until :meth:`release` or until the hold's time (the gradients' time on the wire) is up.
+    Anything of iteration ``k`` or earlier still flows -- another trainer may need it to
+    reach the same barrier -- so a hold can never deadlock.
     """
 
     def __init__(self, sharing: str = "fair", window: int = WINDOW_BYTES,
@@ -239,7 +241,7 @@ class NicQueue:
         self.in_flight: dict[tuple[bytes, int, int], tuple[int, int, bool]] = {}
         self.in_flight_bytes = 0
         self.peer_bytes: dict[bytes, int] = {}
-        self.held: dict[int, int] = {}  # machine all-reducing iteration k -> k
+        self.held: dict[int, tuple[int, float]] = {}  # machine -> (iteration k, until)
         self.full: set[bytes] = set()  # receivers whose socket pipe was full this round
         self._rr = 0
 
@@ -249,6 +251,28 @@ class NicQueue:
         key = self.ranks.get((t.trainer, t.seq, t.kind))
         if key is not None:
             self.keys[t.tid] = key
+
+    def hold(self, machine: int, seq: int, for_s: float | None = None) -> None:
+        """Send ``machine`` nothing of iterations after ``seq`` for ``for_s`` seconds (None:
+        until released)."""
+        self.held[machine] = (seq, time.monotonic() + for_s if for_s is not None else math.inf)
+
+    def release(self, machine: int) -> None:
+        self.held.pop(machine, None)
+
+    def hold_left(self) -> float | None:
+        """Seconds until the next timed hold ends (None: no timed hold)."""
+        ends = [until for _, until in self.held.values() if until < math.inf]
+        return max(0.0, min(ends) - time.monotonic()) if ends else None
+
+    def _holds(self, t: OutTransfer, now: float) -> bool:
+        h = self.held.get(t.dst_machine)
+        if h is None:
+            return False
+        if now >= h[1]:  # its time is up: the gradients have left
+            del self.held[t.dst_machine]
+            return False
+        return t.seq > h[0]
 
     def set_ranks(self, ranks: dict[tuple[int, int, str], tuple], keep: int = 4096) -> None:
         """Keys for transfers of a batch that are about to be queued (trainer, seq, kind)."""
@@ -279,7 +303,8 @@ class NicQueue:
         for t in ready:
             if t.local:
                 return t
-        ready = [t for t in ready if t.seq <= self.held.get(t.dst_machine, t.seq)
+        now = time.monotonic()
+        ready = [t for t in ready if not self._holds(t, now)
                  and t.peer not in self.full and self._room(t, t.sizes[t.next_chunk])]
         if not ready:
             return None
@@ -298,7 +323,8 @@ class NicQueue:
         ready = [t for t in self.active.values() if t.pending and not t.local]
         if not ready:
             return "idle"
-        ready = [t for t in ready if t.seq <= self.held.get(t.dst_machine, t.seq)]
+        now = time.monotonic()
+        ready = [t for t in ready if not self._holds(t, now)]
         if not ready:
             return "held"
         if all(t.peer in self.full for t in ready):
@@ -455,7 +481,9 @@ class Store(Role):
         self.waits = {"idle": 0.0, "window": 0.0, "held": 0.0, "pipe": 0.0, "send": 0.0}
         state, last = "idle", time.monotonic()
         while not self.stopping:
-            events = dict(poller.poll(2 if self.nic.full else 50))
+            left = self.nic.hold_left()
+            wait = 2 if self.nic.full else 50 if left is None else min(50, 1 + left * 1e3)
+            events = dict(poller.poll(int(wait)))
             if self.sock in events:
                 for _ in range(64):  # drain a burst before sending more
                     try:
@@ -575,9 +603,9 @@ class Store(Role):
             self.nic.set_keys({int(tid): tuple(key) for tid, key in body["keys"]})
         elif body["op"] == "hold":
             if body["on"]:
-                self.nic.held[int(body["machine"])] = int(body["seq"])
+                self.nic.hold(int(body["machine"]), int(body["seq"]), body.get("for_s"))
             else:
-                self.nic.held.pop(int(body["machine"]), None)
+                self.nic.release(int(body["machine"]))
         elif body["op"] == "rank":
             self.nic.set_ranks({(int(t), int(q), str(k)): tuple(key)
                                 for t, q, k, key in body["ranks"]})

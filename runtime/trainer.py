@@ -326,6 +326,11 @@ class Trainer(Role):
         dist.init_process_group(peers["backend"], store=store, rank=self.rank,
                                 world_size=self.world, timeout=timedelta(seconds=self.timeout))
 
+    def grad_volume(self, model: torch.nn.Module) -> int:
+        """Bytes a ring all-reduce of ``model``'s gradients sends from each trainer."""
+        n = sum(p.numel() * p.element_size() for p in model.parameters())
+        return int(2 * (self.world - 1) / self.world * n)
+
     def allreduce(self, model: torch.nn.Module) -> None:
         """Average gradients over trainers (one flat buffer: one collective per step)."""
         if self.world == 1:
@@ -416,7 +421,8 @@ class Trainer(Role):
                 self.stretch(time.process_time() - cpu1)
                 t2 = time.monotonic()
                 if self.grad_first:  # stores hold traffic into this machine meanwhile
-                    self.inbox.send("allreduce", trainer=self.rank, seq=seq, on=True)
+                    self.inbox.send("allreduce", trainer=self.rank, seq=seq, on=True,
+                                    bytes=self.grad_volume(model))
                 self.doing = f"all-reducing step {seq} (epoch {epoch})"
                 self.allreduce(model)
                 self.sync()

@@ -162,8 +162,7 @@ def test_ctrl_c_stops_every_process(lab4, tmp_path: Path) -> None:
 def test_lab4_on_an_emulated_cluster_with_shaped_nics(lab4, tmp_path: Path) -> None:
     """The same job through the netns launcher: each host's roles in its own namespace behind a
     100 Mbit/s tbf-shaped NIC. It trains like the reference, every batch once, nothing is left
-    (processes, namespaces), and a bulk transfer on a shaped link runs at the shaped rate.
-    Gradient holds are on here (``grad_first``, off by default) so that path runs end to end."""
+    (processes, namespaces), and a bulk transfer on a shaped link runs at the shaped rate."""
     from gnnsched.runtime import netns
     from gnnsched.runtime.reference import reference_train
 
@@ -181,8 +180,7 @@ def test_lab4_on_an_emulated_cluster_with_shaped_nics(lab4, tmp_path: Path) -> N
     net = netns.EmulatedCluster(cluster).up()
     try:
         res = train(cluster, job, plan, policy="gnnsched", launcher="netns",
-                    out_dir=tmp_path / "run", partitions=parts,
-                    options=replace(FAST, grad_first=True))
+                    out_dir=tmp_path / "run", partitions=parts, options=FAST)
         assert res.launcher == "netns"
         assert not _children(), "a role process outlived the run"
         ref = reference_train(job, str(parts), [list(t.parts) for t in plan.trainers])
@@ -328,6 +326,14 @@ def test_relay_holds_pushes_into_an_all_reducing_machine() -> None:
     assert sent == [(0, 5), (1, 9)]
     f.on_control({"op": "hold", "machine": 2, "seq": 5, "on": False})
     assert sent == [(0, 5), (1, 9), (0, 6), (0, 7)] and f.deferred == []
+    # a timed hold lets go by itself once its time (the gradients' on the wire) is up
+    f.on_control({"op": "hold", "machine": 2, "seq": 7, "on": True, "for_s": 0.05})
+    f.deliver(0, 8, x, 0.0)
+    f.expire_holds()
+    assert sent[-1] == (0, 7) and len(f.deferred) == 1
+    time.sleep(0.06)
+    f.expire_holds()
+    assert sent[-1] == (0, 8) and f.deferred == [] and f.held == {}
 
 
 def test_gradient_hold_starts_at_the_barrier_and_spares_fast_ingress() -> None:
@@ -353,22 +359,27 @@ def test_gradient_hold_starts_at_the_barrier_and_spares_fast_ingress() -> None:
     c.stores, c.fetchers = {0: "store:s0", 1: "store:s1"}, ["fetcher:x"]
     c.roles = {"fetcher:x": SimpleNamespace(launch=SimpleNamespace(machine="s0"))}
     c.reducing, c.entered, c.holding = defaultdict(int), defaultdict(int), set()
+    c.grad_bytes = defaultdict(int)
     c.contending = c._contending()
     sent: list[tuple[str, int, bool]] = []
+    bodies: list[dict[str, Any]] = []
 
     def send(peer: str, msg: Any) -> None:
         body = ctrl_body(msg)
         sent.append((peer, body["machine"], body["on"]))
+        bodies.append(body)
 
     c.send = send  # type: ignore[method-assign]
     role = _Role.__new__(_Role)
-    c._on_allreduce("trainer:0", role, {"trainer": 0, "seq": 4, "on": True})
+    c._on_allreduce("trainer:0", role, {"trainer": 0, "seq": 4, "on": True, "bytes": 625_000})
     assert sent == []  # trainer 1 has not reached the barrier: nothing on the wire yet
-    c._on_allreduce("trainer:1", role, {"trainer": 1, "seq": 4, "on": True})
+    c._on_allreduce("trainer:1", role, {"trainer": 1, "seq": 4, "on": True, "bytes": 625_000})
     # into g0 (200 Mbit): s1 all-reduces itself; s0's store and relay (50) + ring (100) fit
     # g0's ingress. Into s1 (100 Mbit): s0's traffic would share it with the gradients.
     assert sorted(sent) == [("fetcher:x", 1, True), ("store:s0", 1, True),
                             ("store:s1", 2, True)]
+    # held for the gradients' time on the wire: 625 kB at the ring's 100 Mbit/s = 50 ms
+    assert all(b["for_s"] == pytest.approx(0.05) for b in bodies)
     sent.clear()
     c._on_allreduce("trainer:0", role, {"trainer": 0, "seq": 4, "on": False})
     assert sent == [("store:s1", 2, False)]

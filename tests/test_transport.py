@@ -213,10 +213,17 @@ def test_nic_queue_priority_fair_windows() -> None:
     later.seq, now.seq = 6, 5
     h.add(later)
     h.add(now)
-    h.held[1] = 5
+    h.hold(1, 5)
     assert _drain(h) == [11, 11]
-    del h.held[1]
+    h.release(1)
     assert _drain(h) == [10, 10]
+    # a timed hold (the gradients' time on the wire) ends by itself
+    h.add(later := _transfer(12, 1))
+    later.seq = 6
+    h.hold(1, 5, for_s=0.05)
+    assert h.next_chunk() is None and h.stall() == "held" and 0 < h.hold_left() <= 0.05
+    time.sleep(0.06)
+    assert _drain(h) == [12] and h.held == {} and h.hold_left() is None
 
 
 def test_full_pipe_skips_its_receiver_for_one_round() -> None:
@@ -240,7 +247,7 @@ def test_full_pipe_skips_its_receiver_for_one_round() -> None:
     later = _transfer(3, 1)
     later.seq = 6
     h.add(later)
-    h.held[1] = 5
+    h.hold(1, 5)
     assert h.next_chunk() is None and h.stall() == "held"
 
 

@@ -53,9 +53,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emulate-speed", default=None, choices=("on", "off"),
                    help="stretch each step to the cluster's GPU speed (default: on without "
                         "CUDA)")
-    p.add_argument("--grad-first", action="store_true",
-                   help="stores send nothing of later iterations into a machine while its "
-                        "trainer all-reduces (default: off; gradients share the NIC)")
+    p.add_argument("--no-grad-first", action="store_true",
+                   help="let store traffic share a machine's NIC with its gradients (default: "
+                        "stores send it nothing of later iterations while its gradients are "
+                        "on the wire)")
     p.add_argument("--coordinator-address", default=None,
                    help="ssh launcher: this machine's address as the hosts reach it")
     p.add_argument("--remote-python", default="python3", help="ssh launcher: remote python")
@@ -217,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
     from gnnsched.runtime.launcher import LaunchError
     from gnnsched.runtime.transport import MessageError, TransportError
 
-    opts = RuntimeOptions(threads=args.threads, grad_first=args.grad_first,
+    opts = RuntimeOptions(threads=args.threads, grad_first=not args.no_grad_first,
                           emulate_speed=None if args.emulate_speed is None
                           else args.emulate_speed == "on",
                           checkpoint_every=args.checkpoint_every, heartbeat_s=args.heartbeat,
