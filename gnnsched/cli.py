@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+from typing import Any
 
 from gnnsched.spec import SpecError
 
@@ -45,13 +47,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised like Ctrl-C so every ``finally`` runs: a run stops its
+    processes and an emulated cluster removes its namespaces, as on Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated(signum)
+
+
+def stop_cleanly_on_signals() -> None:
+    """Turn SIGTERM and SIGHUP (``kill``, a closed terminal) into :class:`Terminated`;
+    by default they would end the process at once and leave processes and namespaces."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, _raise_terminated)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    stop_cleanly_on_signals()
     try:
         return int(args._run(args) or 0)
     except SpecError as exc:
         print(f"gnnsched {args.verb}: error: {exc}", file=sys.stderr)
         return 2
+    except Terminated as exc:
+        print(f"gnnsched {args.verb}: stopped by {exc}", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
         print(f"gnnsched {args.verb}: interrupted", file=sys.stderr)
         return 130

@@ -123,7 +123,10 @@ def test_dead_role_fails_the_run_and_nothing_is_left(lab4, tmp_path: Path) -> No
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_every_process(lab4, tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_every_process(lab4, tmp_path: Path, sig: signal.Signals) -> None:
+    """Ctrl-C and ``kill`` (SIGTERM) stop a run the same way: every process it started is
+    gone, and the exit code says which signal it was."""
     cluster, job, plan, parts = lab4
     plan.save(tmp_path / "plan.json")
     run_dir = tmp_path / "run"
@@ -144,14 +147,14 @@ def test_ctrl_c_stops_every_process(lab4, tmp_path: Path) -> None:
         else:
             pytest.fail("training did not start")
         seen |= {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     tail = out[-3000:]
-    assert proc.returncode == 130, tail
-    assert "interrupted" in out, tail
+    assert proc.returncode == 128 + sig, tail
+    assert ("interrupted" if sig == signal.SIGINT else "stopped by SIGTERM") in out, tail
     assert len(seen) >= 7, (seen, tail)
     alive = survivors(seen)
     assert not alive, f"processes left after Ctrl-C: {alive}\n{tail}"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -247,10 +248,12 @@ def run(args: argparse.Namespace) -> int:
         where = f" (details: {args.out}/logs/)" if args.out else ""
         print(f"gnnsched train: error: {_first_line(exc)}{where}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         progress.close()
-        print("gnnsched train: interrupted; all processes stopped", file=sys.stderr)
-        return 130
+        signum = getattr(exc, "signum", signal.SIGINT)  # cli.Terminated: SIGTERM or SIGHUP
+        how = "interrupted" if signum == signal.SIGINT else f"stopped by {exc}"
+        print(f"gnnsched train: {how}; all processes stopped", file=sys.stderr)
+        return 128 + signum
     progress.close()
     out = sys.stderr if args.json else sys.stdout
     print(f"test accuracy {result.test_accuracy:.4f}; epoch time {result.epoch_time_s:.3f} s "
