@@ -24,9 +24,11 @@ NIC can order it. Priority transmission is real, not a label:
 So a high-priority transfer queued behind a large low-priority one overtakes it after at most
 one window of bytes. The store tells the coordinator when a transfer is queued and when its
 last chunk is acknowledged (the policy's ``on_transfer_done``). Gradients come first, as in
-the cost model: while the trainers all-reduce (every one has reached the barrier), the
+the cost model: once the trainers all-reduce (every one has reached the barrier), the
 coordinator ``hold``s this store's new chunks of later iterations into their machines when
-they would share a NIC with the gradients, so feature prefetch does not slow the barrier.
+they would share a NIC with the gradients, for the gradients' time on the wire (ring bytes /
+bandwidth; the rest of the all-reduce call leaves the NIC to prefetch), so feature prefetch
+does not slow the barrier.
 
 :class:`StoreClient` is the other side (used by samplers and fetchers): one DEALER per store,
 request ids, chunk reassembly with size checks before any allocation, and acks.
