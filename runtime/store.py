@@ -320,7 +320,7 @@ class NicQueue:
         """Why no remote chunk leaves now: ``idle`` (none pending), ``held`` (every pending
         one is held for an all-reduce), ``pipe`` (their receivers' socket pipes are full: the
         NIC is busy) or ``window`` (waiting for acknowledgements). The store adds up the
-        seconds spent in each (its ``waits`` stats): time in ``window`` is a NIC left idle
+        seconds spent in each (its ``waits_s`` stats): time in ``window`` is a NIC left idle
         by the runtime, which the simulator does not model."""
         ready = [t for t in self.active.values() if t.pending and not t.local]
         if not ready:
