@@ -602,6 +602,10 @@ def run_runtime_once(st: Settings, cluster: Any, job: Any, plan: Any, prof: Any,
     if row.get("recoveries"):
         say(f"    {tag}: recovered {len(row['recoveries'])} time(s): timing is suspect")
     row.pop("bytes_by_process", None)
+    # where each store's NIC queue spent the run (idle / window / held / pipe / send seconds):
+    # a NIC the runtime leaves idle shows up as "window" or "held" here
+    row["nic_queue_waits_s"] = {n: p["waits_s"] for n, p in res.processes.items()
+                                if p.get("waits_s")}
     per_host, note = tracker.bytes_per_epoch(job.epochs)
     row["nic_bytes_per_epoch"] = per_host
     row["nic_bytes_note"] = note
@@ -642,6 +646,7 @@ def aggregate_runtime(reps: list[dict[str, Any]]) -> dict[str, Any]:
                    "fetch": mean["fetch_s"]},
         "stages_by_trainer": st_, "startup_s": best["startup_s"], "wall_s": best["wall_s"],
         "run_dir": best["run_dir"], "allreduce_last_s": best.get("allreduce_last_s"),
+        "nic_queue_waits_s": best.get("nic_queue_waits_s"),
         "seconds": sum(r["seconds"] for r in reps),
         "recoveries": [rc for r in reps for rc in r.get("recoveries", [])],
     }
