@@ -24,12 +24,25 @@ computed on it hold for the simulated epoch, not just in expectation.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.profile import EDGE_BYTES, CostProfile
 from gnnsched.spec import ClusterSpec, JobSpec
+
+
+def ring_wire_s(volume: float, trainer_machines: list[int], egress: Any, ingress: Any,
+                latency: float) -> float:
+    """Seconds a ring all-reduce sending ``volume`` bytes from each trainer keeps the wire
+    busy: at the slowest trainer machine's share of its NIC (trainers on one machine split
+    it), plus the ring's 2 (W-1) message latencies. The cost model adds the profile's fixed
+    overhead to this (:meth:`Workload.allreduce_s`); the runtime holds prefetch into
+    all-reducing machines for this long."""
+    per = {m: trainer_machines.count(m) for m in set(trainer_machines)}
+    bw = min(min(egress[m], ingress[m]) / n for m, n in per.items())
+    return volume / bw + 2 * (len(trainer_machines) - 1) * latency
 
 
 @dataclass(frozen=True)
@@ -185,10 +198,8 @@ class Workload:
         machines = [self.cluster.machine_index(t.machine) for t in plan.trainers]
         if W <= 1 or len(set(machines)) == 1:
             return 0.0
-        per = {m: machines.count(m) for m in set(machines)}
-        bw = min(min(self.egress_bw[m], self.ingress_bw[m]) / per[m] for m in per)
-        volume = 2.0 * (W - 1) / W * self.profile.grad_bytes
-        return (volume / bw + 2 * (W - 1) * self.cluster.latency
+        return (ring_wire_s(self.allreduce_bytes(plan), machines, self.egress_bw,
+                            self.ingress_bw, self.cluster.latency)
                 + self.profile.allreduce_overhead_s)
 
     def allreduce_bytes(self, plan: Plan) -> float:

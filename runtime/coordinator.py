@@ -122,6 +122,7 @@ from gnnsched.runtime.transport import (
     start_authenticator,
 )
 from gnnsched.spec import ClusterSpec, JobSpec, SpecError
+from gnnsched.workload import ring_wire_s
 
 NIC_WINDOW_S, PEER_WINDOW_S = 0.15, 0.12  # shaped links: in flight, as seconds of egress
 STAGES = ("sample_s", "fetch_s", "wait_s", "train_s", "allreduce_s")
@@ -1046,14 +1047,12 @@ class Coordinator:
                 self.send(peer, ctrl("hold", machine=mm, seq=seq, on=on, **extra))
 
     def gradient_wire_s(self, volume: float) -> float:
-        """Seconds a ring all-reduce sending ``volume`` bytes per trainer keeps the wire busy:
-        at the slowest trainer NIC's share, plus the ring's message latencies (as
-        :meth:`gnnsched.workload.Workload.allreduce_s`, without the fixed overhead, during
-        which the cost model's NICs carry other traffic)."""
+        """The gradients' time on the wire (:func:`gnnsched.workload.ring_wire_s`), without
+        the all-reduce's fixed overhead, during which the cost model's NICs carry other
+        traffic."""
         ms = self.cluster.machines
-        per = {m: self.T.count(m) for m in set(self.T)}
-        bw = min(min(ms[m].egress, ms[m].ingress) / n for m, n in per.items())
-        return volume / bw + 2 * (self.W - 1) * self.cluster.latency
+        return ring_wire_s(volume, list(self.T), [m.egress for m in ms],
+                           [m.ingress for m in ms], self.cluster.latency)
 
     def _contending(self) -> dict[int, list[str]]:
         """Per trainer machine, the stores and relays whose traffic into it would slow its

@@ -15,7 +15,6 @@ The fetcher role needs neither torch nor DGL, so it starts in a fraction of a se
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ import numpy as np
 import zmq
 
 from gnnsched.runtime.role import Role
-from gnnsched.runtime.store import StoreClient
+from gnnsched.runtime.store import Holds, StoreClient
 from gnnsched.runtime.transport import BULK, Channel, Kind, Message, MessageError
 
 
@@ -123,7 +122,7 @@ class Fetcher(Role):
         self.sock, self.endpoint = self.bind(zmq.PULL, BULK)
         self.inbox = Channel(self.sock, f"{self.name} requests")
 
-        self.held: dict[int, tuple[int, float]] = {}  # machine -> (iteration, until)
+        self.held = Holds()
         self.deferred: list[tuple[int, int, np.ndarray, float]] = []
 
     def ready_fields(self) -> dict[str, Any]:
@@ -151,9 +150,8 @@ class Fetcher(Role):
         for s in [self.sock, self.control.sock, *self.stores.poll_sockets]:
             poller.register(s, zmq.POLLIN)
         while not self.stopping:
-            ends = [until for _, until in self.held.values() if until < math.inf]
-            wait = 200 if not ends else min(200, 1 + max(0.0, min(ends) - time.monotonic()) * 1e3)
-            events = dict(poller.poll(int(wait)))
+            left = self.held.left()
+            events = dict(poller.poll(200 if left is None else int(min(200, 1 + left * 1e3))))
             self.expire_holds()
             for sock in events:
                 if sock is self.control.sock:
@@ -184,7 +182,7 @@ class Fetcher(Role):
         """Push a gathered mini-batch, unless its trainer's machine is all-reducing an
         earlier iteration: then it waits (gradients first, as the stores' NIC queues do)."""
         m = self.trainer_machine.get(trainer)
-        if m in self.held and seq > self.held[m][0] and time.monotonic() < self.held[m][1]:
+        if self.held.blocks(m, seq, time.monotonic()):
             self.deferred.append((trainer, seq, feats, took))
             return
         self._push(trainer, seq, feats, took)
@@ -195,20 +193,14 @@ class Fetcher(Role):
             return
         m = int(body["machine"])
         if body["on"]:
-            for_s = body.get("for_s")
-            self.held[m] = (int(body["seq"]),
-                            time.monotonic() + for_s if for_s is not None else math.inf)
+            self.held.hold(m, int(body["seq"]), body.get("for_s"))
             return
-        self.held.pop(m, None)
+        self.held.release(m)
         self.flush_deferred()
 
     def expire_holds(self) -> None:
         """Timed holds end by themselves once the gradients have left."""
-        now = time.monotonic()
-        done = [m for m, (_, until) in self.held.items() if now >= until]
-        for m in done:
-            del self.held[m]
-        if done:
+        if self.held.expire(time.monotonic()):
             self.flush_deferred()
 
     def flush_deferred(self) -> None:

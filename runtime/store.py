@@ -215,6 +215,42 @@ class OutTransfer:
         return self.next_chunk < len(self.chunks)
 
 
+class Holds(dict[int, tuple[int, float]]):
+    """Gradients first, the rule stores and relays share: a machine whose trainer all-reduces
+    iteration ``k`` gets nothing of later iterations until :meth:`release` or until the hold's
+    time (the gradients' time on the wire) is up. Anything of iteration ``k`` or earlier still
+    flows -- another trainer may need it to reach the same barrier -- so a hold can never
+    deadlock. Maps machine -> (``k``, monotonic end; ``inf``: until released)."""
+
+    def hold(self, machine: int, seq: int, for_s: float | None = None) -> None:
+        self[machine] = (seq, time.monotonic() + for_s if for_s is not None else math.inf)
+
+    def release(self, machine: int) -> None:
+        self.pop(machine, None)
+
+    def blocks(self, machine: int | None, seq: int, now: float) -> bool:
+        """Whether iteration ``seq`` into ``machine`` must wait now (an ended hold is dropped)."""
+        h = self.get(machine) if machine is not None else None
+        if h is None:
+            return False
+        if now >= h[1]:  # its time is up: the gradients have left
+            del self[machine]
+            return False
+        return seq > h[0]
+
+    def expire(self, now: float) -> list[int]:
+        """Drop the holds whose time is up; returns their machines."""
+        done = [m for m, (_, until) in self.items() if now >= until]
+        for m in done:
+            del self[m]
+        return done
+
+    def left(self) -> float | None:
+        """Seconds until the next timed hold ends (None: no timed hold)."""
+        ends = [until for _, until in self.values() if until < math.inf]
+        return max(0.0, min(ends) - time.monotonic()) if ends else None
+
+
 class NicQueue:
     """Chooses the next chunk a NIC sends.
 
@@ -224,11 +260,8 @@ class NicQueue:
     transfer's receiver is the slow side. ``fair``: pending transfers take turns, one chunk each.
     Bytes in flight (sent, not acknowledged) are bounded per receiver (``peer_window``) and in
     total (``window``); same-machine transfers bypass both (they never touch the NIC).
-    :meth:`hold` marks a machine whose trainer is all-reducing iteration ``k`` (gradients go
-    ahead of all other traffic in the cost model): transfers of later iterations into it wait
-    until :meth:`release` or until the hold's time (the gradients' time on the wire) is up.
-    Anything of iteration ``k`` or earlier still flows -- another trainer may need it to
-    reach the same barrier -- so a hold can never deadlock.
+    :meth:`hold` marks a machine whose trainer is all-reducing (:class:`Holds`: gradients go
+    ahead of all other traffic in the cost model).
     """
 
     def __init__(self, sharing: str = "fair", window: int = WINDOW_BYTES,
@@ -243,7 +276,7 @@ class NicQueue:
         self.in_flight: dict[tuple[bytes, int, int], tuple[int, int, bool]] = {}
         self.in_flight_bytes = 0
         self.peer_bytes: dict[bytes, int] = {}
-        self.held: dict[int, tuple[int, float]] = {}  # machine -> (iteration k, until)
+        self.held = Holds()
         self.full: set[bytes] = set()  # receivers whose socket pipe was full this round
         self._rr = 0
 
@@ -257,24 +290,14 @@ class NicQueue:
     def hold(self, machine: int, seq: int, for_s: float | None = None) -> None:
         """Send ``machine`` nothing of iterations after ``seq`` for ``for_s`` seconds (None:
         until released)."""
-        self.held[machine] = (seq, time.monotonic() + for_s if for_s is not None else math.inf)
+        self.held.hold(machine, seq, for_s)
 
     def release(self, machine: int) -> None:
-        self.held.pop(machine, None)
+        self.held.release(machine)
 
     def hold_left(self) -> float | None:
         """Seconds until the next timed hold ends (None: no timed hold)."""
-        ends = [until for _, until in self.held.values() if until < math.inf]
-        return max(0.0, min(ends) - time.monotonic()) if ends else None
-
-    def _holds(self, t: OutTransfer, now: float) -> bool:
-        h = self.held.get(t.dst_machine)
-        if h is None:
-            return False
-        if now >= h[1]:  # its time is up: the gradients have left
-            del self.held[t.dst_machine]
-            return False
-        return t.seq > h[0]
+        return self.held.left()
 
     def set_ranks(self, ranks: dict[tuple[int, int, str], tuple], keep: int = 4096) -> None:
         """Keys for transfers of a batch that are about to be queued (trainer, seq, kind)."""
@@ -306,7 +329,7 @@ class NicQueue:
             if t.local:
                 return t
         now = time.monotonic()
-        ready = [t for t in ready if not self._holds(t, now)
+        ready = [t for t in ready if not self.held.blocks(t.dst_machine, t.seq, now)
                  and t.peer not in self.full and self._room(t, t.sizes[t.next_chunk])]
         if not ready:
             return None
@@ -326,7 +349,7 @@ class NicQueue:
         if not ready:
             return "idle"
         now = time.monotonic()
-        ready = [t for t in ready if not self._holds(t, now)]
+        ready = [t for t in ready if not self.held.blocks(t.dst_machine, t.seq, now)]
         if not ready:
             return "held"
         if all(t.peer in self.full for t in ready):

@@ -290,6 +290,7 @@ class Trainer(Role):
         self.master_port = None
         self.tcp_store = None
         self.allreduce_bytes = 0
+        self._grad_volume: int | None = None
         if self.world > 1 and self.rank == 0:
             import socket
 
@@ -327,9 +328,12 @@ class Trainer(Role):
                                 world_size=self.world, timeout=timedelta(seconds=self.timeout))
 
     def grad_volume(self, model: torch.nn.Module) -> int:
-        """Bytes a ring all-reduce of ``model``'s gradients sends from each trainer."""
-        n = sum(p.numel() * p.element_size() for p in model.parameters())
-        return int(2 * (self.world - 1) / self.world * n)
+        """Bytes a ring all-reduce of ``model``'s gradients sends from each trainer (fixed by
+        the model, so counted once)."""
+        if self._grad_volume is None:
+            n = sum(p.numel() * p.element_size() for p in model.parameters())
+            self._grad_volume = int(2 * (self.world - 1) / self.world * n)
+        return self._grad_volume
 
     def allreduce(self, model: torch.nn.Module) -> None:
         """Average gradients over trainers (one flat buffer: one collective per step)."""
@@ -341,8 +345,7 @@ class Trainer(Role):
         flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat)
         # what a ring all-reduce sends from this trainer (gloo/NCCL traffic is not ours to count)
-        self.allreduce_bytes += int(2 * (self.world - 1) / self.world * flat.numel()
-                                    * flat.element_size())
+        self.allreduce_bytes += self.grad_volume(model)
         flat.div_(self.world)
         off = 0
         for g in grads:

@@ -317,9 +317,10 @@ def test_relay_holds_pushes_into_an_all_reducing_machine() -> None:
     pushes it nothing of later steps (step 5 and earlier still flow); on release the held
     mini-batches go out oldest first. Another machine's trainer is never held."""
     from gnnsched.runtime.fetcher import Fetcher
+    from gnnsched.runtime.store import Holds
 
     f = Fetcher.__new__(Fetcher)  # no sockets: only the hold rule
-    f.trainer_machine, f.held, f.deferred = {0: 2, 1: 3}, {}, []
+    f.trainer_machine, f.held, f.deferred = {0: 2, 1: 3}, Holds(), []
     sent: list[tuple[int, int]] = []
     f._push = lambda trainer, seq, feats, took: sent.append((trainer, seq))  # type: ignore
     x = np.zeros((1, 1), dtype=np.float32)
