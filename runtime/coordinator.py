@@ -125,6 +125,7 @@ from gnnsched.spec import ClusterSpec, JobSpec, SpecError
 from gnnsched.workload import ring_wire_s
 
 NIC_WINDOW_S, PEER_WINDOW_S = 0.15, 0.12  # shaped links: in flight, as seconds of egress
+NIC_CHUNK_S = 0.008  # shaped links: a store's chunk, as seconds of its own egress
 STAGES = ("sample_s", "fetch_s", "wait_s", "train_s", "allreduce_s")
 ROLE_ORDER = (("trainer",), ("sampler", "fetcher"), ("store",))  # shutdown order
 
@@ -167,7 +168,7 @@ class Fault:
 class RuntimeOptions:
     """Knobs of the runtime (not of the model): transport, timeouts, evaluation, recovery."""
 
-    chunk_bytes: int | None = None  # None: 256 KiB on loopback, ~2 ms of the NIC when shaped
+    chunk_bytes: int | None = None  # None: 256 KiB on loopback, ~8 ms of a store's NIC if shaped
     window_bytes: int | None = None  # None: 4 chunks
     peer_window_bytes: int | None = None  # None: 2 chunks
     # Gradients first: stores and relays send a machine nothing of later iterations while its
@@ -499,9 +500,11 @@ class Coordinator:
         os.replace(tmp, self.run_dir / "logs" / "processes.json")
 
     def _sizes(self) -> dict[str, int]:
-        """Chunk and window sizes. On real or shaped links (netns, ssh) a chunk is ~2 ms of
-        the slowest NIC (16..256 KiB), so priority decisions and gradient holds take effect
-        within a few ms; on loopback (local) large chunks keep the CPU cost low."""
+        """Chunk and window sizes. On real or shaped links (netns, ssh) each store's chunk is
+        ~8 ms of its own egress (16..256 KiB, ``nic_chunk_bytes``) and its windows cover
+        150 / 120 ms of it (``nic_windows``); on loopback (local) large chunks keep the CPU
+        cost low. ``chunk_bytes`` (~2 ms of the slowest NIC when shaped) is the fallback for
+        a sender with no entry of its own."""
         o = self.opts
         if o.chunk_bytes:
             chunk = int(o.chunk_bytes)
@@ -524,9 +527,19 @@ class Coordinator:
             # a 50 Mbit/s store waited for acks ~60% of a hetero/Cora run (its ``waits_s``
             # stats) and the run was 11% slower than simulated; with 150 / 120 ms it never
             # waits and a priority transfer still overtakes within ~150 ms of that NIC.
+            #
+            # A store's chunk is ~8 ms of its own egress (16..256 KiB): each chunk costs the
+            # sender and receiver a message, an ack and a scheduling decision in Python, so
+            # chunks sized by the *slowest* NIC (16 KiB) kept a 50 Mbit/s store sending ~380
+            # chunks a second, ~4 s of its CPU per 20 s hetero/Physics run, and a 200 Mbit/s
+            # one four times as many. Priority and holds act at window granularity anyway.
+            chunks = {} if o.chunk_bytes else {
+                m.name: int(min(CHUNK_BYTES, max(16 << 10, m.egress * NIC_CHUNK_S)))
+                for m in self.cluster.machines if m.partitions}
+            out["nic_chunk_bytes"] = chunks
             out["nic_windows"] = {
-                m.name: [max(out["window_bytes"], int(m.egress * NIC_WINDOW_S)),
-                         max(out["peer_window_bytes"], int(m.egress * PEER_WINDOW_S))]
+                m.name: [max(4 * chunks.get(m.name, chunk), int(m.egress * NIC_WINDOW_S)),
+                         max(2 * chunks.get(m.name, chunk), int(m.egress * PEER_WINDOW_S))]
                 for m in self.cluster.machines if m.partitions}
         return out
 

@@ -491,7 +491,8 @@ class Store(Role):
         window, peer = cfg.get("nic_windows", {}).get(self.args.machine, (
             cfg.get("window_bytes", WINDOW_BYTES), cfg.get("peer_window_bytes", PEER_WINDOW_BYTES)))
         self.nic = NicQueue(cfg["sharing"], int(window), int(peer))
-        self.chunk_bytes = int(cfg.get("chunk_bytes", CHUNK_BYTES))
+        self.chunk_bytes = int(cfg.get("nic_chunk_bytes", {}).get(
+            self.args.machine, cfg.get("chunk_bytes", CHUNK_BYTES)))
         self.tids = itertools.count()
         self.queued: list[list[Any]] = []
         self.done: list[int] = []

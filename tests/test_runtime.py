@@ -390,3 +390,37 @@ def test_gradient_hold_starts_at_the_barrier_and_spares_fast_ingress() -> None:
     c._on_allreduce("trainer:1", role, {"trainer": 1, "seq": 4, "on": False})
     assert sorted(sent[1:]) == [("fetcher:x", 1, False), ("store:s0", 1, False)]
     assert not c.holding
+
+
+def test_shaped_links_chunk_each_store_by_its_own_nic() -> None:
+    """On shaped links a store's chunk is ~8 ms of its *own* egress (a fast store is not cut
+    into the slowest NIC's tiny chunks, each costing a message and an ack), clamped to
+    16..256 KiB, and its send windows hold several of its chunks; loopback keeps 256 KiB and
+    an explicit ``chunk_bytes`` applies to every store."""
+    from types import SimpleNamespace
+
+    from gnnsched.runtime.coordinator import Coordinator
+    from gnnsched.runtime.store import CHUNK_BYTES
+
+    cl = cluster_from_dict({"name": "h", "machines": [
+        {"name": "s0", "cpus": 2, "memory_gb": 8, "nic_gbps": 0.01, "partitions": [0]},
+        {"name": "s1", "cpus": 2, "memory_gb": 8, "nic_gbps": 0.1, "partitions": [1]},
+        {"name": "s2", "cpus": 2, "memory_gb": 8, "nic_gbps": 10.0, "partitions": [2]},
+        {"name": "g0", "cpus": 2, "memory_gb": 8, "nic_gbps": 0.2,
+         "gpus": [{"kind": "t4", "speed": 1.0, "memory_gb": 16}]}]})
+
+    def sizes(launcher: str, **opts: Any) -> dict[str, Any]:
+        c = Coordinator.__new__(Coordinator)
+        c.cluster, c.opts = cl, RuntimeOptions(**opts)
+        c.launcher = SimpleNamespace(name=launcher)
+        return c._sizes()
+
+    out = sizes("netns")
+    chunks = out["nic_chunk_bytes"]
+    assert chunks == {"s0": 16 << 10, "s1": 100_000, "s2": CHUNK_BYTES}  # 10 / 100 Mbit/s, 10G
+    assert "g0" not in chunks  # no partitions: it serves nothing
+    for name, (window, peer) in out["nic_windows"].items():
+        assert window >= 4 * chunks[name] and peer >= 2 * chunks[name]
+    assert sizes("local")["chunk_bytes"] == CHUNK_BYTES
+    assert "nic_chunk_bytes" not in sizes("local")
+    assert sizes("netns", chunk_bytes=32 << 10)["nic_chunk_bytes"] == {}
