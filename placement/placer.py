@@ -568,12 +568,11 @@ def bound_scorer(problem: Problem) -> Scorer:
 
 
 def simulator_scorer(problem: Problem, policy: str = "gnnsched", seed: int = 0,
-                     iterations: int | None = None, seeds: int = 1) -> Scorer | None:
+                     iterations: int | None = None) -> Scorer | None:
     """The simulator running `policy`, or None when the simulator is not installed.
 
     `iterations` below the epoch's simulates that many and extrapolates (for search moves on
-    long epochs); None simulates the whole epoch. `seeds` > 1 scores the mean over seeds
-    ``seed .. seed + seeds - 1`` (each draws its own mini-batches).
+    long epochs); None simulates the whole epoch.
     """
     try:
         from gnnsched import simulator
@@ -588,31 +587,21 @@ def simulator_scorer(problem: Problem, policy: str = "gnnsched", seed: int = 0,
     its = iterations if iterations and iterations < problem.wl.iterations else None
 
     def score(plan: Plan) -> float:
-        return sum(float(sim(problem.wl, plan, policy=policy, seed=seed + k, iterations=its,
-                             validate=False).epoch_time_s) for k in range(seeds)) / seeds
+        return float(sim(problem.wl, plan, policy=policy, seed=seed, iterations=its,
+                         validate=False).epoch_time_s)
 
     return score
 
 
 SEARCH_ITERATIONS = 48  # search moves simulate at most this many iterations (extrapolated)
-# Final scores (the plan a placer returns, the baselines beside it) are the mean over this many
-# simulator seeds: plans within a few percent of each other trade places from one seed's
-# random mini-batches to the next (gpuless/Cora: gnnsched's plan and colocation's 0.99x apart
-# under one seed), and a pick by one seed would be a pick by that noise. Search moves use one.
-SCORE_SEEDS = 3
 
 
-def default_scorer(problem: Problem, seed: int = 0, iterations: int | None = None,
-                   seeds: int | None = None) -> tuple[Scorer, str]:
-    """Simulator with the gnnsched policy when available, else the cost model's bound.
-
-    Whole epochs (`iterations` None) are scored over SCORE_SEEDS seeds unless `seeds` says
-    otherwise; shortened ones (search moves) over one."""
-    n = seeds or (SCORE_SEEDS if iterations is None else 1)
-    s = simulator_scorer(problem, "gnnsched", seed, iterations, n)
+def default_scorer(problem: Problem, seed: int = 0, iterations: int | None = None
+                   ) -> tuple[Scorer, str]:
+    """Simulator with the gnnsched policy when available, else the cost model's bound."""
+    s = simulator_scorer(problem, "gnnsched", seed, iterations)
     if s is not None:
-        return s, ("simulator (gnnsched policy)" if n == 1 else
-                   f"simulator (gnnsched policy, mean of {n} seeds)")
+        return s, "simulator (gnnsched policy)"
     return bound_scorer(problem), "cost-model bound (simulator not installed)"
 
 
