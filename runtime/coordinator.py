@@ -538,8 +538,10 @@ class Coordinator:
                 for m in self.cluster.machines if m.partitions}
             out["nic_chunk_bytes"] = chunks
             out["nic_windows"] = {
-                m.name: [max(4 * chunks.get(m.name, chunk), int(m.egress * NIC_WINDOW_S)),
-                         max(2 * chunks.get(m.name, chunk), int(m.egress * PEER_WINDOW_S))]
+                m.name: [max(out["window_bytes"], 4 * chunks.get(m.name, chunk),
+                             int(m.egress * NIC_WINDOW_S)),
+                         max(out["peer_window_bytes"], 2 * chunks.get(m.name, chunk),
+                             int(m.egress * PEER_WINDOW_S))]
                 for m in self.cluster.machines if m.partitions}
         return out
 

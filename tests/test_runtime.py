@@ -424,3 +424,6 @@ def test_shaped_links_chunk_each_store_by_its_own_nic() -> None:
     assert sizes("local")["chunk_bytes"] == CHUNK_BYTES
     assert "nic_chunk_bytes" not in sizes("local")
     assert sizes("netns", chunk_bytes=32 << 10)["nic_chunk_bytes"] == {}
+    # an explicit window stays a floor on every store
+    assert all(w >= 8 << 20 for w, _ in sizes("netns", window_bytes=8 << 20)["nic_windows"]
+               .values())
