@@ -5,7 +5,8 @@ these nodes; ``FEAT_REQ``: feature rows of these nodes) and sends every response
 :class:`NicQueue`, because the machine's NIC is the contended resource and only one queue per
 NIC can order it. Priority transmission is real, not a label:
 
-* responses are cut into chunks (``chunk_bytes``, 256 KiB by default);
+* responses are cut into chunks (``chunk_bytes``, 256 KiB by default; on shaped links
+  ~8 ms of this store's own egress, ``nic_chunk_bytes``);
 * a chunk leaves only while the bytes sent but not yet acknowledged by their receiver stay
   under ``window_bytes``, so data waits in *this* queue, not in socket buffers nobody can
   reorder (sockets also get a small ``SNDHWM`` and ``SO_SNDBUF``);
