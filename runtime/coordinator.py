@@ -531,8 +531,9 @@ class Coordinator:
             # A store's chunk is ~8 ms of its own egress (16..256 KiB): each chunk costs the
             # sender and receiver a message, an ack and a scheduling decision in Python, so
             # chunks sized by the *slowest* NIC (16 KiB) kept a 50 Mbit/s store sending ~380
-            # chunks a second, ~4 s of its CPU per 20 s hetero/Physics run, and a 200 Mbit/s
-            # one four times as many. Priority and holds act at window granularity anyway.
+            # chunks a second, 3-4 s of its CPU per ~20 s hetero/Physics run (its ``waits_s``
+            # "send"; ~1.6 s with 8 ms chunks), and a 200 Mbit/s one four times as many.
+            # Priority and holds act at window granularity anyway.
             chunks = {} if o.chunk_bytes else {
                 m.name: int(min(CHUNK_BYTES, max(16 << 10, m.egress * NIC_CHUNK_S)))
                 for m in self.cluster.machines if m.partitions}
