@@ -182,7 +182,8 @@ def resolve(args: argparse.Namespace) -> Settings:
 
         why = unavailable_reason()
         if why is None:
-            launcher, reason = "netns", "network namespaces with tbf-shaped NICs (root)"
+            launcher, reason = "netns", ("network namespaces with tbf-shaped NICs whose queues "
+                                         "serve three priority bands by IP TOS (root)")
             if args.nic_queue_ms is not None:
                 reason += f", every NIC's queue bounded to {args.nic_queue_ms:g} ms"
         elif launcher == "netns":
@@ -896,6 +897,9 @@ def run_config(ctx: Context, shape: str, ds: str) -> dict[str, Any]:
 
             net = EmulatedCluster(cluster, payload_rates=True, queue_ms=st.nic_queue_ms).up()
             counters = NicCounters(net)
+            cfg["nic_queues"] = net.queues
+            if net.queues != "tos bands":
+                say(f"[{label}] NIC queues: {net.queues}")
         rows: dict[str, dict[str, Any]] = {}
         for sysname in st.systems:  # plans, simulation (no processes)
             s = SYSTEMS[sysname]
@@ -1418,6 +1422,12 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
              + (f" Simulated predictions re-derived from these measurements on "
                 f"{doc['resimulated']} (`gnnsched bench --resimulate`; the command above "
                 "computes the same)." if doc.get("resimulated") else ""))
+    fifo = sorted({f"{c['shape']}/{c['dataset']}: {c['nic_queues']}" for c in doc["configs"]
+                   if c.get("nic_queues", "tos bands") != "tos bands"})
+    if fifo:
+        L.append("")
+        L.append("NIC queues without priority bands (this kernel could not band them; "
+                 "gradients then share one FIFO with bulk data): " + "; ".join(fifo) + ".")
     L.append("")
     L.append("## Headline")
     L.append("")

@@ -621,7 +621,7 @@ class Coordinator:
 
     # ------------------------------------------------------------------ the run
     def run(self) -> RunResult:
-        self.t0 = time.monotonic()
+        self.t0, self.cpu0 = time.monotonic(), time.process_time()
         ctx = zmq.Context(io_threads=1)
         self.auth = start_authenticator(ctx, self.keys) if self.keys else None
         sock = make_socket(ctx, zmq.ROUTER, CONTROL, curve=self.keys, server=True)
@@ -1479,8 +1479,12 @@ class Coordinator:
                        for n, r in self.roles.items()},
             recoveries=[{k: v for k, v in rc.items() if k != "type"} for rc in self.recoveries],
             checkpoints=self.checkpoints)
+        cpu = {n: round(float(r.stats["cpu_s"]), 3) for n, r in self.roles.items()
+               if r.stats and "cpu_s" in r.stats}
+        cpu["coordinator"] = round(time.process_time() - self.cpu0, 3)  # this process, all threads
         self.event({"type": "run", **{k: v for k, v in result.to_dict().items()
                                       if k not in ("epochs", "processes")},
+                    "cpu_s_by_process": cpu,
                     "stale_messages": self.stale, "rejected_messages": self.rejected})
         return result
 

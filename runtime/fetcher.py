@@ -25,7 +25,7 @@ import zmq
 
 from gnnsched.runtime.role import Role
 from gnnsched.runtime.store import Holds, StoreClient
-from gnnsched.runtime.transport import BULK, Channel, Kind, Message, MessageError
+from gnnsched.runtime.transport import BULK, BULK_OUT, Channel, Kind, Message, MessageError
 
 
 @dataclass
@@ -137,7 +137,7 @@ class Fetcher(Role):
         self.trainer_machine: dict[int, int] = {}
         for t in peers["trainers"]:
             if t.get("relay_machine") == self.args.machine:
-                sock = self.socket(zmq.PUSH, BULK)
+                sock = self.socket(zmq.PUSH, BULK_OUT)
                 sock.connect(t["data"])
                 machine = self.config["trainers"][int(t["id"])]["machine"]
                 self.to_trainer[int(t["id"])] = Channel(

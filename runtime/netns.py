@@ -47,6 +47,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from gnnsched.runtime.qos import QosError, attach_classifier
 from gnnsched.spec import ClusterSpec
 
 PREFIX = "gs-"
@@ -322,16 +323,21 @@ class EmulatedCluster:
     raises the wire rate by the TCP/IP/Ethernet header share so that *goodput* equals the file's
     rate (for comparing with a simulator that divides bytes by bandwidth). ``queue_ms`` bounds
     every NIC's queue to that many milliseconds of its rate (default: :func:`shape_params`).
+    ``bands`` gives every NIC queue three priority bands chosen by the sender's IP TOS
+    (:mod:`~gnnsched.runtime.qos`: gradients ahead of bulk graph data); where the kernel cannot,
+    NICs keep one FIFO and ``queues`` says why.
     """
 
     def __init__(self, cluster: ClusterSpec, *, gateway: bool = True, mtu: int = 1500,
                  payload_rates: bool = False, ignore_latency: bool = False,
-                 queue_ms: float | None = None) -> None:
+                 queue_ms: float | None = None, bands: bool = True) -> None:
         if not 576 <= mtu <= 65535:
             raise NetnsError(f"mtu {mtu} out of range (576..65535)")
         if queue_ms is not None and not 1 <= queue_ms <= 1000:
             raise NetnsError(f"queue_ms {queue_ms} out of range (1..1000 ms)")
         self.queue_ms = queue_ms
+        self.bands = bands
+        self.queues = "fifo"  # what _create achieved: "tos bands" or "fifo" (and why)
         self.spec = cluster
         self.name = _clean(cluster.name)
         self.mtu = mtu
@@ -352,7 +358,8 @@ class EmulatedCluster:
         self.latency = 0.0 if ignore_latency else cluster.latency
         self.fingerprint = hashlib.sha1(json.dumps(
             [cluster.to_dict(), gateway, mtu, payload_rates, ignore_latency]
-            + ([queue_ms] if queue_ms is not None else []), sort_keys=True,
+            + ([queue_ms] if queue_ms is not None else []) + (["bands"] if bands else []),
+            sort_keys=True,
             default=str).encode()
         ).hexdigest()[:16]
 
@@ -397,6 +404,7 @@ class EmulatedCluster:
         require_root()
         with _lock():
             if self.is_up():
+                self.queues = (read_state(self.name) or {}).get("queues", self.queues)
                 return self
             self._down_locked()
             present = set(list_namespaces())
@@ -465,7 +473,7 @@ class EmulatedCluster:
             "cluster": self.spec.name, "name": self.name, "source": self.spec.source,
             "fingerprint": self.fingerprint, "complete": complete, "pid": os.getpid(),
             "created": time.time(), "switch_ns": self.switch_ns, "mtu": self.mtu,
-            "wire_scale": self.wire_scale, "queue_ms": self.queue_ms,
+            "wire_scale": self.wire_scale, "queue_ms": self.queue_ms, "queues": self.queues,
             "latency_s": self.latency, "gateway_if": self.gateway_if,
             "gateway_address": self.gateway_address,
             "hosts": [asdict(h) for h in self.hosts.values()],
@@ -493,19 +501,23 @@ class EmulatedCluster:
             _run(["ip", "-n", h.ns, "addr", "add", f"{h.address}/{h.prefix}", "dev", HOST_IF])
             _run(["ip", "-n", h.ns, "link", "set", HOST_IF, "up"])
             # Egress: the host's own NIC queue (plus the one-way latency, if any).
+            egress = h.egress * self.wire_scale
             if self.latency > 0:
                 delay = f"{self.latency * 1e3:.3f}ms"
                 _run(["tc", "-n", h.ns, "qdisc", "replace", "dev", HOST_IF, "root", "handle",
                       "1:", "netem", "delay", delay, "limit", "100000"])
                 _run(["tc", "-n", h.ns, "qdisc", "add", "dev", HOST_IF, "parent", "1:1",
-                      "handle", "10:", *_shape_args(h.egress * self.wire_scale, self.mtu,
-                                                    self.queue_ms)])
+                      "handle", "10:", *_shape_args(egress, self.mtu, self.queue_ms)])
+                self._bands(h.ns, HOST_IF, "10:", egress)
             else:
                 _run(["tc", "-n", h.ns, "qdisc", "replace", "dev", HOST_IF, "root", "handle",
-                      "1:", *_shape_args(h.egress * self.wire_scale, self.mtu, self.queue_ms)])
+                      "1:", *_shape_args(egress, self.mtu, self.queue_ms)])
+                self._bands(h.ns, HOST_IF, "1:", egress)
             # Ingress: what the switch sends toward the host.
+            ingress = h.ingress * self.wire_scale
             _run(["tc", "-n", sw, "qdisc", "replace", "dev", h.port, "root", "handle", "1:",
-                  *_shape_args(h.ingress * self.wire_scale, self.mtu, self.queue_ms)])
+                  *_shape_args(ingress, self.mtu, self.queue_ms)])
+            self._bands(sw, h.port, "1:", ingress)
         if self.gateway_if:
             _run(["ip", "link", "add", self.gateway_if, "mtu", str(self.mtu), "type", "veth",
                   "peer", "name", GATEWAY_PORT, "mtu", str(self.mtu), "netns", sw])
@@ -513,6 +525,27 @@ class EmulatedCluster:
             _run(["ip", "addr", "add", f"{self.gateway_address}/{self._prefix}", "dev",
                   self.gateway_if])
             _run(["ip", "link", "set", self.gateway_if, "up"])
+        if self.bands and self.queues == "fifo":
+            try:  # switch ports: re-derive each packet's priority from its TOS
+                attach_classifier(sw, [h.port for h in self.hosts.values()])
+                self.queues = "tos bands"
+            except (QosError, OSError) as exc:  # host egress still bands; switch ports cannot
+                self.queues = f"fifo at the switch ports ({exc})"
+
+    def _bands(self, ns: str, dev: str, tbf: str, rate: float) -> None:
+        """Give the tbf at handle ``tbf`` of ``dev`` Linux's classic three-band queue
+        (``pfifo_fast``: band by the packet's priority; bulk, TOS ``BULK_TOS``, waits behind
+        everything else), each band as deep in frames as the tbf's byte limit. Without
+        ``bands``, or if the kernel has no pfifo_fast, the tbf stays one FIFO."""
+        if not self.bands or self.queues.startswith("fifo ("):
+            return
+        _burst, limit = shape_params(rate, self.mtu, self.queue_ms)
+        _run(["ip", "-n", ns, "link", "set", dev, "txqueuelen",
+              str(max(16, limit // (self.mtu + 14)))])
+        r = _run(["tc", "-n", ns, "qdisc", "add", "dev", dev, "parent", f"{tbf}1",
+                  "pfifo_fast"], check=False)
+        if r.returncode:
+            self.queues = f"fifo (no pfifo_fast: {r.stderr.strip()})"
 
     def _down_locked(self) -> list[str]:
         state = read_state(self.name) or {}
@@ -547,8 +580,9 @@ class EmulatedCluster:
         return ping(self.host(src).ns, target, timeout)
 
     def measure_rate(self, src: str, dst: str, nbytes: int, timeout: float = 60.0,
-                     warmup: float = 0.1) -> dict[str, float]:
+                     warmup: float = 0.1, tos: int = 0) -> dict[str, float]:
         """Bulk TCP from `src` to `dst` in real processes; steady bytes/s after `warmup` of bytes.
+        ``tos``: the sender's IP type of service (``qos.BULK_TOS``: the bulk band).
 
         Only the two hosts' namespace addresses are used, so nothing leaves the cluster.
         """
@@ -565,7 +599,7 @@ class EmulatedCluster:
                 raise NetnsError(f"receiver on {dst} did not start: {err.strip()}")
             send = subprocess.Popen(
                 self.exec_prefix(src) + [sys.executable, "-c", _SEND, dst_addr, line.strip(),
-                                         str(nbytes), str(timeout)],
+                                         str(nbytes), str(timeout), str(int(tos))],
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             out, err = recv.communicate(timeout=timeout)
             _, serr = send.communicate(timeout=timeout)
@@ -581,6 +615,52 @@ class EmulatedCluster:
         result["shaped_Bps"] = shaped
         result["ratio"] = result["rate_Bps"] / shaped
         return result
+
+    def measure_priority(self, src: str, dst: str, bulk_from: str, tos: int,
+                         seconds: float = 2.0, probes: int = 30) -> dict[str, float]:
+        """Round trips of 64-byte messages ``src`` -> ``dst`` (best effort, like gradients and
+        acknowledgements) while ``bulk_from`` sends bulk TCP with IP TOS ``tos`` into ``dst``:
+        median and largest milliseconds, and the bulk flow's rate over the shaped one. With
+        priority bands a ``BULK_TOS`` flow should leave the round trip near idle."""
+        import statistics
+
+        nbytes = int(min(self.host(bulk_from).egress, self.host(dst).ingress) * seconds)
+        bulk: dict[str, Any] = {}
+        runner = threading.Thread(target=lambda: bulk.update(self.measure_rate(
+            bulk_from, dst, nbytes, timeout=seconds * 10 + 10, tos=tos)), daemon=True)
+        srv_ready, rtts = threading.Event(), []
+        port: list[int] = []
+
+        def echo() -> None:
+            with entered(self.host(dst).ns):
+                srv = socket.create_server((self.address(dst), 0))
+            port.append(srv.getsockname()[1])
+            srv_ready.set()
+            conn, _ = srv.accept()
+            with conn, srv:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                while data := conn.recv(64):
+                    conn.sendall(data)
+
+        threading.Thread(target=echo, daemon=True).start()
+        srv_ready.wait(10)
+        with entered(self.host(src).ns):
+            cli = socket.create_connection((self.address(dst), port[0]), timeout=10)
+        with cli:
+            cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            runner.start()
+            time.sleep(seconds * 0.25)  # the bulk flow is up to speed
+            for _ in range(probes):
+                t = time.perf_counter()
+                cli.sendall(b"p" * 64)
+                got = 0
+                while got < 64:
+                    got += len(cli.recv(64 - got))
+                rtts.append((time.perf_counter() - t) * 1e3)
+                time.sleep(seconds * 0.5 / probes)
+        runner.join(seconds * 10 + 15)
+        return {"rtt_ms": statistics.median(rtts), "rtt_ms_max": max(rtts),
+                "bulk_ratio": float(bulk.get("ratio", float("nan")))}
 
 
 def _sysctl(ns: str, key: str, value: object) -> None:
@@ -804,11 +884,16 @@ print(json.dumps({"bytes": total, "seconds": t_last - t_first, "t_first": t_firs
 _SEND = r"""
 import os, socket, sys
 addr, port, nbytes, timeout = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+tos = int(sys.argv[5]) if len(sys.argv) > 5 else 0
 try:
     os.nice(-10)
 except OSError:
     pass
-s = socket.create_connection((addr, port), timeout=timeout)
+s = socket.socket()
+if tos:
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+s.settimeout(timeout)
+s.connect((addr, port))
 chunk = memoryview(bytes(1 << 20))
 left = nbytes
 while left > 0:

@@ -281,7 +281,7 @@ class Role:
                 self.peers = self.wait_for("start", self.args.start_timeout)
             if not self.stopping:
                 self.run()
-            self.event("stats", **STATS.to_dict(), **self.stats())
+            self.event("stats", **STATS.to_dict(), cpu_s=time.process_time(), **self.stats())
             return 0
         except Exception as exc:  # report, then exit non-zero: the coordinator aborts the run
             tb = traceback.format_exc()

@@ -27,7 +27,7 @@ import zmq
 
 from gnnsched.runtime.role import Role, seed_of
 from gnnsched.runtime.store import PartGraph, StoreClient, load_parts
-from gnnsched.runtime.transport import BULK, Channel, Kind, Message, MessageError
+from gnnsched.runtime.transport import BULK_OUT, Channel, Kind, Message, MessageError
 
 MAX_EDGES = 1 << 31
 
@@ -139,13 +139,13 @@ class Sampler(Role):
         self.to_trainer: dict[int, Channel] = {}
         self.to_fetcher: dict[int, Channel] = {}
         for t in peers["trainers"]:
-            sock = self.socket(zmq.PUSH, BULK)
+            sock = self.socket(zmq.PUSH, BULK_OUT)
             sock.connect(t["data"])
             self.to_trainer[int(t["id"])] = Channel(
                 sock, f"{self.name}->trainer{t['id']}",
                 remote=machine_of[t["id"]] != self.args.machine)
             if t.get("relay"):
-                sock = self.socket(zmq.PUSH, BULK)
+                sock = self.socket(zmq.PUSH, BULK_OUT)
                 sock.connect(t["relay"])
                 self.to_fetcher[int(t["id"])] = Channel(
                     sock, f"{self.name}->fetcher", remote=t["relay_machine"] != self.args.machine)

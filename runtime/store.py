@@ -55,6 +55,7 @@ import zmq
 from gnnsched.runtime.role import Role
 from gnnsched.runtime.transport import (
     BULK,
+    BULK_TOS,
     Channel,
     CurveKeys,
     Kind,
@@ -68,7 +69,8 @@ from gnnsched.runtime.transport import (
 CHUNK_BYTES = 256 << 10
 WINDOW_BYTES = 1 << 20  # total bytes in flight from one NIC
 PEER_WINDOW_BYTES = 512 << 10  # bytes in flight to one receiver
-STORE_SOCKET = SocketOptions(sndhwm=8, rcvhwm=256, sndbuf=128 << 10, rcvbuf=1 << 20)
+STORE_SOCKET = SocketOptions(sndhwm=8, rcvhwm=256, sndbuf=128 << 10, rcvbuf=1 << 20,
+                             tos=BULK_TOS)  # replies are the bulk data
 
 
 # --------------------------------------------------------------------------------------

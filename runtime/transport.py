@@ -48,6 +48,8 @@ from typing import Any
 import numpy as np
 import zmq
 
+from gnnsched.runtime.qos import BULK_TOS
+
 MAGIC = b"GNSH"
 VERSION = 1
 _HEAD = struct.Struct("<4sBBHH")
@@ -333,7 +335,10 @@ class SocketOptions:
     """Bounds on what a socket may hold: messages queued per peer and kernel buffer bytes.
 
     Bulk senders use a small ``sndhwm`` and ``sndbuf`` so that data waits in the sender's
-    own (policy-ordered) queue, not in buffers no scheduler can reorder.
+    own (policy-ordered) queue, not in buffers no scheduler can reorder. ``tos`` is the IP
+    type of service of what the socket sends: bulk graph data goes as ``BULK_TOS``, so a NIC
+    queue with priority bands (Linux's default ``pfifo_fast``, the emulated NICs) sends the
+    gradient all-reduce, requests and acknowledgements ahead of queued features.
     """
 
     sndhwm: int = 64
@@ -342,10 +347,12 @@ class SocketOptions:
     rcvbuf: int = -1
     max_message: int = DEFAULT_MAX_MESSAGE
     linger_ms: int = 0
+    tos: int = 0
 
 
 CONTROL = SocketOptions(sndhwm=1000, rcvhwm=1000, max_message=256 << 20)
 BULK = SocketOptions(sndhwm=4, rcvhwm=16, sndbuf=256 << 10, rcvbuf=1 << 20)
+BULK_OUT = SocketOptions(sndhwm=4, rcvhwm=16, sndbuf=256 << 10, rcvbuf=1 << 20, tos=BULK_TOS)
 
 
 @dataclass(frozen=True)
@@ -406,6 +413,8 @@ def make_socket(ctx: zmq.Context, kind: int, opts: SocketOptions = CONTROL,
     if opts.rcvbuf > 0:
         sock.setsockopt(zmq.RCVBUF, opts.rcvbuf)
     sock.setsockopt(zmq.MAXMSGSIZE, opts.max_message)
+    if opts.tos:
+        sock.setsockopt(zmq.TOS, opts.tos)
     if identity is not None:
         sock.setsockopt(zmq.IDENTITY, identity)
     if kind == zmq.ROUTER:
@@ -587,7 +596,7 @@ class Deadline:
 
 
 __all__ = [
-    "BULK", "CONTROL", "Channel", "CurveKeys", "Deadline", "Kind", "Message", "MessageError",
+    "BULK", "BULK_OUT", "BULK_TOS", "CONTROL", "Channel", "CurveKeys", "Deadline", "Kind", "Message", "MessageError",
     "SCHEMAS", "STATS", "Schema", "SocketOptions", "Stats", "TransportError",
     "TransportTimeout", "bind_port", "bind_random", "ctrl", "ctrl_body", "decode", "encode",
     "load_keys", "make_socket", "start_authenticator",

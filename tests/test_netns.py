@@ -240,3 +240,40 @@ def test_latency_is_emulated_or_refused_clearly() -> None:
     finally:
         ec.down()
     assert _leftovers(ec) == []
+
+
+@needs_netns
+def test_bulk_marked_traffic_waits_behind_best_effort() -> None:
+    """Priority bands: bulk TCP (``BULK_TOS``) from a fast host fills b's ingress queue; a
+    best-effort round trip a -> b (what gradients and acknowledgements are) skips that queue,
+    and the bulk flow still gets the link. Unmarked bulk delays the round trip by the queue
+    (~6 ms vs ~0.3 ms measured)."""
+    from gnnsched.runtime.qos import BULK_TOS
+
+    spec = _spec("p", {"a": (100, 100), "b": (100, 100), "c": (400, 400)})
+    with netns.emulated(spec, gateway=False) as ec:
+        if ec.queues != "tos bands":
+            pytest.skip(f"this kernel cannot band NIC queues: {ec.queues}")
+        shared = ec.measure_priority("a", "b", "c", tos=0, seconds=1.5)
+        banded = ec.measure_priority("a", "b", "c", tos=BULK_TOS, seconds=1.5)
+        filters = subprocess.run(["tc", "-n", ec.switch_ns, "filter", "show", "dev",
+                                  ec.host("b").port, "ingress"], capture_output=True,
+                                 text=True).stdout
+    assert "bpf" in filters and "direct-action" in filters, filters
+    assert banded["rtt_ms"] * 3 < shared["rtt_ms"], (banded, shared)
+    assert banded["bulk_ratio"] > 0.85, banded
+    assert _leftovers(ec) == []
+
+
+def test_tos_classifier_is_a_valid_program() -> None:
+    """Ten eBPF instructions that end in exit; where the kernel allows, it loads."""
+    from gnnsched.runtime import qos
+
+    prog = qos.tos_priority_program()
+    assert len(prog) == 10 * 8 and prog[-8] == 0x95
+    if os.geteuid() == 0:
+        try:
+            fd = qos.load_program()
+        except qos.QosError as exc:
+            pytest.skip(f"no eBPF here: {exc}")
+        os.close(fd)

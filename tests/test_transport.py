@@ -251,6 +251,24 @@ def test_full_pipe_skips_its_receiver_for_one_round() -> None:
     assert h.next_chunk() is None and h.stall() == "held"
 
 
+def test_bulk_senders_mark_their_packets_and_nothing_else_does() -> None:
+    """Store replies, blocks and relayed features go as ``BULK_TOS`` (the NICs' last band);
+    requests, acknowledgements and control stay best effort."""
+    from gnnsched.runtime.qos import BULK_TOS
+    from gnnsched.runtime.store import STORE_SOCKET
+    from gnnsched.runtime.transport import BULK, BULK_OUT, CONTROL, make_socket
+
+    ctx = zmq.Context()
+    try:
+        for opts, tos in ((BULK_OUT, BULK_TOS), (STORE_SOCKET, BULK_TOS), (BULK, 0),
+                          (CONTROL, 0)):
+            sock = make_socket(ctx, zmq.DEALER, opts)
+            assert sock.getsockopt(zmq.TOS) == tos
+            sock.close()
+    finally:
+        ctx.term()
+
+
 def test_chunked_splits_rows() -> None:
     rows = np.arange(10 * 4, dtype=np.float32).reshape(10, 4)
     msgs, sizes = chunked(Kind.FEAT_CHUNK, 3, {"feats": rows}, 16, 48)  # 3 rows per chunk
