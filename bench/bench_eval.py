@@ -159,6 +159,7 @@ class Settings:
     seed: int
     command: str = ""
     nic_queue_ms: float | None = None
+    nic_bands: bool = False  # emulated NICs with TOS priority bands (a QoS switch)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
@@ -182,8 +183,10 @@ def resolve(args: argparse.Namespace) -> Settings:
 
         why = unavailable_reason()
         if why is None:
-            launcher, reason = "netns", ("network namespaces with tbf-shaped NICs whose queues "
-                                         "serve three priority bands by IP TOS (root)")
+            launcher, reason = "netns", "network namespaces with tbf-shaped NICs (root)"
+            if getattr(args, "nic_bands", False):
+                reason = ("network namespaces with tbf-shaped NICs whose queues serve three "
+                          "priority bands by IP TOS, like a switch with QoS (root, --nic-bands)")
             if args.nic_queue_ms is not None:
                 reason += f", every NIC's queue bounded to {args.nic_queue_ms:g} ms"
         elif launcher == "netns":
@@ -208,7 +211,7 @@ def resolve(args: argparse.Namespace) -> Settings:
         sizes=args.sizes or ([16, 32] if q else [16, 32, 64, 128, 256]),
         real=not args.no_real, scale=not args.no_scale, reference=not args.no_reference,
         seed=int(args.seed), command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-        nic_queue_ms=args.nic_queue_ms)
+        nic_queue_ms=args.nic_queue_ms, nic_bands=bool(getattr(args, "nic_bands", False)))
 
 
 def say(*parts: Any) -> None:
@@ -895,10 +898,11 @@ def run_config(ctx: Context, shape: str, ds: str) -> dict[str, Any]:
         if st.real and st.launcher == "netns":
             from gnnsched.runtime.netns import EmulatedCluster
 
-            net = EmulatedCluster(cluster, payload_rates=True, queue_ms=st.nic_queue_ms).up()
+            net = EmulatedCluster(cluster, payload_rates=True, queue_ms=st.nic_queue_ms,
+                                  bands=st.nic_bands).up()
             counters = NicCounters(net)
             cfg["nic_queues"] = net.queues
-            if net.queues != "tos bands":
+            if st.nic_bands and net.queues != "tos bands":
                 say(f"[{label}] NIC queues: {net.queues}")
         rows: dict[str, dict[str, Any]] = {}
         for sysname in st.systems:  # plans, simulation (no processes)
@@ -1424,10 +1428,11 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
                 "computes the same)." if doc.get("resimulated") else ""))
     fifo = sorted({f"{c['shape']}/{c['dataset']}: {c['nic_queues']}" for c in doc["configs"]
                    if c.get("nic_queues", "tos bands") != "tos bands"})
-    if fifo:
+    if st.get("nic_bands") and fifo:
         L.append("")
-        L.append("NIC queues without priority bands (this kernel could not band them; "
-                 "gradients then share one FIFO with bulk data): " + "; ".join(fifo) + ".")
+        L.append("--nic-bands asked for priority bands, but this kernel could not band these "
+                 "NIC queues (gradients share one FIFO with bulk data there): "
+                 + "; ".join(fifo) + ".")
     L.append("")
     L.append("## Headline")
     L.append("")

@@ -6,8 +6,9 @@ Why: every runtime number on the emulated cluster is only as honest as its NIC s
 each rate a 2-host cluster is brought up, a bulk TCP transfer runs between two real processes
 in the hosts' namespaces, and the steady goodput (after the first 10% of bytes) is compared
 with the shaped rate -- at wire rates (default: goodput ~95%, as a real NIC's) and with
-``payload_rates`` (goodput should match the file). Asymmetric egress/ingress and the time to
-bring clusters of 4 and 16 hosts up and down are measured too. Traffic stays inside the
+``payload_rates`` (goodput should match the file). Asymmetric egress/ingress, the time to
+bring clusters of 4 and 16 hosts up and down, and the NIC queues' priority bands (a small
+round trip behind a bulk flow marked ``BULK_TOS`` or not) are measured too. Traffic stays inside the
 namespaces this script creates.
 """
 
@@ -79,6 +80,23 @@ def _fan(name: str, kind: str, rate: float, seconds: float) -> dict[str, Any]:
             "ratio": total / rate}
 
 
+def _priority(name: str, seconds: float) -> list[dict[str, Any]]:
+    """A best-effort round trip a -> b (what gradients and acknowledgements are) while a
+    400 Mbit/s host c floods b's 100 Mbit/s ingress with bulk TCP: unmarked and marked
+    ``BULK_TOS``, with and without the NICs' priority bands."""
+    from gnnsched.runtime.netns import emulated
+    from gnnsched.runtime.qos import BULK_TOS
+
+    hosts = {"a": (100.0, 100.0), "b": (100.0, 100.0), "c": (400.0, 400.0)}
+    out = []
+    for bands in (True, False):
+        with emulated(_spec(f"{name}{int(bands)}", hosts), gateway=False, bands=bands) as ec:
+            for tos in (0, BULK_TOS):
+                r = ec.measure_priority("a", "b", "c", tos=tos, seconds=seconds)
+                out.append({"queues": ec.queues, "bulk_tos": tos, **r})
+    return out
+
+
 def _updown(name: str, n: int) -> dict[str, Any]:
     from gnnsched.runtime.netns import EmulatedCluster
 
@@ -123,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(_transfer(f"{tag}a", asym, src, dst, seconds))
     fans = [_fan(f"{tag}f", kind, 100.0, seconds) for kind in ("incast", "outcast")]
     updown = [_updown(f"{tag}u{n}", n) for n in ((4,) if args.quick else (4, 16))]
+    prio = _priority(f"{tag}p", seconds)
 
     print()
     print(f"{'src->dst':9} {'egress':>7} {'ingress':>7} {'shaped':>7} {'measured':>9} "
@@ -138,11 +157,16 @@ def main(argv: list[str] | None = None) -> int:
     for u in updown:
         print(f"{u['hosts']:3d} hosts: up {u['up_s']:.2f} s, down {u['down_s']:.2f} s, "
               f"all reachable: {u['all_reachable']}")
+    print("priority: round trip a->b while c floods b's ingress with bulk TCP")
+    for p in prio:
+        print(f"  queues {p['queues']:10}  bulk TOS {p['bulk_tos']:#04x}: round trip "
+              f"{p['rtt_ms']:.2f} ms median ({p['rtt_ms_max']:.2f} max), bulk at "
+              f"{p['bulk_ratio']:.3f} of the link")
     out = {"bench": "netns", "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
            "machine": {"kernel": platform.release(), "cpus": os.cpu_count(),
                        "python": platform.python_version()},
            "seconds_per_transfer": seconds, "mtu": 1500, "transfers": rows, "fan": fans,
-           "updown": updown,
+           "updown": updown, "priority": prio,
            "within_10pct": all(0.9 <= r["ratio"] <= 1.1 for r in rows + fans)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")

@@ -323,14 +323,15 @@ class EmulatedCluster:
     raises the wire rate by the TCP/IP/Ethernet header share so that *goodput* equals the file's
     rate (for comparing with a simulator that divides bytes by bandwidth). ``queue_ms`` bounds
     every NIC's queue to that many milliseconds of its rate (default: :func:`shape_params`).
-    ``bands`` gives every NIC queue three priority bands chosen by the sender's IP TOS
-    (:mod:`~gnnsched.runtime.qos`: gradients ahead of bulk graph data); where the kernel cannot,
-    NICs keep one FIFO and ``queues`` says why.
+    ``bands`` gives every NIC queue three priority bands chosen by the sender's IP TOS, like a
+    switch with QoS (:mod:`~gnnsched.runtime.qos`: gradients ahead of bulk graph data); where
+    the kernel cannot, NICs keep one FIFO and ``queues`` says why. Default: one FIFO per NIC,
+    a plain switch.
     """
 
     def __init__(self, cluster: ClusterSpec, *, gateway: bool = True, mtu: int = 1500,
                  payload_rates: bool = False, ignore_latency: bool = False,
-                 queue_ms: float | None = None, bands: bool = True) -> None:
+                 queue_ms: float | None = None, bands: bool = False) -> None:
         if not 576 <= mtu <= 65535:
             raise NetnsError(f"mtu {mtu} out of range (576..65535)")
         if queue_ms is not None and not 1 <= queue_ms <= 1000:

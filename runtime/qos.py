@@ -14,14 +14,19 @@ by the IP header. The runtime marks its bulk graph data (store replies, blocks, 
 features) with ``BULK_TOS``; gradients, requests and acknowledgements stay best effort.
 DistDGL marks nothing, so all its traffic shares one band, as on a plain FIFO.
 
-On the emulated cluster every tbf gets a ``pfifo_fast`` child (each band as deep as the tbf's
-byte limit). A host's own egress bands by the socket's priority directly; a switch port cannot,
-because a packet's priority is cleared when it crosses into the switch namespace, so a
-7-instruction eBPF classifier on each port's ingress (clsact) sets it again from the IP TOS.
-Assembled here, loaded with the ``bpf`` system call, attached with ``tc`` through a pin in a
-private bpffs that is removed at once (the filters keep the program alive; deleting the
-namespace deletes them). Where the kernel lacks any piece, :func:`attach_classifier` raises
-and the cluster falls back to one FIFO per NIC, saying so.
+With ``EmulatedCluster(bands=True)`` (``gnnsched cluster up --bands``, ``gnnsched bench
+--nic-bands``; the default is one FIFO per NIC, a plain switch) every tbf gets a
+``pfifo_fast`` child (each band as deep as the tbf's byte limit). A host's own egress bands by
+the socket's priority directly; a switch port cannot, because a packet's priority is cleared
+when it crosses into the switch namespace, so a 10-instruction eBPF classifier on each port's
+ingress (clsact) sets it again from the IP TOS. Assembled here, loaded with the ``bpf``
+system call, attached with ``tc`` through a pin in a private bpffs that is removed at once
+(the filters keep the program alive; deleting the namespace deletes them). Where the kernel
+lacks any piece, :func:`attach_classifier` raises and the switch ports stay FIFO, saying so.
+
+Why not the default: on a plain switch the simulator's in-situ calibration (the all-reduce's
+measured time) predicts the runs better (``docs/results`` against ``docs/results-bands``:
+18 of 24 runs within 10% with bands, 21 of 24 without).
 """
 
 from __future__ import annotations

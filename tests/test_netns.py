@@ -251,7 +251,7 @@ def test_bulk_marked_traffic_waits_behind_best_effort() -> None:
     from gnnsched.runtime.qos import BULK_TOS
 
     spec = _spec("p", {"a": (100, 100), "b": (100, 100), "c": (400, 400)})
-    with netns.emulated(spec, gateway=False) as ec:
+    with netns.emulated(spec, gateway=False, bands=True) as ec:
         if ec.queues != "tos bands":
             pytest.skip(f"this kernel cannot band NIC queues: {ec.queues}")
         shared = ec.measure_priority("a", "b", "c", tos=0, seconds=1.5)

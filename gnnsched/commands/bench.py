@@ -57,6 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="bound every emulated NIC's queue to this many milliseconds of its "
                         "rate (netns; default: the emulation's own, see `gnnsched cluster "
                         "up --help`)")
+    p.add_argument("--nic-bands", action="store_true",
+                   help="emulated NICs with three priority bands by IP TOS, like a switch with "
+                        "QoS: gradients ahead of the bulk data gnnsched marks (netns; default: "
+                        "one FIFO per NIC; see `gnnsched cluster up --help`)")
     p.add_argument("--no-reference", action="store_true",
                    help="skip the single-process reference training per seed split")
     p.add_argument("--seed", type=int, default=0, help="job, planning and simulation seed")

@@ -35,6 +35,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="bound every NIC's queue to this many milliseconds of its rate "
                          "(default: ~20 ms, but at least two sockets' TCP small-queue budget: "
                          "88 ms on a 50 Mbit/s NIC)")
+    up.add_argument("--bands", action="store_true",
+                    help="give every NIC queue three priority bands by the sender's IP TOS, "
+                         "like a switch with QoS: gradients and acknowledgements go ahead of "
+                         "the bulk data gnnsched marks (default: one FIFO per NIC, a plain "
+                         "switch)")
     up.add_argument("--check", action="store_true",
                     help="after up, ping every host from the first one")
     up.add_argument("--json", action="store_true", help="print the table as JSON")
@@ -101,17 +106,18 @@ def run(args: argparse.Namespace) -> int:
             ec = netns.EmulatedCluster(spec, gateway=not args.no_gateway, mtu=args.mtu,
                                        payload_rates=args.payload_rates,
                                        ignore_latency=args.ignore_latency,
-                                       queue_ms=args.queue_ms).up()
+                                       queue_ms=args.queue_ms, bands=args.bands).up()
             rows = ec.status()
             if args.json:
                 print(json.dumps({"cluster": spec.name, "gateway": ec.gateway_address,
-                                  "latency_s": ec.latency, "hosts": rows}, indent=1))
+                                  "latency_s": ec.latency, "queues": ec.queues, "hosts": rows},
+                                 indent=1))
             else:
                 print(f"cluster {spec.name} is up (switch namespace {ec.switch_ns}"
                       + (f", gateway {ec.gateway_address} on {ec.gateway_if}"
                          if ec.gateway_if else "")
                       + (f", latency {ec.latency * 1e3:g} ms one way" if ec.latency else "")
-                      + ")")
+                      + f"; NIC queues: {ec.queues})")
                 print(_table(rows))
                 print(f"run a command on a host: ip netns exec {rows[0]['namespace']} CMD")
                 fastest = max(max(h.egress, h.ingress) for h in ec.hosts.values())
