@@ -463,7 +463,7 @@ class NetnsLauncher(Launcher):
         from gnnsched.runtime import netns
 
         netns.require_root()
-        self.net = emulated or netns.EmulatedCluster(cluster)
+        self.net = emulated or netns.EmulatedCluster.attach(cluster)  # as `cluster up` made it
         if not self.net.is_up():
             raise SpecError(cluster.source, "", "the emulated cluster is not up",
                             f"run `gnnsched cluster up --cluster {cluster.source}` first")

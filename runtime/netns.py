@@ -338,6 +338,8 @@ class EmulatedCluster:
             raise NetnsError(f"queue_ms {queue_ms} out of range (1..1000 ms)")
         self.queue_ms = queue_ms
         self.bands = bands
+        self.options = {"gateway": gateway, "mtu": mtu, "payload_rates": payload_rates,
+                        "ignore_latency": ignore_latency, "queue_ms": queue_ms, "bands": bands}
         self.queues = "fifo"  # what _create achieved: "tos bands" or "fifo" (and why)
         self.spec = cluster
         self.name = _clean(cluster.name)
@@ -363,6 +365,21 @@ class EmulatedCluster:
             sort_keys=True,
             default=str).encode()
         ).hexdigest()[:16]
+
+    @classmethod
+    def attach(cls, cluster: ClusterSpec) -> EmulatedCluster:
+        """This cluster file's emulated cluster as it was brought up (``gnnsched cluster up
+        --bands``, ``--queue-ms``, ... recorded in its state file), so a launcher uses it
+        whatever the options; default options if none is up (``is_up`` then says so)."""
+        state = read_state(_clean(cluster.name)) or {}
+        opts = state.get("options")
+        if isinstance(opts, dict):
+            with contextlib.suppress(TypeError, NetnsError):
+                ec = cls(cluster, **opts)
+                if ec.fingerprint == state.get("fingerprint"):  # same file, same options
+                    ec.queues = state.get("queues", ec.queues)
+                    return ec
+        return cls(cluster)
 
     # -- lookups the launcher uses
 
@@ -475,6 +492,7 @@ class EmulatedCluster:
             "fingerprint": self.fingerprint, "complete": complete, "pid": os.getpid(),
             "created": time.time(), "switch_ns": self.switch_ns, "mtu": self.mtu,
             "wire_scale": self.wire_scale, "queue_ms": self.queue_ms, "queues": self.queues,
+            "options": self.options,
             "latency_s": self.latency, "gateway_if": self.gateway_if,
             "gateway_address": self.gateway_address,
             "hosts": [asdict(h) for h in self.hosts.values()],

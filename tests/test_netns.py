@@ -277,3 +277,17 @@ def test_tos_classifier_is_a_valid_program() -> None:
         except qos.QosError as exc:
             pytest.skip(f"no eBPF here: {exc}")
         os.close(fd)
+
+
+@needs_netns
+def test_attach_finds_the_cluster_as_it_was_brought_up() -> None:
+    """A launcher attaches to the cluster `gnnsched cluster up` made, whatever its options
+    (here: priority bands, a 30 ms queue, no gateway); with none up, the defaults (not up)."""
+    spec = _spec("o", {"a": (100, 100), "b": (100, 100)})
+    assert not netns.EmulatedCluster.attach(spec).is_up()
+    with netns.emulated(spec, gateway=False, queue_ms=30, bands=True) as ec:
+        got = netns.EmulatedCluster.attach(spec)
+        assert got.is_up() and got.bands and got.queue_ms == 30 and got.gateway_if is None
+        assert got.queues == ec.queues
+    assert not netns.EmulatedCluster.attach(spec).is_up()
+    assert _leftovers(ec) == []
