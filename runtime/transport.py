@@ -40,7 +40,7 @@ import json
 import struct
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
@@ -337,8 +337,8 @@ class SocketOptions:
     Bulk senders use a small ``sndhwm`` and ``sndbuf`` so that data waits in the sender's
     own (policy-ordered) queue, not in buffers no scheduler can reorder. ``tos`` is the IP
     type of service of what the socket sends: bulk graph data goes as ``BULK_TOS``, so a NIC
-    queue with priority bands (Linux's default ``pfifo_fast``, the emulated NICs) sends the
-    gradient all-reduce, requests and acknowledgements ahead of queued features.
+    queue with priority bands (Linux's classic ``pfifo_fast``; emulated NICs with ``bands``)
+    sends the gradient all-reduce, requests and acknowledgements ahead of queued features.
     """
 
     sndhwm: int = 64
@@ -352,7 +352,7 @@ class SocketOptions:
 
 CONTROL = SocketOptions(sndhwm=1000, rcvhwm=1000, max_message=256 << 20)
 BULK = SocketOptions(sndhwm=4, rcvhwm=16, sndbuf=256 << 10, rcvbuf=1 << 20)
-BULK_OUT = SocketOptions(sndhwm=4, rcvhwm=16, sndbuf=256 << 10, rcvbuf=1 << 20, tos=BULK_TOS)
+BULK_OUT = replace(BULK, tos=BULK_TOS)  # what sends bulk data (its receivers stay BULK)
 
 
 @dataclass(frozen=True)
@@ -596,7 +596,8 @@ class Deadline:
 
 
 __all__ = [
-    "BULK", "BULK_OUT", "BULK_TOS", "CONTROL", "Channel", "CurveKeys", "Deadline", "Kind", "Message", "MessageError",
+    "BULK", "BULK_OUT", "BULK_TOS", "CONTROL", "Channel", "CurveKeys", "Deadline", "Kind",
+    "Message", "MessageError",
     "SCHEMAS", "STATS", "Schema", "SocketOptions", "Stats", "TransportError",
     "TransportTimeout", "bind_port", "bind_random", "ctrl", "ctrl_body", "decode", "encode",
     "load_keys", "make_socket", "start_authenticator",
