@@ -341,6 +341,7 @@ class EmulatedCluster:
         self.options = {"gateway": gateway, "mtu": mtu, "payload_rates": payload_rates,
                         "ignore_latency": ignore_latency, "queue_ms": queue_ms, "bands": bands}
         self.queues = "fifo"  # what _create achieved: "tos bands" or "fifo" (and why)
+        self._banding = bands  # _create: still banding (no queue has refused a band yet)
         self.spec = cluster
         self.name = _clean(cluster.name)
         self.mtu = mtu
@@ -503,6 +504,7 @@ class EmulatedCluster:
 
     def _create(self) -> None:
         sw = self.switch_ns
+        self._banding = self.bands
         _run(["ip", "netns", "add", sw])
         _run(["ip", "-n", sw, "link", "set", "lo", "up"])
         _run(["ip", "-n", sw, "link", "add", BRIDGE, "mtu", str(self.mtu), "type", "bridge",
@@ -544,7 +546,7 @@ class EmulatedCluster:
             _run(["ip", "addr", "add", f"{self.gateway_address}/{self._prefix}", "dev",
                   self.gateway_if])
             _run(["ip", "link", "set", self.gateway_if, "up"])
-        if self.bands and self.queues == "fifo":
+        if self._banding:
             try:  # switch ports: re-derive each packet's priority from its TOS
                 attach_classifier(sw, [h.port for h in self.hosts.values()])
                 self.queues = "tos bands"
@@ -556,7 +558,7 @@ class EmulatedCluster:
         (``pfifo_fast``: band by the packet's priority; bulk, TOS ``BULK_TOS``, waits behind
         everything else), each band as deep in frames as the tbf's byte limit. Without
         ``bands``, or if the kernel has no pfifo_fast, the tbf stays one FIFO."""
-        if not self.bands or self.queues.startswith("fifo ("):
+        if not self._banding:
             return
         _burst, limit = shape_params(rate, self.mtu, self.queue_ms)
         _run(["ip", "-n", ns, "link", "set", dev, "txqueuelen",
@@ -564,6 +566,7 @@ class EmulatedCluster:
         r = _run(["tc", "-n", ns, "qdisc", "add", "dev", dev, "parent", f"{tbf}1",
                   "pfifo_fast"], check=False)
         if r.returncode:
+            self._banding = False
             self.queues = f"fifo (no pfifo_fast: {r.stderr.strip()})"
 
     def _down_locked(self) -> list[str]:
