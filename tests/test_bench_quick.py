@@ -182,6 +182,12 @@ def test_bench_quick(tmp_path: Path) -> None:
             assert r["ok"] and r["epoch_time_s"] > 0 and r["sim"]["epoch_time_s"] > 0
             assert 0.5 < r["test_accuracy"] <= 1.0
             assert abs(r["test_accuracy"] - r["reference_accuracy"]) <= 0.01
+        # the limited shape is also planned again on the colocation run's measured costs
+        rp = c["replan_insitu"]
+        assert rp["colocation_s"] == pytest.approx(
+            c["systems"]["colocation+fifo"]["sim"]["epoch_time_s"])
+        assert rp["epoch_time_s"] == min(rp["replanned_s"], rp["planned_s"])
+        assert rp["speedup"] == pytest.approx(rp["colocation_s"] / rp["epoch_time_s"])
     assert doc["scaling"] and all(s["ok"] for s in doc["scaling"])
     for f in ("report.md", "speedup.png", "stages.png", "scaling.png", "fidelity.png"):
         assert (out / f).stat().st_size > 0, f
