@@ -148,8 +148,10 @@ def test_shaped_rate_and_asymmetric_egress_ingress() -> None:
         ba = ec.measure_rate("b", "a", nbytes=int(80e6 / 8 * 1.2))
     assert ab["shaped_Bps"] == pytest.approx(40 * GBIT / 1e3)
     assert ba["shaped_Bps"] == pytest.approx(80 * GBIT / 1e3)
-    assert 0.9 <= ab["ratio"] <= 1.02, ab
-    assert 0.9 <= ba["ratio"] <= 1.02, ba
+    # goodput ~0.95 of the shaped rate when the box is quiet (0.89 seen under load); a
+    # missing egress or ingress shaper would put these at 1.5 / 1.25, and no shaping at ~100
+    assert 0.85 <= ab["ratio"] <= 1.02, ab
+    assert 0.85 <= ba["ratio"] <= 1.02, ba
     assert _leftovers(ec) == []
 
 

@@ -197,9 +197,10 @@ def test_lab4_on_an_emulated_cluster_with_shaped_nics(lab4, tmp_path: Path) -> N
             row = next(ln for ln in dev.splitlines() if ln.strip().startswith(netns.HOST_IF))
             assert int(row.split(":", 1)[1].split()[8]) > 1e6, (host, row)
         assert res.network_bytes > 0
-        # a shaped link carries the shaped rate (goodput within 10% of the tbf rate)
+        # a shaped link carries the shaped rate (goodput ~0.95 of the tbf rate on a quiet box,
+        # `bench/bench_netns.py`; the margin is for a loaded one, unshaped would be ~100x)
         rate = net.measure_rate("store0", "gpu0", nbytes=int(100e6 / 8 * 1.5))
-        assert 0.9 <= rate["ratio"] <= 1.1, rate
+        assert 0.85 <= rate["ratio"] <= 1.1, rate
     finally:
         net.down()
     left = [n for n in netns.list_namespaces() if n in net.namespaces]
