@@ -201,6 +201,10 @@ class RuntimeOptions:
     faults: tuple[Fault, ...] = ()  # fault injection (tests, bench)
     kill_at: tuple[str, int] | None = None  # shorthand: Fault(role, step), SIGKILL
     coordinator_port: int | None = None  # None: an ephemeral port
+    # one metrics record per NIC transfer (queued, acknowledged) and per mini-batch dispatch
+    # and sampling: the run's own timeline, to set beside the simulator's (off: costs a write
+    # per transfer in the coordinator)
+    trace: bool = False
 
     def __post_init__(self) -> None:
         if self.kill_at is not None:
@@ -915,6 +919,9 @@ class Coordinator:
             seeds, labels = self.schedule.batch(w, item)
             self.expected[(w, seq)] = seeds_hash(seeds)
             self._rank(w, seq, "struct", [(st, m, 0.0) for st in self.stores if st != m])
+            if self.opts.trace:
+                self.event({"type": "dispatch", "trainer": w, "seq": seq, "t": self.now(),
+                            "machine": self.cluster.machines[m].name})
             self.send(s.name, Message(Kind.BATCH, {"trainer": w, "seq": seq,
                                                    "epoch": item.epoch, "phase": item.phase,
                                                    "index": item.index},
@@ -985,6 +992,9 @@ class Coordinator:
         info = BatchInfo(float(body["feat_bytes"]), float(body["block_bytes"]), float(train_s),
                          tuple((int(m), float(b)) for m, b in body["feat_from"]), s.machine)
         self.policy.on_sampled(BatchKey(w, seq), info, self.now())
+        if self.opts.trace:
+            self.event({"type": "sampled", "trainer": w, "seq": seq, "t": self.now(),
+                        "feat_bytes": info.feat_bytes})
         self._rank(w, seq, "feat", [(m, self.F[w], b) for m, b in info.feat_from
                                     if m != self.F[w]])
         s.busy = False
@@ -1030,6 +1040,12 @@ class Coordinator:
             tr = self.queues[m].pop(int(tid), None)
             if tr is not None:
                 self.policy.on_transfer_done(tr, now)
+                if self.opts.trace:
+                    self.event({"type": "transfer", "trainer": tr.batch.trainer,
+                                "seq": tr.batch.iteration, "kind": tr.kind,
+                                "src": self.cluster.machines[tr.src].name,
+                                "dst": self.cluster.machines[tr.dst].name,
+                                "bytes": tr.nbytes, "queued": tr.created, "done": now})
 
     def _on_allreduce(self, name: str, r: _Role, body: dict[str, Any]) -> None:
         """Gradients first, as in the cost model: once *every* trainer has entered all-reduce

@@ -78,7 +78,7 @@ def test_lab4_trains_like_the_reference(lab4, tmp_path: Path) -> None:
 
     cluster, job, plan, parts = lab4
     res = train(cluster, job, plan, policy="gnnsched", out_dir=tmp_path / "run",
-                partitions=parts, options=FAST)
+                partitions=parts, options=replace(FAST, trace=True))
     assert not _children(), "a role process outlived the run"
     ref = reference_train(job, str(parts), [list(t.parts) for t in plan.trainers])
     assert res.test_accuracy >= 0.75
@@ -87,6 +87,17 @@ def test_lab4_trains_like_the_reference(lab4, tmp_path: Path) -> None:
     # every mini-batch of every epoch trained exactly once, every seed once per epoch
     recs = _records(tmp_path / "run")
     _assert_every_batch_once(recs, job.epochs, 2, res.iterations_per_epoch)
+    # --trace: every trained mini-batch was dispatched, then sampled, then trained; each
+    # transfer between two machines was acknowledged after it was queued
+    at = {(r["type"], r["trainer"], r["seq"]): r for r in recs
+          if r["type"] in ("dispatch", "sampled", "batch")}
+    for (kind, w, seq), r in at.items():
+        if kind == "batch":
+            assert at[("dispatch", w, seq)]["t"] <= at[("sampled", w, seq)]["t"] <= r["time"]
+    moves = [r for r in recs if r["type"] == "transfer"]
+    assert moves and {r["kind"] for r in moves} <= {"struct", "block", "feat", "relay"}
+    assert all(r["src"] != r["dst"] and r["bytes"] >= 0 and r["done"] >= r["queued"]
+               for r in moves)
     epochs = [r for r in recs if r["type"] == "epoch"]
     assert len(epochs) == job.epochs
     assert all(e["seeds"] == e["unique_seeds"] == e["train_nodes"] == 140 for e in epochs)

@@ -58,6 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="let store traffic share a machine's NIC with its gradients (default: "
                         "stores send it nothing of later iterations while its gradients are "
                         "on the wire)")
+    p.add_argument("--trace", action="store_true",
+                   help="also write one record per NIC transfer (queued, acknowledged) and per "
+                        "mini-batch dispatch and sampling to metrics.jsonl: the run's own "
+                        "timeline, to set beside the simulator's")
     p.add_argument("--coordinator-address", default=None,
                    help="ssh launcher: this machine's address as the hosts reach it")
     p.add_argument("--remote-python", default="python3", help="ssh launcher: remote python")
@@ -227,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
                           max_recoveries=args.max_recoveries, replan=args.replan,
                           replan_placer=args.replan_placer,
                           request_timeout=args.request_timeout, coordinator_port=args.port,
-                          faults=_faults(args.kill_at))
+                          faults=_faults(args.kill_at), trace=args.trace)
     lopts: dict[str, Any] = {}
     if args.launcher == "ssh":
         lopts = {"coordinator_address": args.coordinator_address,
