@@ -21,6 +21,7 @@ VERBS = {
     "plan": "gnnsched.commands.plan",
     "simulate": "gnnsched.commands.simulate",
     "train": "gnnsched.commands.train",
+    "trace": "gnnsched.commands.trace",
     "cluster": "gnnsched.commands.cluster",
     "bench": "gnnsched.commands.bench",
     "keys": "gnnsched.commands.keys",

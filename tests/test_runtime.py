@@ -98,6 +98,11 @@ def test_lab4_trains_like_the_reference(lab4, tmp_path: Path) -> None:
     assert moves and {r["kind"] for r in moves} <= {"struct", "block", "feat", "relay"}
     assert all(r["src"] != r["dst"] and r["bytes"] >= 0 and r["done"] >= r["queued"]
                for r in moves)
+    from gnnsched.trace import summarize
+
+    timeline = summarize(recs)
+    assert timeline["transfers"]["feat"]["seconds"]["p50"] > 0
+    assert timeline["pipeline"]["dispatch_to_train"]["n"] == timeline["batches"] > 0
     epochs = [r for r in recs if r["type"] == "epoch"]
     assert len(epochs) == job.epochs
     assert all(e["seeds"] == e["unique_seeds"] == e["train_nodes"] == 140 for e in epochs)

@@ -1,0 +1,57 @@
+"""gnnsched.trace: the numbers of a traced run's timeline, and clear errors on bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gnnsched.trace import load, summarize
+
+
+def _run(tmp_path: Path, records: list[dict]) -> Path:
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return tmp_path
+
+
+def _batch(w: int, seq: int, epoch: int, time: float) -> dict:
+    return {"type": "batch", "trainer": w, "seq": seq, "epoch": epoch, "phase": "train",
+            "time": time, "train_s": 0.01, "allreduce_s": 0.02}
+
+
+def test_summary_of_a_small_timeline(tmp_path: Path) -> None:
+    recs = [
+        _batch(0, 0, 0, 0.5),  # first epoch: warm-up, left out
+        {"type": "dispatch", "trainer": 0, "seq": 1, "t": 1.0},
+        {"type": "sampled", "trainer": 0, "seq": 1, "t": 1.05},
+        # two feature transfers from one store, overlapping for 0.05 s
+        {"type": "transfer", "trainer": 0, "seq": 1, "kind": "feat", "src": "s0",
+         "dst": "g0", "bytes": 1000, "queued": 1.06, "done": 1.16},
+        {"type": "transfer", "trainer": 0, "seq": 1, "kind": "feat", "src": "s0",
+         "dst": "g0", "bytes": 3000, "queued": 1.11, "done": 1.21},
+        {"type": "transfer", "trainer": 0, "seq": 0, "kind": "feat", "src": "s0",
+         "dst": "g0", "bytes": 9, "queued": 0.1, "done": 0.2},  # warm-up batch: left out
+        _batch(0, 1, 1, 1.33),
+    ]
+    s = summarize(load(_run(tmp_path, recs)))
+    assert s["batches"] == 1
+    feat = s["transfers"]["feat"]
+    assert feat["seconds"]["n"] == 2 and feat["seconds"]["p50"] == pytest.approx(0.1)
+    snd = s["senders"]["s0"]
+    assert snd["transfers"] == 2 and snd["busy_fraction"] == pytest.approx(1.0)
+    assert snd["mean_in_flight"] == pytest.approx(0.2 / 0.15)  # 0.2 s of transfers in 0.15 s
+    pipe = s["pipeline"]
+    assert pipe["dispatch_to_sampled"]["p50"] == pytest.approx(0.05)
+    assert pipe["sampled_to_features"]["p50"] == pytest.approx(0.16)
+    assert pipe["dispatch_to_train"]["p50"] == pytest.approx(0.3)  # 1.33 - 0.03 - 1.0
+
+
+def test_bad_runs_say_what_is_wrong(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="metrics.jsonl: not found"):
+        load(tmp_path / "nope")
+    (tmp_path / "metrics.jsonl").write_text('{"type": "batch"}\n{oops\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2: not JSON"):
+        load(tmp_path)
+    with pytest.raises(ValueError, match="gnnsched train --trace"):
+        summarize(load(_run(tmp_path, [_batch(0, 1, 1, 1.0)])))
