@@ -67,16 +67,9 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         rs = [r for r in moves if r["kind"] == kind]
         kinds[kind] = {"seconds": percentiles(r["done"] - r["queued"] for r in rs),
                        "bytes": percentiles(r["bytes"] for r in rs)}
-    senders: dict[str, Any] = {}
     by_src: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for r in moves:
         by_src[r["src"]].append((r["queued"], r["done"]))
-    for src, spans in sorted(by_src.items()):
-        busy = _busy(spans)
-        senders[src] = {"transfers": len(spans),
-                        "busy_fraction": busy / (max(b for _, b in spans)
-                                                 - min(a for a, _ in spans) or 1.0),
-                        "mean_in_flight": sum(b - a for a, b in spans) / busy if busy else 0.0}
     at = {(r["type"], r["trainer"], r["seq"]): r for r in records
           if r.get("type") in ("dispatch", "sampled")}
     done: dict[tuple[int, int], float] = {}
@@ -93,11 +86,78 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             s2f.append(done[key] - s["t"])
         if d:  # the batch record arrives after its step and all-reduce
             d2t.append(b["time"] - b.get("train_s", 0.0) - b.get("allreduce_s", 0.0) - d["t"])
-    return {"transfers": kinds, "senders": senders,
+    return {"transfers": kinds, "senders": _senders(by_src),
             "pipeline": {"dispatch_to_sampled": percentiles(d2s),
                          "sampled_to_features": percentiles(s2f),
                          "dispatch_to_train": percentiles(d2t)},
             "batches": len(steady)}
 
 
-__all__ = ["load", "percentiles", "summarize"]
+def _senders(by_src: dict[str, list[tuple[float, float]]]) -> dict[str, Any]:
+    out = {}
+    for src, spans in sorted(by_src.items()):
+        busy = _busy(spans)
+        span = max(b for _, b in spans) - min(a for a, _ in spans)
+        out[src] = {"transfers": len(spans), "busy_fraction": busy / span if span else 1.0,
+                    "mean_in_flight": sum(b - a for a, b in spans) / busy if busy else 0.0}
+    return out
+
+
+def summarize_sim(result: Any) -> dict[str, Any]:
+    """The same numbers from a simulation recorded with ``record=True``: its flows (first
+    to last byte, plus the latency) and its batches' times, after the first tenth of the
+    iterations (at least one: the pipeline filling)."""
+    if result.timeline is None:
+        raise ValueError("the simulation was not recorded (simulate(..., record=True))")
+    times = result.times
+    W, K = times["sample_start"].shape
+    warm = max(1, K // 10)
+    flows: dict[tuple, list[float]] = {}
+    for sp in result.timeline:
+        if (sp.resource.startswith("egress:") and sp.iteration >= warm
+                and sp.stage in ("struct", "block", "feat", "relay")):
+            key = (sp.resource[len("egress:"):], sp.stage, sp.trainer, sp.iteration)
+            f = flows.setdefault(key, [sp.start, sp.end])
+            f[0], f[1] = min(f[0], sp.start), max(f[1], sp.end)
+    kinds: dict[str, Any] = {}
+    for kind in sorted({k[1] for k in flows}):
+        kinds[kind] = {"seconds": percentiles(b - a for k, (a, b) in flows.items()
+                                              if k[1] == kind), "bytes": None}
+    by_src: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for k, (a, b) in flows.items():
+        by_src[k[0]].append((a, b))
+    steady = np.s_[:, warm:]
+
+    def gap(a: str, b: str) -> dict[str, float] | None:
+        d = (times[b] - times[a])[steady].ravel()
+        return percentiles(d[np.isfinite(d)])
+
+    return {"transfers": kinds, "senders": _senders(by_src),
+            "pipeline": {"dispatch_to_sampled": gap("sample_start", "sampled"),
+                         "sampled_to_features": gap("sampled", "feat_at_fetch"),
+                         "dispatch_to_train": gap("sample_start", "train_start")},
+            "batches": int(W * (K - warm))}
+
+
+def format_summary(s: dict[str, Any], title: str) -> str:
+    """The summary as the three small tables ``gnnsched trace`` prints."""
+    def ms(p: dict | None) -> str:
+        return "-" if not p else (f"{1e3 * p['p10']:6.0f} {1e3 * p['p50']:6.0f} "
+                                  f"{1e3 * p['p90']:6.0f}")
+
+    lines = [f"{title}: {s['batches']} steady-state training steps", "",
+             f"{'transfer':<10} {'n':>5} {'KB p50':>8}   ms p10    p50    p90"]
+    for kind, k in s["transfers"].items():
+        kb = f"{k['bytes']['p50'] / 1e3:.0f}" if k["bytes"] else "-"
+        lines.append(f"{kind:<10} {k['seconds']['n']:>5} {kb:>8}   {ms(k['seconds'])}")
+    lines += ["", f"{'sender':<12} {'transfers':>9} {'busy':>6} {'in flight':>10}"]
+    for src, v in s["senders"].items():
+        lines.append(f"{src:<12} {v['transfers']:>9} {v['busy_fraction']:>6.0%} "
+                     f"{v['mean_in_flight']:>10.2f}")
+    lines += ["", f"{'per mini-batch':<24}   ms p10    p50    p90"]
+    for name, p in s["pipeline"].items():
+        lines.append(f"{name.replace('_', ' '):<24} {ms(p)}")
+    return "\n".join(lines)
+
+
+__all__ = ["format_summary", "load", "percentiles", "summarize", "summarize_sim"]

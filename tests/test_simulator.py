@@ -357,11 +357,12 @@ def test_cli_simulate(tmp_path, capsys):
     png = tmp_path / "g.png"
     rc = main(["simulate", "--cluster", str(cdir), "--job", str(tmp_path / "j.yaml"),
                "--plan", str(tmp_path / "plan.json"), "--policy", "fifo", "--json",
-               "--gantt", str(png)])
+               "--gantt", str(png), "--timeline"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     for key in ("epoch_time_s", "iteration_time_s", "lower_bound_s", "policy"):
         assert key in out
+    assert out["timeline"]["transfers"]["feat"]["seconds"]["n"] > 0
     assert out["policy"] == "fifo" and out["epoch_time_s"] >= out["lower_bound_s"]
     assert png.stat().st_size > 10_000
     # a plan naming a machine the cluster lacks: exit 2 with the field in the message

@@ -29,6 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="simulate this many iterations and extrapolate the epoch")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--gantt", default=None, metavar="PNG", help="draw the schedule here")
+    p.add_argument("--timeline", action="store_true",
+                   help="also summarise the simulated timeline as `gnnsched trace` does a "
+                        "traced run (transfer times, how many shared each sender, the "
+                        "pipeline's lead), to set the two side by side")
 
 
 def _fmt(s: float) -> str:
@@ -76,7 +80,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise SpecError("--policy", "", str(exc)) from None
     res = simulate(cluster, job, plan, profile, policy, seed=args.seed,
-                   iterations=args.iterations, record=bool(args.gantt))
+                   iterations=args.iterations, record=bool(args.gantt or args.timeline))
+    timeline = None
+    if args.timeline:
+        from gnnsched.trace import summarize_sim
+
+        timeline = summarize_sim(res)
     plan_bound = workload_for(cluster, job, profile).bound(plan)
     if args.gantt:
         from gnnsched.gantt import draw
@@ -90,9 +99,15 @@ def run(args: argparse.Namespace) -> int:
                    stages=res.stages, utilisation=res.utilisation)
         if args.gantt:
             out["gantt"] = args.gantt
+        if timeline is not None:
+            out["timeline"] = timeline
         print(json.dumps(out, indent=1, default=float))
     else:
         print(report(res, plan_bound))
         if args.gantt:
             print(f"  gantt             {args.gantt}")
+        if timeline is not None:
+            from gnnsched.trace import format_summary
+
+            print("\n" + format_summary(timeline, f"simulated ({res.policy})"))
     return 0

@@ -22,14 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
-def _ms(p: dict | None) -> str:
-    if not p:
-        return "-"
-    return f"{1e3 * p['p10']:6.0f} {1e3 * p['p50']:6.0f} {1e3 * p['p90']:6.0f}"
-
-
 def run(args: argparse.Namespace) -> int:
-    from gnnsched.trace import load, summarize
+    from gnnsched.trace import format_summary, load, summarize
 
     try:
         s = summarize(load(args.run_dir))
@@ -37,17 +31,6 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"gnnsched trace: {exc}") from None
     if args.json:
         print(json.dumps(s, indent=1))
-        return 0
-    print(f"{args.run_dir}: {s['batches']} steady-state training steps\n")
-    print(f"{'transfer':<10} {'n':>5} {'KB p50':>8}   ms p10    p50    p90")
-    for kind, k in s["transfers"].items():
-        print(f"{kind:<10} {k['seconds']['n']:>5} {k['bytes']['p50'] / 1e3:>8.0f}   "
-              f"{_ms(k['seconds'])}")
-    print(f"\n{'sender':<12} {'transfers':>9} {'busy':>6} {'in flight':>10}")
-    for src, v in s["senders"].items():
-        print(f"{src:<12} {v['transfers']:>9} {v['busy_fraction']:>6.0%} "
-              f"{v['mean_in_flight']:>10.2f}")
-    print(f"\n{'per mini-batch':<24}   ms p10    p50    p90")
-    for name, p in s["pipeline"].items():
-        print(f"{name.replace('_', ' '):<24} {_ms(p)}")
+    else:
+        print(format_summary(s, args.run_dir))
     return 0
