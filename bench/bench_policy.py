@@ -21,6 +21,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         net = EmulatedCluster(cluster, payload_rates=True).up()
     times: dict[str, list[float]] = {p: [] for p in policies}
+    runs: dict[str, list[Any]] = {p: [] for p in policies}
+    opts = replace(be.runtime_options(), trace=args.trace)
     t0 = time.time()
     try:
         for rep in range(args.repeats):
@@ -68,10 +71,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for p in policies:
                 res = train(cluster, job, plan, policy=p, launcher=st.launcher,
                             out_dir=work / f"{args.shape}-{args.dataset}-{p}-{rep}",
-                            partitions=ctx.parts[args.dataset], profile=prof,
-                            options=be.runtime_options(),
+                            partitions=ctx.parts[args.dataset], profile=prof, options=opts,
                             launcher_options={"emulated": net} if net else None)
                 times[p].append(float(res.epoch_time_s))
+                runs[p].append(res)
                 be.say(f"#{rep + 1} {p}: epoch {res.epoch_time_s:.3f} s")
     finally:
         if net is not None:
@@ -83,12 +86,53 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         rows.append({"policy": p, "median_s": statistics.median(times[p]), "epoch_s": times[p],
                      "paired_ratio_median": statistics.median(ratios),
                      "paired_ratio_min": min(ratios), "paired_ratio_max": max(ratios)})
+        if args.trace:
+            rows[-1]["timeline"] = timelines(runs[p], p, cluster, job0, plan, prof, st.seed)
     return {"shape": args.shape, "dataset": args.dataset, "placer": args.placer,
             "plan": be.plan_rows(plan), "repeats": args.repeats, "epochs": st.epochs,
             "launcher": st.launcher, "launcher_reason": st.launcher_reason, "baseline": base,
             "rows": rows, "minutes": (time.time() - t0) / 60,
             "command": " ".join(["python", "bench/bench_policy.py", *sys.argv[1:]]),
             "date": time.strftime("%Y-%m-%d %H:%M")}
+
+
+def timelines(runs: list[Any], policy: str, cluster: Any, job: Any, plan: Any, prof: Any,
+              seed: int) -> dict[str, Any]:
+    """The median run's traced timeline beside the simulator's, calibrated on that run the
+    way the evaluation calibrates (:func:`bench_eval.insitu_profile`): does the simulator
+    predict the epoch *and* the transfers, or the epoch for other reasons?"""
+    from gnnsched.simulator import simulate
+    from gnnsched.trace import load, summarize, summarize_sim
+
+    times = [r.epoch_time_s for r in runs]
+    res = runs[times.index(sorted(times)[len(times) // 2])]
+    cal, _ = be.insitu_profile(prof, plan, cluster, job, res.stages,
+                               be.allreduce_last_s(res.run_dir), be.step_costs(res.run_dir))
+    K = prof.iterations_per_epoch(job.trainers, job.batch_size)
+    sim = simulate(cluster, job, plan, cal, policy, seed=seed, iterations=3 * K, record=True)
+    return {"run_dir": str(res.run_dir), "measured_s": float(res.epoch_time_s),
+            "simulated_s": float(sim.barriers[2 * K - 1] - sim.barriers[K - 1]),
+            "measured": summarize(load(res.run_dir)), "simulated": summarize_sim(sim)}
+
+
+def _timeline_table(doc: dict[str, Any]) -> None:
+    def pct(s: dict[str, Any], kind: str) -> str:
+        p = s["transfers"].get(kind, {}).get("seconds")
+        return "-" if not p else f"{1e3 * p['p50']:.0f} / {1e3 * p['p90']:.0f}"
+
+    def busiest(s: dict[str, Any]) -> str:
+        v = max(s["senders"].values(), key=lambda x: x["busy_fraction"], default=None)
+        return "-" if v is None else f"{v['mean_in_flight']:.2f}"
+
+    print(f"\nthe median run of each policy beside the simulator calibrated on it\n"
+          f"{'policy':<14} {'epoch s (run / sim)':>20} {'feat ms p50/p90 run':>20} "
+          f"{'sim':>10} {'in flight run / sim':>20}")
+    for r in doc["rows"]:
+        t = r["timeline"]
+        m, s = t["measured"], t["simulated"]
+        print(f"{r['policy']:<14} {t['measured_s']:>10.3f} / {t['simulated_s']:<7.3f} "
+              f"{pct(m, 'feat'):>20} {pct(s, 'feat'):>10} "
+              f"{busiest(m):>11} / {busiest(s):<7}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5,
                     help="interleaved repeats; repeat r trains with job seed r (default: 5)")
     ap.add_argument("--epochs", type=int, default=8, help="epochs per run (default: 8)")
+    ap.add_argument("--trace", action="store_true",
+                    help="trace every run (gnnsched train --trace) and set each policy's "
+                         "median run beside the simulator calibrated on it: transfer times "
+                         "and how many transfers the busiest sender had in flight")
     ap.add_argument("--launcher", default="auto", choices=["auto", "netns", "local"],
                     help="netns (emulated cluster, root) or local processes (default: auto)")
     ap.add_argument("--work", default=str(ROOT / "runs" / "bench-policy"),
@@ -122,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['policy']:<14} {r['median_s']:>9.3f} {r['paired_ratio_median']:>12.3f} "
               f"({r['paired_ratio_min']:.3f}..{r['paired_ratio_max']:.3f})  "
               + " ".join(f"{t:.3f}" for t in r["epoch_s"]))
+    if args.trace:
+        _timeline_table(doc)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
