@@ -1,8 +1,9 @@
 """A/B online policies in real runs: one shape, one dataset, one plan, interleaved repeats.
 
 Run: ``python bench/bench_policy.py [--shape mixedgen] [--dataset cora] [--policies fifo,gnnsched]
-[--placer gnnsched] [--repeats 5] [--out docs/bench/policy.json]`` (as root for the emulated
-cluster; local processes otherwise).
+[--placer gnnsched] [--repeats 5] [--trace] [--out docs/bench/policy.json]`` (as root for the
+emulated cluster; local processes otherwise). ``--trace`` also sets each policy's median run,
+traced, beside the simulator calibrated on it (:mod:`gnnsched.trace`).
 
 Why: the evaluation (``gnnsched bench``) runs each system three times among a dozen other
 configurations, and this shared 2-core box drifts by more than the few percent a policy
