@@ -436,13 +436,11 @@ def simulate_system(cluster: Any, job: Any, plan: Any, prof: Any, policy: str,
 def steady_train_batches(run_dir: str | Path) -> list[dict[str, Any]]:
     """A run's per-batch records of its training steps after the first epoch (the steady
     ones), from its ``metrics.jsonl``; empty if there is none."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
+    from gnnsched.trace import load, steady_batches
+
+    if not (Path(run_dir) / "metrics.jsonl").exists():
         return []
-    with path.open() as fh:
-        rows = [json.loads(line) for line in fh]
-    return [r for r in rows if r.get("type") == "batch" and r.get("phase") == "train"
-            and r.get("epoch", 0) >= 1]
+    return steady_batches(load(run_dir))
 
 
 def allreduce_last_s(run_dir: str | Path) -> float | None:

@@ -53,10 +53,16 @@ def _busy(spans: list[tuple[float, float]]) -> float:
     return total
 
 
+def steady_batches(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A run's per-batch records of its training steps after the first epoch (the steady
+    ones: the first epoch fills the pipeline and warms every process up)."""
+    return [r for r in records if r.get("type") == "batch" and r.get("phase") == "train"
+            and r.get("epoch", 0) >= 1]
+
+
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Steady-state transfer and pipeline statistics of a traced run (seconds)."""
-    steady = {(r["trainer"], r["seq"]): r for r in records
-              if r.get("type") == "batch" and r.get("phase") == "train" and r.get("epoch", 0) >= 1}
+    steady = {(r["trainer"], r["seq"]): r for r in steady_batches(records)}
     moves = [r for r in records if r.get("type") == "transfer"
              and (r["trainer"], r["seq"]) in steady]
     if not moves and not any(r.get("type") == "dispatch" for r in records):
@@ -160,4 +166,5 @@ def format_summary(s: dict[str, Any], title: str) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["format_summary", "load", "percentiles", "summarize", "summarize_sim"]
+__all__ = ["format_summary", "load", "percentiles", "steady_batches", "summarize",
+           "summarize_sim"]
