@@ -285,7 +285,7 @@ def split_of(plan: Any) -> list[list[int]]:
 
 
 def plan_rows(plan: Any) -> list[dict[str, Any]]:
-    return [{"trainer": i, "machine": t.machine, "parts": list(t.parts),
+    return [{"trainer": i, "machine": t.machine, "device": t.device, "parts": list(t.parts),
              "samplers": [f"{m}x{c}" for m, c in t.samplers], "fetch_at": t.fetch_at}
             for i, t in enumerate(plan.trainers)]
 
@@ -443,13 +443,44 @@ def steady_train_batches(run_dir: str | Path) -> list[dict[str, Any]]:
     return steady_batches(load(run_dir))
 
 
-def allreduce_last_s(run_dir: str | Path) -> float | None:
+STEP_FIELDS = ("seq", "train_s", "sample_s", "allreduce_s", "barrier_at")
+
+
+def steady_steps(run_dir: str | Path) -> dict[str, dict[str, list[float]]]:
+    """Per trainer, the steady training steps of a run (:func:`steady_train_batches`) as
+    columns of :data:`STEP_FIELDS` (``barrier_at`` relative to the run's first, when the
+    trainer recorded it): kept in results.json, so ``--resimulate`` needs no run directory."""
+    rows = steady_train_batches(run_dir)
+    t0 = min((float(r["barrier_at"]) for r in rows if "barrier_at" in r), default=None)
+    out: dict[str, dict[str, list[float]]] = {}
+    for r in rows:
+        got = out.setdefault(str(r["trainer"]), {})
+        for k in STEP_FIELDS:
+            if k == "barrier_at":
+                if t0 is None:
+                    continue
+                v = round(float(r["barrier_at"]) - t0, 6)
+            else:
+                v = int(r["seq"]) if k == "seq" else round(float(r.get(k) or 0.0), 6)
+            got.setdefault(k, []).append(v)
+    return out
+
+
+def _steps(row: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
+    """A run row's steady steps: stored in the row, else read from its run directory."""
+    if "steps" in row:
+        return row["steps"]
+    return steady_steps(row["run_dir"]) if row.get("run_dir") else {}
+
+
+def allreduce_last_s(steps: dict[str, dict[str, list[float]]]) -> float | None:
     """The all-reduce's own seconds in a run: per steady iteration, the all-reduce of the
     trainer that reached it last (the others also waited for it there), averaged. None if
-    the run has no batch records."""
+    the run has no steps."""
     by_seq: dict[int, list[float]] = {}
-    for r in steady_train_batches(run_dir):
-        by_seq.setdefault(int(r["seq"]), []).append(float(r["allreduce_s"]))
+    for got in steps.values():
+        for seq, ar in zip(got["seq"], got["allreduce_s"]):
+            by_seq.setdefault(int(seq), []).append(float(ar))
     if not by_seq:
         return None
     W = max(len(v) for v in by_seq.values())
@@ -457,15 +488,10 @@ def allreduce_last_s(run_dir: str | Path) -> float | None:
     return float(statistics.fmean(last)) if last else None
 
 
-def step_costs(run_dir: str | Path) -> dict[str, dict[str, list[float]]]:
-    """Per trainer, the training and sampling seconds of every steady training step of a
-    run; empty if there is none."""
-    out: dict[str, dict[str, list[float]]] = {}
-    for r in steady_train_batches(run_dir):
-        got = out.setdefault(str(r["trainer"]), {"train_s": [], "sample_s": []})
-        got["train_s"].append(float(r["train_s"]))
-        got["sample_s"].append(float(r.get("sample_s") or 0.0))
-    return out
+def step_costs(steps: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, list[float]]]:
+    """Per trainer, the training and sampling seconds of every steady training step."""
+    return {w: {"train_s": list(got["train_s"]), "sample_s": list(got["sample_s"])}
+            for w, got in steps.items()}
 
 
 def _spread(profiled: Any, measured: list[float], mean: float) -> Any:
@@ -553,6 +579,15 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
              "allreduce_model_s": float(model_ar)})
 
 
+def run_profile(row: dict[str, Any], prof: Any, plan: Any, cluster: Any,
+                job: Any) -> tuple[Any, dict[str, Any]]:
+    """:func:`insitu_profile` from a measured run's row (its stages and steady steps)."""
+    steps = _steps(row)
+    last = row.get("allreduce_last_s") or allreduce_last_s(steps)
+    return insitu_profile(prof, plan, cluster, job, row["stages_by_trainer"], last,
+                          step_costs(steps))
+
+
 def predict_run(row: dict[str, Any], isolated: dict[str, Any], cluster: Any, job: Any,
                 plan: Any, prof: Any, policy: str, seed: int) -> None:
     """Set a measured run's predictions: ``isolated`` (from the profile alone) and the one
@@ -561,9 +596,7 @@ def predict_run(row: dict[str, Any], isolated: dict[str, Any], cluster: Any, job
     row["sim_isolated"] = row["sim"] = isolated
     row["sim_error_isolated"] = row["sim_error"] = (isolated["epoch_time_s"]
                                                     / row["epoch_time_s"] - 1.0)
-    last = row.get("allreduce_last_s") or allreduce_last_s(row["run_dir"])
-    cal, factors = insitu_profile(prof, plan, cluster, job, row["stages_by_trainer"], last,
-                                  step_costs(row["run_dir"]))
+    cal, factors = run_profile(row, prof, plan, cluster, job)
     row["sim"] = {**simulate_system(cluster, job, plan, cal, policy, seed),
                   "insitu_factors": factors}
     row["sim_error"] = row["sim"]["epoch_time_s"] / row["epoch_time_s"] - 1.0
@@ -586,9 +619,7 @@ def replan_insitu(cfg: dict[str, Any], cluster: Any, job: Any, prof: Any, plans:
     if colo is None or not row.get("stages_by_trainer") or not colo_sim:
         return None
     t0 = time.perf_counter()
-    last = row.get("allreduce_last_s") or allreduce_last_s(row["run_dir"])
-    cal, _ = insitu_profile(prof, colo, cluster, job, row["stages_by_trainer"], last,
-                            step_costs(row["run_dir"]))
+    cal, _ = run_profile(row, prof, colo, cluster, job)
     policy = SYSTEMS[HEADLINE].policy
     plan = canonical(get_placer("gnnsched").place(cluster, job, cal, seed=seed, budget=budget))
     new = simulate_system(cluster, job, plan, cal, policy, seed)["epoch_time_s"]
@@ -632,7 +663,8 @@ def run_runtime_once(st: Settings, cluster: Any, job: Any, plan: Any, prof: Any,
                 partitions=part_dir, profile=prof, options=runtime_options(),
                 progress=tracker, launcher_options=lopts)
     row = summary(res)
-    row["allreduce_last_s"] = allreduce_last_s(res.run_dir)
+    row["steps"] = steady_steps(res.run_dir)
+    row["allreduce_last_s"] = allreduce_last_s(row["steps"])
     row["nic_bytes_run"] = _delta(before, counters.read()) if counters else None
     if row.get("recoveries"):
         say(f"    {tag}: recovered {len(row['recoveries'])} time(s): timing is suspect")
@@ -681,6 +713,7 @@ def aggregate_runtime(reps: list[dict[str, Any]]) -> dict[str, Any]:
                    "fetch": mean["fetch_s"]},
         "stages_by_trainer": st_, "startup_s": best["startup_s"], "wall_s": best["wall_s"],
         "run_dir": best["run_dir"], "allreduce_last_s": best.get("allreduce_last_s"),
+        "steps": best.get("steps", {}),
         "nic_queue_waits_s": best.get("nic_queue_waits_s"),
         "seconds": sum(r["seconds"] for r in reps),
         "recoveries": [rc for r in reps for rc in r.get("recoveries", [])],
@@ -784,8 +817,9 @@ def accuracy_stats(accs: list[float]) -> dict[str, Any]:
 class Context:
     """What one evaluation shares across configurations: partitions, profiles, references."""
 
-    def __init__(self, st: Settings) -> None:
+    def __init__(self, st: Settings, from_results: bool = False) -> None:
         self.st = st
+        self.from_results = from_results  # --resimulate: the profiles saved beside the results
         self.parts: dict[str, Path] = {}
         self.profiles: dict[str, Any] = {}
         self.info: dict[str, dict[str, Any]] = {}
@@ -809,7 +843,11 @@ class Context:
         from gnnsched.spec import fingerprint
 
         key = fingerprint([job.profile_key(), st.samples, st.seed])
-        path = st.work / "profiles" / f"{ds}-{st.samples}-{key}.json"
+        name = f"{ds}-{st.samples}-{key}.json"
+        path = st.work / "profiles" / name
+        kept = st.out / "profiles" / name  # the one the results were computed with
+        if self.from_results and kept.is_file():
+            path = kept
         if path.is_file():
             prof = CostProfile.load(path)
             prof.check_job(job, str(path))
@@ -819,6 +857,9 @@ class Context:
             path.parent.mkdir(parents=True, exist_ok=True)
             prof.save(path)
             how = f"profiled {st.samples} real mini-batches per partition"
+        if path != kept:  # beside the results, so --resimulate re-derives them on any box
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            prof.save(kept)
         self.parts[ds], self.profiles[ds] = part_dir, prof
         meta = pset.meta
         counts = {k: int(sum(p.get(k, 0) for p in meta.get("parts", [])))
@@ -1914,12 +1955,26 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def stored_plan(cfg: dict[str, Any], placer: str, work: Path) -> Any:
+    """The plan a configuration ran: its file in the work directory, else rebuilt from the
+    rows in results.json (what a fresh clone has)."""
+    from gnnsched.plan import Plan, TrainerPlan
+
+    f = work / "runs" / f"{cfg['shape']}-{cfg['dataset']}" / f"plan-{placer}.json"
+    if f.is_file():
+        return Plan.load(f)
+    rows = cfg["plans"][placer]["trainers"]
+    return Plan(placer, cfg["shape"], "", tuple(
+        TrainerPlan(r["trainer"], r["machine"], int(r.get("device", 0)), tuple(r["parts"]),
+                    tuple((m, int(c)) for m, c in (x.rsplit("x", 1) for x in r["samplers"])),
+                    r["fetch_at"]) for r in rows))
+
+
 def resimulate(st: Settings) -> int:
     """Re-derive every real run's in-situ prediction from ``st.out/results.json`` (the plans
     and profiles the run used, from ``st.work``) and the scaling sweep (unless ``--no-scale``),
     and rewrite the report: the numbers are those the full command computes from the same
     measurements."""
-    from gnnsched.plan import Plan
 
     path = st.out / "results.json"
     if not path.is_file():
@@ -1931,7 +1986,7 @@ def resimulate(st: Settings) -> int:
                  epochs=int(old["epochs"]), quick=bool(old["quick"]),
                  datasets=list(old["datasets"]), shapes=list(old["shapes"]),
                  sizes=list(old["sizes"]), budget=float(old["budget"]))
-    ctx = Context(st)
+    ctx = Context(st, from_results=True)
     for c in doc["configs"]:
         ds, shape = c["dataset"], c["shape"]
         ctx.prepare(ds)
@@ -1940,16 +1995,13 @@ def resimulate(st: Settings) -> int:
             s = SYSTEMS[sysname]
             if s.placer is None or not row.get("epoch_time_s") or "stages_by_trainer" not in row:
                 continue
-            plan = Plan.load(st.work / "runs" / f"{shape}-{ds}" / f"plan-{s.placer}.json")
+            plan = stored_plan(c, s.placer, st.work)
             predict_run(row, simulate_system(cluster, job, plan, prof, s.policy, st.seed),
                         cluster, job, plan, prof, s.policy, st.seed)
             say(f"[{shape}/{ds}] {sysname}: {_line(row)}")
         if c.get("limited"):
-            plans = {}
-            for placer in ("colocation", "gnnsched"):
-                f = st.work / "runs" / f"{shape}-{ds}" / f"plan-{placer}.json"
-                if f.is_file():
-                    plans[placer] = Plan.load(f)
+            plans = {p: stored_plan(c, p, st.work) for p in ("colocation", "gnnsched")
+                     if "trainers" in c["plans"].get(p, {})}
             _replan(c, cluster, job, prof, plans, st, f"{shape}/{ds}")
         _speedups(c)
     if doc.get("scaling") and st.scale:  # simulated only: re-derived whole

@@ -107,8 +107,9 @@ def timelines(runs: list[Any], policy: str, cluster: Any, job: Any, plan: Any, p
 
     times = [r.epoch_time_s for r in runs]
     res = runs[times.index(sorted(times)[len(times) // 2])]
+    steps = be.steady_steps(res.run_dir)
     cal, _ = be.insitu_profile(prof, plan, cluster, job, res.stages,
-                               be.allreduce_last_s(res.run_dir), be.step_costs(res.run_dir))
+                               be.allreduce_last_s(steps), be.step_costs(steps))
     K = prof.iterations_per_epoch(job.trainers, job.batch_size)
     sim = simulate(cluster, job, plan, cal, policy, seed=seed, iterations=3 * K, record=True)
     return {"run_dir": str(res.run_dir), "measured_s": float(res.epoch_time_s),

@@ -9,7 +9,9 @@ machine), and the coordinator's control socket -- and assembles complete mini-ba
 Per mini-batch the main thread measures, at each stage boundary: ``wait_s`` (blocked waiting for
 the next batch: the input pipeline was behind), ``train_s`` (forward + backward + optimizer
 step, including the emulated slow-down below), ``allreduce_s`` (the gradient all-reduce with
-``torch.distributed``: the synchronous barrier, waiting for the slowest trainer included); the
+``torch.distributed``: the synchronous barrier, waiting for the slowest trainer included) and
+``barrier_at`` (wall-clock second the trainer reached it, so the evaluation can tell the
+all-reduce itself from waiting and from trainers leaving it at different moments); the
 batch itself carries ``sample_s`` and ``fetch_s`` measured where those stages ran.
 
 Gradients are averaged over trainers only (gloo on CPU, NCCL when every trainer has its own
@@ -422,7 +424,7 @@ class Trainer(Role):
                 loss.backward()
                 self.sync()
                 self.stretch(time.process_time() - cpu1)
-                t2 = time.monotonic()
+                t2, reached = time.monotonic(), time.time()
                 if self.grad_first:  # stores hold traffic into this machine meanwhile
                     self.inbox.send("allreduce", trainer=self.rank, seq=seq, on=True,
                                     bytes=self.grad_volume(model))
@@ -434,7 +436,7 @@ class Trainer(Role):
                     self.inbox.send("allreduce", trainer=self.rank, seq=seq, on=False)
                 opt.step()
                 self.sync()
-                rec.update(loss=float(loss.detach()), allreduce_s=t3 - t2,
+                rec.update(loss=float(loss.detach()), allreduce_s=t3 - t2, barrier_at=reached,
                            train_s=(t2 - t1) + (time.monotonic() - t3))
             else:
                 model.eval()

@@ -104,7 +104,7 @@ def test_step_spread_keeps_means_and_batch_order(tmp_path: Path) -> None:
             for e in (0, 1) for t in (0, 1) for i in range(8)]
     rows.append({"type": "batch", "phase": "val", "epoch": 1, "trainer": 0, "train_s": 9.0})
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    steps = bench.step_costs(tmp_path)
+    steps = bench.step_costs(bench.steady_steps(tmp_path))
     assert sorted(steps) == ["0", "1"] and len(steps["0"]["train_s"]) == 8  # epoch 1, train
     assert max(steps["0"]["train_s"]) == pytest.approx(0.04)
     profiled = np.array([3.0, 1.0, 2.0, 5.0])
