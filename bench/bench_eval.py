@@ -398,18 +398,23 @@ def _error(exc: BaseException) -> str:
 
 def simulate_system(cluster: Any, job: Any, plan: Any, prof: Any, policy: str,
                     seed: int) -> dict[str, Any]:
-    """Simulated epoch (full and steady-state), per-plan bound, stages per iteration."""
+    """Simulated epoch (full and steady-state), per-plan bound, stages per iteration.
+
+    Every simulation here predicts the gnnsched runtime, whose stores hand transfers to
+    their kernel while less than ``NIC_WINDOW_S`` of their egress is queued there, and the
+    kernel sends them first come first served (``nic_window_s``, simulator._WindowNet)."""
+    from gnnsched.runtime.coordinator import NIC_WINDOW_S
     from gnnsched.simulator import simulate
 
     K = prof.iterations_per_epoch(job.trainers, job.batch_size)
     # steady state: the middle of three epochs simulated back to back. Like a measured epoch
     # after the first, it starts with mini-batches the epoch before prefetched and prefetches
     # for the one after (the last of the epochs simulated would only receive, not give).
-    runs = [simulate(cluster, job, plan, prof, policy, seed=seed + i, iterations=3 * K)
-            for i in range(SIM_SEEDS)]
+    runs = [simulate(cluster, job, plan, prof, policy, seed=seed + i, iterations=3 * K,
+                     nic_window_s=NIC_WINDOW_S) for i in range(SIM_SEEDS)]
     steady = [float(r.barriers[2 * K - 1] - r.barriers[K - 1]) for r in runs]
     first = [float(r.barriers[K - 1]) for r in runs]
-    r0 = simulate(cluster, job, plan, prof, policy, seed=seed)
+    r0 = simulate(cluster, job, plan, prof, policy, seed=seed, nic_window_s=NIC_WINDOW_S)
     W = len(r0.stages)
     stages = {k: float(statistics.fmean(st[k] for st in runs[0].stages)) / (3 * K)
               for k in ("sample", "fetch", "train", "stall", "barrier")}
@@ -488,6 +493,29 @@ def allreduce_last_s(steps: dict[str, dict[str, list[float]]]) -> float | None:
     return float(statistics.fmean(last)) if last else None
 
 
+def barrier_release(steps: dict[str, dict[str, list[float]]]
+                    ) -> tuple[float, list[float]] | None:
+    """The all-reduce itself and how apart trainers leave it, from when each trainer reached
+    it (``barrier_at``) and left it (+ ``allreduce_s``), per steady iteration that every
+    trainer recorded: the mean seconds from the last arrival to the first departure, and
+    every trainer's departure after the first. None without ``barrier_at`` (older runs)."""
+    by_seq: dict[int, list[tuple[float, float]]] = {}
+    for got in steps.values():
+        if "barrier_at" not in got:
+            return None
+        for seq, at, ar in zip(got["seq"], got["barrier_at"], got["allreduce_s"]):
+            by_seq.setdefault(int(seq), []).append((float(at), float(at) + float(ar)))
+    W = len(steps)
+    own, skew = [], []
+    for v in by_seq.values():
+        if len(v) != W or W < 2:
+            continue
+        first = min(e for _, e in v)
+        own.append(max(0.0, first - max(a for a, _ in v)))
+        skew.extend(e - first for _, e in v)
+    return (float(statistics.fmean(own)), skew) if own else None
+
+
 def step_costs(steps: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, list[float]]]:
     """Per trainer, the training and sampling seconds of every steady training step."""
     return {w: {"train_s": list(got["train_s"]), "sample_s": list(got["sample_s"])}
@@ -515,6 +543,7 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
                    by_trainer: dict[str, dict[str, float]],
                    allreduce_s: float | None = None,
                    steps: dict[str, dict[str, list[float]]] | None = None,
+                   barrier_skew: list[float] | None = None,
                    ) -> tuple[Any, dict[str, Any]]:
     """The profile with the costs this run measured in place of the profiler's.
 
@@ -526,8 +555,9 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
     stretched to emulate slower devices — over the profile's mean for its parts; training
     steps are pure compute) scales every ``train_s``; each trainer's mean sampling seconds
     per mini-batch over the profile's mean for its parts scales those parts' ``sample_s``
-    (at least by ``cpu``); ``allreduce_overhead_s`` (the all-reduce's own seconds,
-    :func:`allreduce_last_s`, else the fastest trainer's mean, minus the cost model's ring
+    (at least by ``cpu``); ``allreduce_overhead_s`` (the all-reduce's own seconds --
+    :func:`barrier_release`'s last arrival to first departure, in older runs
+    :func:`allreduce_last_s`, else the fastest trainer's mean -- minus the cost model's ring
     time, at least 0) is added to every
     all-reduce as time in which the NICs are *not* busy: the gradient bytes stay what they
     are, so the simulator reserves no more NIC time for them than they take (scaling the
@@ -536,7 +566,9 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
     pipeline, the barrier waits. With ``steps`` (:func:`step_costs`) each part's per-batch
     training and sampling costs also take the spread its trainer's steps had in the run (a
     loaded box's scheduling jitter, which decides how far apart trainers reach the barrier),
-    at the same means."""
+    at the same means; ``barrier_skew`` (:func:`barrier_release`: how long after the first
+    each trainer left an all-reduce) becomes the profile's ``barrier_skew_s``, from which the
+    simulator draws when each trainer starts its next step."""
     import numpy as np
 
     from gnnsched.workload import Workload
@@ -571,18 +603,25 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
                                                    float(pp.train_s.mean())),
                                sample_s=_spread(base.sample_s, got.get("sample_s", []),
                                                 float(pp.sample_s.mean())))
-    return (replace(prof, parts=parts, allreduce_overhead_s=prof.allreduce_overhead_s + extra),
+    skew = tuple(round(x, 6) for x in barrier_skew or ())
+    return (replace(prof, parts=parts, allreduce_overhead_s=prof.allreduce_overhead_s + extra,
+                    barrier_skew_s=skew),
             {"cpu": f_cpu, "sample": [f_sample[q] for q in range(len(prof.parts))],
              "allreduce": (min(ar) / model_ar) if ar and model_ar > 0 else 1.0,
              "allreduce_overhead_s": extra,
              "allreduce_measured_s": float(min(ar)) if ar else None,
-             "allreduce_model_s": float(model_ar)})
+             "allreduce_model_s": float(model_ar),
+             "barrier_skew_s": float(np.mean(skew)) if skew else 0.0})
 
 
 def run_profile(row: dict[str, Any], prof: Any, plan: Any, cluster: Any,
                 job: Any) -> tuple[Any, dict[str, Any]]:
     """:func:`insitu_profile` from a measured run's row (its stages and steady steps)."""
     steps = _steps(row)
+    rel = barrier_release(steps)
+    if rel is not None:
+        return insitu_profile(prof, plan, cluster, job, row["stages_by_trainer"], rel[0],
+                              step_costs(steps), rel[1])
     last = row.get("allreduce_last_s") or allreduce_last_s(steps)
     return insitu_profile(prof, plan, cluster, job, row["stages_by_trainer"], last,
                           step_costs(steps))

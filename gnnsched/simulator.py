@@ -63,7 +63,7 @@ from gnnsched.workload import Workload
 
 KINDS = ("struct", "block", "feat", "relay")
 _STRUCT, _BLOCK, _FEAT, _RELAY = range(4)
-_CPU_DONE, _FLOW_DONE, _ARRIVE, _TRAIN_DONE, _AR_DONE = range(5)
+_CPU_DONE, _FLOW_DONE, _ARRIVE, _TRAIN_DONE, _AR_DONE, _RELEASE = range(6)
 
 
 class Span(NamedTuple):
@@ -205,9 +205,12 @@ class Instance:
     """
 
     def __init__(self, workload: Workload, plan: Plan, *, seed: int = 0,
-                 iterations: int | None = None) -> None:
+                 iterations: int | None = None, nic_window_s: float | None = None) -> None:
         wl, cl = workload, workload.cluster
         self.workload, self.plan, self.seed = wl, plan, seed
+        if nic_window_s is not None and not nic_window_s > 0:
+            raise ValueError(f"nic_window_s must be > 0 seconds or None, got {nic_window_s!r}")
+        self.nic_window_s = nic_window_s
         self.M = wl.M
         self.W = len(plan.trainers)
         self.K = K = int(iterations or wl.iterations)
@@ -253,6 +256,12 @@ class Instance:
             self.struct.append(st)
             self.feat_total.append(ft)
         self.allreduce_s = float(wl.allreduce_s(plan))
+        # when each trainer leaves all-reduce k, after the first one (profile.barrier_skew_s)
+        skew = np.asarray(prof.barrier_skew_s, dtype=float)
+        rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 0xBA55])
+        self.release: list[list[float]] | None = (
+            [rng.choice(skew, size=K).tolist() for _ in range(self.W)]
+            if len(skew) and skew.max() > 0 and self.W > 1 else None)
         ar_bytes = float(wl.allreduce_bytes(plan))
         self.grad_rate: dict[int, float] = {}  # trainer machine -> reserved bytes/s
         if self.allreduce_s > 0 and ar_bytes > 0:
@@ -775,6 +784,56 @@ class _FairNet:
         resched.clear()
 
 
+class _WindowNet:
+    """A NIC the way the gnnsched runtime drives one: the sender hands whole transfers to its
+    kernel, in the policy's order (priority key, else arrival), while less than ``window_s``
+    of its egress is queued there; the kernel sends what it holds first come first served.
+
+    A store's window (``runtime.coordinator.NIC_WINDOW_S``) has to cover acknowledgement
+    round trips through busy processes, so it holds every transfer of a short queue: the
+    policy's order then reaches the wire only for what waits behind a full window. Admitted
+    flows run on a :class:`_PriorityNet` keyed by admission order (work-conserving FCFS).
+    """
+
+    def __init__(self, cap: list[float], schedule: Any, record: Any, window_s: float,
+                 M: int, ordered: bool) -> None:
+        self.inner = _PriorityNet(cap, schedule, record)
+        self.window = [c * window_s for c in cap[:M]]  # bytes, per sender
+        self.ordered = ordered  # policy keys (priority) or arrival order (fair sharing)
+        self.waiting: list[list[tuple]] = [[] for _ in range(M)]
+        self.queued = [0.0] * M  # bytes of admitted, unfinished transfers
+        self.admitted = itertools.count()
+
+    def add(self, f: _Flow, now: float) -> None:
+        heapq.heappush(self.waiting[f.s], (f.skey if self.ordered else (f.fid,), f.fid, f))
+        self._admit(f.s, now)
+
+    def _admit(self, s: int, now: float) -> None:
+        q = self.waiting[s]
+        while q and self.queued[s] < self.window[s]:
+            f = heapq.heappop(q)[-1]
+            f.skey = (next(self.admitted), f.fid)  # _PriorityNet finds a flow by skey[-1]
+            self.queued[s] += f.nbytes
+            self.inner.add(f, now)
+
+    def done(self, f: _Flow, ver: int, now: float) -> _Flow | None:
+        g = self.inner.done(f, ver, now)
+        if g is not None:
+            self.queued[g.s] = max(0.0, self.queued[g.s] - g.nbytes)
+            self._admit(g.s, now)
+        return g
+
+    def set_cap(self, r: int, c: float) -> None:
+        self.inner.set_cap(r, c)
+
+    @property
+    def dirty(self) -> bool:
+        return self.inner.dirty
+
+    def commit(self, now: float) -> None:
+        self.inner.commit(now)
+
+
 # ------------------------------------------------------------------------------ simulator
 
 
@@ -782,13 +841,16 @@ def simulate(cluster: ClusterSpec | Workload, job: JobSpec | Plan | None = None,
              plan: Plan | None = None, profile: CostProfile | None = None,
              policy: str | Policy = "gnnsched", *, seed: int = 0,
              iterations: int | None = None, record: bool = False,
-             validate: bool = True) -> SimResult:
+             validate: bool = True, nic_window_s: float | None = None) -> SimResult:
     """Simulate one epoch of `plan`.
 
     Call as ``simulate(cluster, job, plan, profile, policy)`` or
     ``simulate(workload, plan, policy=...)``. `iterations` < the epoch's simulates that many
     and extrapolates the epoch from the steady-state iteration time. `validate` checks the
     plan against the cluster and job (SpecError naming the trainer and field).
+    `nic_window_s`: None, every NIC serves its queue as the policy says (the planning
+    model); seconds, senders hand transfers to an FCFS kernel queue that deep, as the gnnsched
+    runtime's stores do (:class:`_WindowNet`; what predicting a real run needs).
     """
     if isinstance(cluster, Workload):
         wl = cluster
@@ -805,7 +867,7 @@ def simulate(cluster: ClusterSpec | Workload, job: JobSpec | Plan | None = None,
         raise TypeError("simulate needs a plan")
     if validate:
         plan.validate(wl.cluster, wl.job)
-    inst = Instance(wl, plan, seed=seed, iterations=iterations)
+    inst = Instance(wl, plan, seed=seed, iterations=iterations, nic_window_s=nic_window_s)
     return run(inst, policy, record=record)
 
 
@@ -839,6 +901,8 @@ def run(inst: Instance, policy: str | Policy = "gnnsched", *, record: bool = Fal
         raise ValueError(f"policy {pol.name!r}: sharing must be 'fair' or 'priority'")
     net: Any = (_PriorityNet if pol.sharing == "priority" else _FairNet)(caps, schedule,
                                                                           rec_flow)
+    if inst.nic_window_s is not None:
+        net = _WindowNet(caps, schedule, rec_flow, inst.nic_window_s, M, priority)
     latency = inst.latency
     T, F = inst.T, inst.F
     sample_s, train_s, block, feat, struct, feat_total = (
@@ -876,6 +940,8 @@ def run(inst: Instance, policy: str | Policy = "gnnsched", *, record: bool = Fal
     ar_start = [0.0] * K
     barrier = [nan] * K
     nbar = [0]
+    passed = [0] * W  # barriers each trainer has left (later than nbar with barrier skew)
+    release = inst.release
     fids = itertools.count()
     bytes_out = [0.0] * M
     bytes_in = [0.0] * M
@@ -949,7 +1015,7 @@ def run(inst: Instance, policy: str | Policy = "gnnsched", *, record: bool = Fal
 
     def try_train(w: int, now: float) -> None:
         k = next_train[w]
-        if k >= K or busy[w] or nbar[0] < k:
+        if k >= K or busy[w] or passed[w] < k:
             return
         if t_block[w][k] != t_block[w][k] or t_feat[w][k] != t_feat[w][k]:  # NaN: not yet
             return
@@ -967,7 +1033,11 @@ def run(inst: Instance, policy: str | Policy = "gnnsched", *, record: bool = Fal
         nbar[0] = k + 1
         pol.on_barrier(k, now)
         for w in range(W):
-            try_train(w, now)
+            if release is not None and release[w][k] > 0:
+                hpush(heap, (now + release[w][k], next(counter), _RELEASE, w, k))
+            else:
+                passed[w] = k + 1
+                try_train(w, now)
 
     for S in range(M):
         if sampler_on[S]:
@@ -1046,6 +1116,10 @@ def run(inst: Instance, policy: str | Policy = "gnnsched", *, record: bool = Fal
                     hpush(heap, (now + A, next(counter), _AR_DONE, k, 0))
                 else:
                     barrier_done(k, now)
+        elif code == _RELEASE:
+            w, k = a, b
+            passed[w] = k + 1
+            try_train(w, now)
         elif code == _AR_DONE:
             k = a
             for m, g in grad.items():
@@ -1095,7 +1169,8 @@ def _result(inst: Instance, pol: Policy, pf: list[int], barrier: np.ndarray,
         it = makespan / K
     extrapolated = K < inst.full_iterations
     epoch = makespan + (inst.full_iterations - K) * it if extrapolated else makespan
-    prev = np.concatenate([[0.0], barrier[:-1]])
+    left = _left(inst, barrier)  # [W][K]: when each trainer left each all-reduce
+    prev = np.concatenate([np.zeros((W, 1)), left[:, :-1]], axis=1)
     ts, te = times["train_start"], times["train_end"]
     ready = np.maximum(times["block"], times["ready_feat"])
     stages = []
@@ -1104,8 +1179,8 @@ def _result(inst: Instance, pol: Policy, pf: list[int], barrier: np.ndarray,
             "sample": float(np.sum(times["sampled"][w] - times["sample_start"][w])),
             "fetch": float(np.sum(ready[w] - times["sampled"][w])),
             "train": float(np.sum(te[w] - ts[w])),
-            "stall": float(np.sum(ts[w] - prev)),
-            "barrier": float(np.sum(barrier - te[w])),
+            "stall": float(np.sum(ts[w] - prev[w])),
+            "barrier": float(np.sum(left[w] - te[w])),
         })
     names = inst.names
     util: dict[str, float] = {}
@@ -1137,11 +1212,21 @@ def _result(inst: Instance, pol: Policy, pf: list[int], barrier: np.ndarray,
                       "prefetch": max(pf)})
 
 
+def _left(inst: Instance, barrier: np.ndarray) -> np.ndarray:
+    """[W][K] seconds at which each trainer left each all-reduce (``Instance.release``); the
+    last one ends the run, so every trainer's stages add up to the makespan."""
+    out = np.tile(np.asarray(barrier, dtype=float), (inst.W, 1))
+    if inst.release is not None:
+        out[:, :-1] += np.asarray(inst.release, dtype=float)[:, :out.shape[1] - 1]
+    return out
+
+
 def critical_path(inst: Instance, barrier: np.ndarray, times: dict[str, np.ndarray],
                   pf: list[int]) -> list[Segment]:
     """Walk back from the last barrier along whatever each step waited for."""
     eps = 1e-9 * max(float(barrier[-1]), 1e-9)
     A = inst.allreduce_s
+    left = _left(inst, barrier)
     ts, te = times["train_start"], times["train_end"]
     out: list[Segment] = []
     k = inst.K - 1
@@ -1156,7 +1241,10 @@ def critical_path(inst: Instance, barrier: np.ndarray, times: dict[str, np.ndarr
         if with_train:
             out.append(Segment("train", w, k, s0, float(te[w, k])))
         with_train = True
-        if k > 0 and s0 <= barrier[k - 1] + eps:
+        if k > 0 and s0 <= left[w, k - 1] + eps:
+            if left[w, k - 1] > barrier[k - 1] + eps:  # this trainer left the all-reduce late
+                out.append(Segment("allreduce", w, k - 1, float(barrier[k - 1]),
+                                   float(left[w, k - 1])))
             k -= 1
             w = int(np.argmax(te[:, k]))
             if A > 0:

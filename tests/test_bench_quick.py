@@ -97,6 +97,26 @@ def test_bytes_per_epoch_uses_steady_epochs() -> None:
     assert per == {"h": 100.0} and "epochs 2..4" in note
 
 
+def test_barrier_release_splits_the_all_reduce_from_waiting_and_skew(tmp_path: Path) -> None:
+    """From when each trainer reached and left each all-reduce: its own time is the last
+    arrival to the first departure; the skew is each departure after the first."""
+    rows = []  # one iteration per epoch; trainer 1 arrives `late` after trainer 0
+    for epoch, late, ar1 in ((0, 0.02, 0.09), (1, 0.05, 0.08), (2, 0.05, 0.08)):
+        for trainer, at, ar in ((0, 0.0, 0.1), (1, late, ar1)):
+            rows.append({"type": "batch", "phase": "train", "epoch": epoch,
+                         "trainer": trainer, "seq": 10 * epoch, "train_s": 0.01,
+                         "sample_s": 0.02, "barrier_at": 100.0 + epoch + at, "allreduce_s": ar})
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    steps = bench.steady_steps(tmp_path)  # epochs 1 and 2: arrivals 0 / 0.05 after the first
+    own, skew = bench.barrier_release(steps)
+    assert own == pytest.approx(0.05)  # departures 0.1 and 0.13: first 0.1, last arrival 0.05
+    assert sorted(skew) == pytest.approx([0.0, 0.0, 0.03, 0.03])
+    assert bench.allreduce_last_s(steps) == pytest.approx(0.08)  # last arrival own: skew in
+    for got in steps.values():
+        got.pop("barrier_at")
+    assert bench.barrier_release(steps) is None  # runs from before trainers recorded it
+
+
 def test_step_spread_keeps_means_and_batch_order(tmp_path: Path) -> None:
     """In-situ costs take the run's per-step spread, rank for rank, at the calibrated means."""
     rows = [{"type": "batch", "phase": "train", "epoch": e, "trainer": t, "seq": i,

@@ -104,3 +104,20 @@ def test_allreduce_overhead_is_time_not_bytes(cora_profile: tuple, examples: Pat
     calibrated.save(tmp_path / "cost.json")
     assert CostProfile.load(tmp_path / "cost.json").allreduce_overhead_s == 0.05
     assert "allreduce_overhead_s" not in prof.to_dict()  # profiler output stays as it was
+
+
+def test_barrier_skew_survives_a_save_and_is_checked(tmp_path: Path) -> None:
+    """A calibrated barrier skew (how long after the first each trainer left an all-reduce)
+    is kept by save/load, left out of profiler output, and rejected when negative."""
+    import json
+
+    prof = synthetic_profile(2, samples=2)
+    assert "barrier_skew_s" not in prof.to_dict()
+    p = tmp_path / "cost.json"
+    replace(prof, barrier_skew_s=(0.0, 0.004, 0.02)).save(p)
+    assert CostProfile.load(p).barrier_skew_s == (0.0, 0.004, 0.02)
+    d = json.loads(p.read_text())
+    d["barrier_skew_s"] = [0.01, -0.5]
+    p.write_text(json.dumps(d))
+    with pytest.raises(SpecError, match=r"cost.json: barrier_skew_s: must be finite seconds"):
+        CostProfile.load(p)

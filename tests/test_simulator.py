@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from gnnsched.simulator import (
     _FairNet,
     _Flow,
     _PriorityNet,
+    _WindowNet,
     run,
     simulate,
     workload_for,
@@ -208,12 +210,18 @@ class _IterationClasses(GnnSched):
     {"fetch_at_store": True, "latency": 5e-4},  # relays and message latency
     {"sampler_on_gpu": True, "gpu_gbps": 0.5, "speeds": [1.0, 2.0]},  # uneven NICs, devices
     {"gpus_per_host": 2, "gpu_hosts": 1, "skew": 1.0},  # trainers sharing a NIC; skew
+    {"gbps": 0.3, "nic_window_s": 0.002},  # the runtime's NICs: FCFS behind a short window
+    {"barrier_skew_s": (0.0, 0.002, 0.01)},  # trainers leave the all-reduce apart
 ])
 def test_timeline_is_consistent(policy, variant):
     variant = dict(variant)
     skew = variant.pop("skew", 0.0)
+    window = variant.pop("nic_window_s", None)
+    barrier_skew = variant.pop("barrier_skew_s", ())
     cluster, job, prof, plan = make_problem(skew=skew, **variant)
-    inst = Instance(workload_for(cluster, job, prof), plan, seed=3, iterations=6)
+    prof = replace(prof, barrier_skew_s=barrier_skew)
+    inst = Instance(workload_for(cluster, job, prof), plan, seed=3, iterations=6,
+                    nic_window_s=window)
     res = run(inst, policy if isinstance(policy, str) else policy(), record=True)
     timeline_checks(res, inst)
     assert res.makespan_s >= instance_bound(inst).epoch_s * (1 - 1e-9)
@@ -230,6 +238,43 @@ def test_timeline_is_consistent(policy, variant):
     pf = res.meta["prefetch"]
     ss, ts = res.times["sample_start"], res.times["train_start"]
     assert (ss[:, pf:] >= ts[:, :-pf] - 1e-12).all()
+
+
+def test_window_net_is_first_come_first_served_behind_its_window():
+    """The runtime's NIC (_WindowNet): what the sender handed to its kernel goes first come
+    first served, across receivers; what waits behind a full window goes in policy order."""
+    cap = [10.0, 10.0, 10.0, 10.0, 10.0, 10.0]  # M=3: egress 0..2, ingress 3..5
+    done = []
+    net = _WindowNet(cap, lambda t, f: done.append((t, f.fid)), None, 10.0, 3, False)
+    a, b = _flows(net, [(0, 1, 1.0, None), (0, 2, 1.0, None)], M=3)
+    assert (a.rate, b.rate) == pytest.approx((10.0, 0.0))  # fair sharing would give 5 / 5
+    # a window of 0.1 s of egress (1 byte) on a priority policy: the first transfer goes in
+    # at once, the others wait and enter by their keys when it completes
+    net = _WindowNet(cap, lambda t, f: None, None, 0.1, 3, True)
+    first, later, urgent = _flows(net, [(0, 1, 1.0, (2,)), (0, 2, 1.0, (1,)),
+                                        (0, 1, 1.0, (0,))], M=3)
+    assert set(net.inner.flows) == {first.fid}
+    net.done(first, first.ver, 0.1)
+    assert set(net.inner.flows) == {urgent.fid}
+    net.commit(0.1)
+    assert urgent.rate == pytest.approx(10.0) and later.rate == 0.0
+    cluster, job, prof, plan = make_problem()
+    with pytest.raises(ValueError, match="nic_window_s must be > 0"):
+        simulate(cluster, job, plan, prof, "fifo", iterations=2, nic_window_s=0.0)
+
+
+def test_barrier_skew_delays_each_trainers_next_step():
+    """With a calibrated barrier skew no trainer starts a step before it left the last
+    all-reduce, which is never before the barrier; a constant skew makes nothing faster."""
+    cluster, job, prof, plan = make_problem(gbps=5.0)
+    base = simulate(cluster, job, plan, prof, "fifo", seed=2, iterations=8)
+    late = simulate(cluster, job, plan, replace(prof, barrier_skew_s=(0.03,)), "fifo", seed=2,
+                    iterations=8)
+    ts, B = late.times["train_start"], late.barriers
+    assert (ts[:, 1:] >= B[None, :-1] + 0.03 - 1e-9).all()
+    assert late.makespan_s > base.makespan_s
+    for st in late.stages:  # the wait after the barrier counts as barrier, as the runtime's
+        assert st["barrier"] >= 0.03 * 7 - 1e-9
 
 
 def test_recording_does_not_change_the_schedule():
