@@ -614,17 +614,20 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
              "barrier_skew_s": float(np.mean(skew)) if skew else 0.0})
 
 
-def run_profile(row: dict[str, Any], prof: Any, plan: Any, cluster: Any,
-                job: Any) -> tuple[Any, dict[str, Any]]:
-    """:func:`insitu_profile` from a measured run's row (its stages and steady steps)."""
-    steps = _steps(row)
+def run_profile(prof: Any, plan: Any, cluster: Any, job: Any,
+                by_trainer: dict[str, dict[str, float]],
+                steps: dict[str, dict[str, list[float]]],
+                allreduce_last: float | None = None) -> tuple[Any, dict[str, Any]]:
+    """:func:`insitu_profile` from what a run measured: its mean stages per trainer and its
+    steady steps (:func:`steady_steps`), whose barrier times give the all-reduce and the
+    skew (:func:`barrier_release`; runs from before trainers recorded them fall back to
+    :func:`allreduce_last_s`)."""
     rel = barrier_release(steps)
     if rel is not None:
-        return insitu_profile(prof, plan, cluster, job, row["stages_by_trainer"], rel[0],
+        return insitu_profile(prof, plan, cluster, job, by_trainer, rel[0],
                               step_costs(steps), rel[1])
-    last = row.get("allreduce_last_s") or allreduce_last_s(steps)
-    return insitu_profile(prof, plan, cluster, job, row["stages_by_trainer"], last,
-                          step_costs(steps))
+    return insitu_profile(prof, plan, cluster, job, by_trainer,
+                          allreduce_last or allreduce_last_s(steps), step_costs(steps))
 
 
 def predict_run(row: dict[str, Any], isolated: dict[str, Any], cluster: Any, job: Any,
@@ -635,7 +638,8 @@ def predict_run(row: dict[str, Any], isolated: dict[str, Any], cluster: Any, job
     row["sim_isolated"] = row["sim"] = isolated
     row["sim_error_isolated"] = row["sim_error"] = (isolated["epoch_time_s"]
                                                     / row["epoch_time_s"] - 1.0)
-    cal, factors = run_profile(row, prof, plan, cluster, job)
+    cal, factors = run_profile(prof, plan, cluster, job, row["stages_by_trainer"], _steps(row),
+                               row.get("allreduce_last_s"))
     row["sim"] = {**simulate_system(cluster, job, plan, cal, policy, seed),
                   "insitu_factors": factors}
     row["sim_error"] = row["sim"]["epoch_time_s"] / row["epoch_time_s"] - 1.0
@@ -658,7 +662,8 @@ def replan_insitu(cfg: dict[str, Any], cluster: Any, job: Any, prof: Any, plans:
     if colo is None or not row.get("stages_by_trainer") or not colo_sim:
         return None
     t0 = time.perf_counter()
-    cal, _ = run_profile(row, prof, colo, cluster, job)
+    cal, _ = run_profile(prof, colo, cluster, job, row["stages_by_trainer"], _steps(row),
+                         row.get("allreduce_last_s"))
     policy = SYSTEMS[HEADLINE].policy
     plan = canonical(get_placer("gnnsched").place(cluster, job, cal, seed=seed, budget=budget))
     new = simulate_system(cluster, job, plan, cal, policy, seed)["epoch_time_s"]

@@ -107,11 +107,12 @@ def timelines(runs: list[Any], policy: str, cluster: Any, job: Any, plan: Any, p
 
     times = [r.epoch_time_s for r in runs]
     res = runs[times.index(sorted(times)[len(times) // 2])]
-    steps = be.steady_steps(res.run_dir)
-    cal, _ = be.insitu_profile(prof, plan, cluster, job, res.stages,
-                               be.allreduce_last_s(steps), be.step_costs(steps))
+    from gnnsched.runtime.coordinator import NIC_WINDOW_S
+
+    cal, _ = be.run_profile(prof, plan, cluster, job, res.stages, be.steady_steps(res.run_dir))
     K = prof.iterations_per_epoch(job.trainers, job.batch_size)
-    sim = simulate(cluster, job, plan, cal, policy, seed=seed, iterations=3 * K, record=True)
+    sim = simulate(cluster, job, plan, cal, policy, seed=seed, iterations=3 * K, record=True,
+                   nic_window_s=NIC_WINDOW_S)
     return {"run_dir": str(res.run_dir), "measured_s": float(res.epoch_time_s),
             "simulated_s": float(sim.barriers[2 * K - 1] - sim.barriers[K - 1]),
             "measured": summarize(load(res.run_dir)), "simulated": summarize_sim(sim)}

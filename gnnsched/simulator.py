@@ -1209,7 +1209,7 @@ def _result(inst: Instance, pol: Policy, pf: list[int], barrier: np.ndarray,
     return SimResult(pol.name, epoch, it, K, lower, barrier, times, util, stages, path,
                      share, cap, spans, nevents, wall, extrapolated,
                      {"bottleneck": bound.bottleneck, "sharing": pol.sharing,
-                      "prefetch": max(pf)})
+                      "prefetch": max(pf), "nic_window_s": inst.nic_window_s})
 
 
 def _left(inst: Instance, barrier: np.ndarray) -> np.ndarray:

@@ -418,3 +418,10 @@ def test_cli_simulate(tmp_path, capsys):
                "--plan", str(tmp_path / "bad.json")])
     assert rc == 2
     assert "trainers[0].machine" in capsys.readouterr().err
+    # the runtime's NIC model, and a bad window named by its flag
+    args = ["simulate", "--cluster", str(cdir), "--job", str(tmp_path / "j.yaml"),
+            "--plan", str(tmp_path / "plan.json"), "--iterations", "4"]
+    assert main(args + ["--nic-window", "150"]) == 0
+    assert "runtime NICs: FCFS behind a 150 ms window" in capsys.readouterr().out
+    assert main(args + ["--nic-window", "0"]) == 2
+    assert "--nic-window" in capsys.readouterr().err
