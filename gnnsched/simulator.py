@@ -19,12 +19,16 @@ Semantics (the costs themselves come from :class:`gnnsched.workload.Workload`):
 * **NICs**: a transfer uses its sender's egress and its receiver's ingress; its rate is limited
   by both. ``fair`` policies share them max-min fairly; ``priority`` policies serve flows in
   the policy's order, each taking what is left of min(egress, ingress) — work-conserving;
-  ``classes`` is strict priority between classes and max-min fair within one.
+  ``classes`` is strict priority between classes and max-min fair within one. With
+  ``nic_window_s`` the NICs are the gnnsched runtime's instead: a sender hands transfers to
+  its kernel, in the policy's order, while less than that many seconds of its egress are
+  queued there, and the kernel sends them first come first served (:class:`_WindowNet`).
 * **Training**: ``train_s / speed`` on the trainer's device once the block and the features
   arrived and the previous iteration's all-reduce finished. When every trainer finished
   batch ``k``, a ring all-reduce of ``Workload.allreduce_s`` runs; during it each trainer
   machine's NIC carries its gradient bytes at a reserved rate (ahead of all other traffic), so
-  NIC loads match the lower bound's.
+  NIC loads match the lower bound's. A profile calibrated from a run may say trainers leave
+  it apart (``barrier_skew_s``): each trainer's next step then waits its own draw of that.
 
 Speed: rates are recomputed only around the NICs whose flow set changed. Priority mode keeps,
 per NIC direction, only the most urgent flow of each (sender, receiver) pair (the only one that
@@ -899,10 +903,12 @@ def run(inst: Instance, policy: str | Policy = "gnnsched", *, record: bool = Fal
     priority = pol.sharing in ("priority", "classes")
     if pol.sharing not in ("priority", "fair", "classes"):
         raise ValueError(f"policy {pol.name!r}: sharing must be 'fair' or 'priority'")
-    net: Any = (_PriorityNet if pol.sharing == "priority" else _FairNet)(caps, schedule,
-                                                                          rec_flow)
+    net: Any
     if inst.nic_window_s is not None:
         net = _WindowNet(caps, schedule, rec_flow, inst.nic_window_s, M, priority)
+    else:
+        net = (_PriorityNet if pol.sharing == "priority" else _FairNet)(caps, schedule,
+                                                                        rec_flow)
     latency = inst.latency
     T, F = inst.T, inst.F
     sample_s, train_s, block, feat, struct, feat_total = (
