@@ -401,8 +401,8 @@ def simulate_system(cluster: Any, job: Any, plan: Any, prof: Any, policy: str,
     """Simulated epoch (full and steady-state), per-plan bound, stages per iteration.
 
     Every simulation here predicts the gnnsched runtime, whose stores hand transfers to
-    their kernel while less than ``NIC_WINDOW_S`` of their egress is queued there, and the
-    kernel sends them first come first served (``nic_window_s``, simulator._WindowNet)."""
+    their kernel while less than ``NIC_WINDOW_S`` of their egress is queued there, one TCP
+    connection per receiver (``nic_window_s``, simulator._WindowNet)."""
     from gnnsched.runtime.coordinator import NIC_WINDOW_S
     from gnnsched.simulator import simulate
 
@@ -494,25 +494,26 @@ def allreduce_last_s(steps: dict[str, dict[str, list[float]]]) -> float | None:
 
 
 def barrier_release(steps: dict[str, dict[str, list[float]]]
-                    ) -> tuple[float, list[float]] | None:
+                    ) -> tuple[float, list[tuple[float, ...]]] | None:
     """The all-reduce itself and how apart trainers leave it, from when each trainer reached
     it (``barrier_at``) and left it (+ ``allreduce_s``), per steady iteration that every
-    trainer recorded: the mean seconds from the last arrival to the first departure, and
-    every trainer's departure after the first. None without ``barrier_at`` (older runs)."""
-    by_seq: dict[int, list[tuple[float, float]]] = {}
-    for got in steps.values():
+    trainer recorded: the mean seconds from the last arrival to the first departure, and per
+    iteration every trainer's departure after the first (trainer order). None without
+    ``barrier_at`` (older runs)."""
+    by_seq: dict[int, dict[int, tuple[float, float]]] = {}
+    for w, got in steps.items():
         if "barrier_at" not in got:
             return None
         for seq, at, ar in zip(got["seq"], got["barrier_at"], got["allreduce_s"]):
-            by_seq.setdefault(int(seq), []).append((float(at), float(at) + float(ar)))
+            by_seq.setdefault(int(seq), {})[int(w)] = (float(at), float(at) + float(ar))
     W = len(steps)
     own, skew = [], []
     for v in by_seq.values():
         if len(v) != W or W < 2:
             continue
-        first = min(e for _, e in v)
-        own.append(max(0.0, first - max(a for a, _ in v)))
-        skew.extend(e - first for _, e in v)
+        first = min(e for _, e in v.values())
+        own.append(max(0.0, first - max(a for a, _ in v.values())))
+        skew.append(tuple(v[w][1] - first for w in sorted(v)))
     return (float(statistics.fmean(own)), skew) if own else None
 
 
@@ -543,7 +544,7 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
                    by_trainer: dict[str, dict[str, float]],
                    allreduce_s: float | None = None,
                    steps: dict[str, dict[str, list[float]]] | None = None,
-                   barrier_skew: list[float] | None = None,
+                   barrier_skew: list[tuple[float, ...]] | None = None,
                    ) -> tuple[Any, dict[str, Any]]:
     """The profile with the costs this run measured in place of the profiler's.
 
@@ -603,7 +604,7 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
                                                    float(pp.train_s.mean())),
                                sample_s=_spread(base.sample_s, got.get("sample_s", []),
                                                 float(pp.sample_s.mean())))
-    skew = tuple(round(x, 6) for x in barrier_skew or ())
+    skew = tuple(tuple(round(x, 6) for x in row) for row in barrier_skew or ())
     return (replace(prof, parts=parts, allreduce_overhead_s=prof.allreduce_overhead_s + extra,
                     barrier_skew_s=skew),
             {"cpu": f_cpu, "sample": [f_sample[q] for q in range(len(prof.parts))],
@@ -611,7 +612,7 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
              "allreduce_overhead_s": extra,
              "allreduce_measured_s": float(min(ar)) if ar else None,
              "allreduce_model_s": float(model_ar),
-             "barrier_skew_s": float(np.mean(skew)) if skew else 0.0})
+             "barrier_skew_s": float(np.mean([max(r) for r in skew])) if skew else 0.0})
 
 
 def run_profile(prof: Any, plan: Any, cluster: Any, job: Any,
@@ -1689,8 +1690,9 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
              "still predicts queueing, NIC "
              "sharing, the pipeline and the barrier. Its NICs are the runtime's: a store "
              "hands transfers to its kernel, in the policy's order, while less than 150 ms "
-             "of its egress is queued there, and the kernel sends them first come first "
-             "served. *Isolated* is the prediction from the "
+             "of its egress is queued there; there each receiver's TCP connection sends "
+             "them in that order, and connections share the NICs fairly. *Isolated* is the "
+             "prediction from the "
              "profile alone, before the run.")
     L.append("")
     L.append("| configuration | measured s | simulated s | error | isolated-profile s (error) "

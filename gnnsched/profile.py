@@ -92,11 +92,12 @@ class CostProfile:
     # overhead, during which the NICs are not busy). The profiler leaves it 0; a profile
     # calibrated from a real run's measured all-reduce sets it (bench_eval.insitu_profile).
     allreduce_overhead_s: float = 0.0
-    # How long after the first trainer each trainer leaves an all-reduce: a sample the
-    # simulator draws from per trainer and iteration (a loaded box wakes processes late, which
-    # spreads the trainers' next arrivals at the barrier). Empty from the profiler; a profile
-    # calibrated from a real run's steps sets it (bench_eval.insitu_profile).
-    barrier_skew_s: tuple[float, ...] = ()
+    # How long after the first trainer each trainer left an all-reduce, one row per measured
+    # iteration in trainer order: the simulator draws a row per iteration (a loaded box wakes
+    # processes late, which spreads the trainers' next arrivals at the barrier). Empty from
+    # the profiler; a profile calibrated from a real run's steps sets it
+    # (bench_eval.insitu_profile).
+    barrier_skew_s: tuple[tuple[float, ...], ...] = ()
 
     def part(self, p: int) -> PartProfile:
         return self.parts[p]
@@ -141,7 +142,8 @@ class CostProfile:
             "meta": self.meta,
             **({"allreduce_overhead_s": self.allreduce_overhead_s}
                if self.allreduce_overhead_s else {}),
-            **({"barrier_skew_s": list(self.barrier_skew_s)} if self.barrier_skew_s else {}),
+            **({"barrier_skew_s": [list(r) for r in self.barrier_skew_s]}
+               if self.barrier_skew_s else {}),
             "parts": [p.to_dict() for p in self.parts],
         }
 
@@ -187,10 +189,11 @@ class CostProfile:
                                                 samples, P))
             except (KeyError, TypeError, ValueError) as exc:
                 raise SpecError(source, f"parts[{i}]", f"malformed sample: {exc}") from None
-        skew = tuple(float(x) for x in d.get("barrier_skew_s", ()))
-        if any(not math.isfinite(x) or x < 0 for x in skew):
-            raise SpecError(source, "barrier_skew_s", "must be finite seconds >= 0",
-                            "leave it out (the profiler does) or a measured sample")
+        skew = tuple(tuple(float(x) for x in row) for row in d.get("barrier_skew_s", ()))
+        if any(not row or any(not math.isfinite(x) or x < 0 for x in row) for row in skew):
+            raise SpecError(source, "barrier_skew_s", "must be rows of finite seconds >= 0, "
+                            "one per trainer", "leave it out (the profiler does) or rows "
+                            "measured in a run")
         return cls(d["job_key"], P, int(d["feature_bytes"]), int(d["grad_bytes"]),
                    int(d.get("model_bytes", 3 * int(d["grad_bytes"]))), parts,
                    d.get("reference", "cpu"), bool(d.get("synthetic", False)), d.get("meta", {}),

@@ -22,7 +22,8 @@ Semantics (the costs themselves come from :class:`gnnsched.workload.Workload`):
   ``classes`` is strict priority between classes and max-min fair within one. With
   ``nic_window_s`` the NICs are the gnnsched runtime's instead: a sender hands transfers to
   its kernel, in the policy's order, while less than that many seconds of its egress are
-  queued there, and the kernel sends them first come first served (:class:`_WindowNet`).
+  queued there, and the kernel sends them over one TCP connection per receiver, in that
+  order, connections sharing the NICs fairly (:class:`_WindowNet`).
 * **Training**: ``train_s / speed`` on the trainer's device once the block and the features
   arrived and the previous iteration's all-reduce finished. When every trainer finished
   batch ``k``, a ring all-reduce of ``Workload.allreduce_s`` runs; during it each trainer
@@ -260,12 +261,18 @@ class Instance:
             self.struct.append(st)
             self.feat_total.append(ft)
         self.allreduce_s = float(wl.allreduce_s(plan))
-        # when each trainer leaves all-reduce k, after the first one (profile.barrier_skew_s)
-        skew = np.asarray(prof.barrier_skew_s, dtype=float)
-        rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 0xBA55])
-        self.release: list[list[float]] | None = (
-            [rng.choice(skew, size=K).tolist() for _ in range(self.W)]
-            if len(skew) and skew.max() > 0 and self.W > 1 else None)
+        # when each trainer leaves all-reduce k after the first one: a measured row per
+        # iteration (profile.barrier_skew_s), trainer for trainer when the run had W trainers
+        self.release: list[list[float]] | None = None
+        rows = [r for r in prof.barrier_skew_s if r]
+        if rows and self.W > 1 and max(max(r) for r in rows) > 0:
+            rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 0xBA55])
+            self.release = [[0.0] * K for _ in range(self.W)]
+            for k in range(K):
+                row = rows[int(rng.integers(len(rows)))]
+                vals = row if len(row) == self.W else rng.choice(row, size=self.W).tolist()
+                for w in range(self.W):
+                    self.release[w][k] = float(vals[w])
         ar_bytes = float(wl.allreduce_bytes(plan))
         self.grad_rate: dict[int, float] = {}  # trainer machine -> reserved bytes/s
         if self.allreduce_s > 0 and ar_bytes > 0:
@@ -536,16 +543,19 @@ class _PriorityNet:
 
 
 class _Group:
-    __slots__ = ("s", "d", "n", "V", "t0", "rate", "heap", "ver", "tchg", "key", "cls")
+    __slots__ = ("s", "d", "n", "wt", "V", "t0", "rate", "heap", "ver", "tchg", "key", "cls",
+                 "tail")
 
     def __init__(self, s: int, d: int, now: float, cls: Any = 0) -> None:
         self.s, self.d, self.cls = s, d, cls
         self.n = 0
+        self.wt = 0  # shares it takes: its flows (fair), or 1 (connections)
         self.V = 0.0  # bytes served to each flow of the group since it was created
         self.t0 = self.tchg = now
         self.rate = 0.0
         self.heap: list[tuple[float, int, _Flow]] = []
         self.ver = 0
+        self.tail = 0.0  # connections: where the last flow queued ends in the stream
 
 
 class _FairNet:
@@ -561,10 +571,14 @@ class _FairNet:
     a saturated resource, which characterises it uniquely), so after a change the simulator
     re-levels only the resources around it until nothing moves; if that takes too long it falls
     back to progressive filling of everything. With several priority classes (``"classes"``)
-    each class is filled in turn on what the ones before left.
+    each class is filled in turn on what the ones before left. With ``connections`` a pair is
+    one byte stream instead (a TCP connection): it takes one share however many flows it
+    holds, and sends them first come first served (finish tag = the stream's tail + size).
     """
 
-    def __init__(self, cap: list[float], schedule: Any, record: Any) -> None:
+    def __init__(self, cap: list[float], schedule: Any, record: Any,
+                 connections: bool = False) -> None:
+        self.connections = connections
         self.cap = list(cap)
         R = len(cap)
         self.groups: dict[tuple[int, int], _Group] = {}
@@ -594,10 +608,14 @@ class _FairNet:
                 self.classes = True
         else:
             self._settle(g, now)
-        f.tag = g.V + f.nbytes
+        if self.connections:  # one byte stream per pair: first come, first served
+            f.tag = g.tail = max(g.V, g.tail) + f.nbytes
+        else:
+            f.tag = g.V + f.nbytes
         f.t_arr = now
         heapq.heappush(g.heap, (f.tag, f.fid, f))
         g.n += 1
+        g.wt = 1 if self.connections else g.n
         self.resched.add(key)
         self.touched.add(f.s)
         self.touched.add(f.d)
@@ -612,8 +630,12 @@ class _FairNet:
             t = max(g.tchg, f.t_arr)
             if now > t:
                 self.record(f, t, now, g.rate)
+            if self.connections and g.heap:  # the stream's next flow is served from now on
+                nxt = g.heap[0][2]
+                nxt.t_arr = max(nxt.t_arr, now)
         f.rem = 0.0
         g.n -= 1
+        g.wt = min(g.n, 1) if self.connections else g.n
         g.ver += 1
         key = (g.cls, g.s, g.d)
         if g.n == 0:
@@ -643,12 +665,12 @@ class _FairNet:
         unbounded = False
         for g in self.on[r].values():
             c = level[g.d if g.s == r else g.s]
-            cnt += g.n
+            cnt += g.wt
             if c == math.inf:
                 unbounded = True
             else:
-                finite += c * g.n
-            items.append((c, g.n))
+                finite += c * g.wt
+            items.append((c, g.wt))
         if not cnt:
             return math.inf
         if not unbounded and finite <= cap + self.tol:
@@ -699,10 +721,10 @@ class _FairNet:
         for i, g in enumerate(groups):
             for r in (g.s, g.d):
                 if r in cnt:
-                    cnt[r] += g.n
+                    cnt[r] += g.wt
                     on[r].append(i)
                 else:
-                    cnt[r] = g.n
+                    cnt[r] = g.wt
                     on[r] = [i]
         rem = {r: max(left[r], 0.0) for r in cnt}
         ver = dict.fromkeys(cnt, 0)
@@ -722,11 +744,11 @@ class _FairNet:
                 frozen[i] = True
                 g = groups[i]
                 rate[i] = lvl
-                used = lvl * g.n
+                used = lvl * g.wt
                 for x in (g.s, g.d):
                     rem[x] -= used
                     left[x] -= used
-                    cnt[x] -= g.n
+                    cnt[x] -= g.wt
                     ver[x] += 1
                     if x != r and cnt[x] > 0:
                         push(H, (max(rem[x], 0.0) / cnt[x], x, ver[x]))
@@ -776,7 +798,7 @@ class _FairNet:
             self._settle(g, now)
             if changed_rate:
                 if self.record is not None and g.rate > 0:
-                    for _, _, f in g.heap:
+                    for _, _, f in (g.heap[:1] if self.connections else g.heap):
                         t = max(g.tchg, f.t_arr)
                         if now > t:
                             self.record(f, t, now, g.rate)
@@ -789,24 +811,26 @@ class _FairNet:
 
 
 class _WindowNet:
-    """A NIC the way the gnnsched runtime drives one: the sender hands whole transfers to its
+    """NICs the way the gnnsched runtime drives them. A sender hands whole transfers to its
     kernel, in the policy's order (priority key, else arrival), while less than ``window_s``
-    of its egress is queued there; the kernel sends what it holds first come first served.
+    of its egress is queued there. The kernel holds one byte stream (a TCP connection) per
+    receiver: a stream sends what it was handed in that order, and streams share the NICs
+    max-min fairly, one share each however much they hold (:class:`_FairNet` with
+    ``connections``).
 
     A store's window (``runtime.coordinator.NIC_WINDOW_S``) has to cover acknowledgement
     round trips through busy processes, so it holds every transfer of a short queue: the
-    policy's order then reaches the wire only for what waits behind a full window. Admitted
-    flows run on a :class:`_PriorityNet` keyed by admission order (work-conserving FCFS).
+    policy's order then reaches the wire only within one receiver's stream and for what waits
+    behind a full window.
     """
 
     def __init__(self, cap: list[float], schedule: Any, record: Any, window_s: float,
                  M: int, ordered: bool) -> None:
-        self.inner = _PriorityNet(cap, schedule, record)
+        self.inner = _FairNet(cap, schedule, record, connections=True)
         self.window = [c * window_s for c in cap[:M]]  # bytes, per sender
         self.ordered = ordered  # policy keys (priority) or arrival order (fair sharing)
         self.waiting: list[list[tuple]] = [[] for _ in range(M)]
         self.queued = [0.0] * M  # bytes of admitted, unfinished transfers
-        self.admitted = itertools.count()
 
     def add(self, f: _Flow, now: float) -> None:
         heapq.heappush(self.waiting[f.s], (f.skey if self.ordered else (f.fid,), f.fid, f))
@@ -816,16 +840,16 @@ class _WindowNet:
         q = self.waiting[s]
         while q and self.queued[s] < self.window[s]:
             f = heapq.heappop(q)[-1]
-            f.skey = (next(self.admitted), f.fid)  # _PriorityNet finds a flow by skey[-1]
+            f.skey = ()  # one class: the streams share fairly
             self.queued[s] += f.nbytes
             self.inner.add(f, now)
 
-    def done(self, f: _Flow, ver: int, now: float) -> _Flow | None:
-        g = self.inner.done(f, ver, now)
-        if g is not None:
-            self.queued[g.s] = max(0.0, self.queued[g.s] - g.nbytes)
-            self._admit(g.s, now)
-        return g
+    def done(self, g: _Group, ver: int, now: float) -> _Flow | None:
+        f = self.inner.done(g, ver, now)
+        if f is not None:
+            self.queued[f.s] = max(0.0, self.queued[f.s] - f.nbytes)
+            self._admit(f.s, now)
+        return f
 
     def set_cap(self, r: int, c: float) -> None:
         self.inner.set_cap(r, c)
@@ -853,8 +877,9 @@ def simulate(cluster: ClusterSpec | Workload, job: JobSpec | Plan | None = None,
     and extrapolates the epoch from the steady-state iteration time. `validate` checks the
     plan against the cluster and job (SpecError naming the trainer and field).
     `nic_window_s`: None, every NIC serves its queue as the policy says (the planning
-    model); seconds, senders hand transfers to an FCFS kernel queue that deep, as the gnnsched
-    runtime's stores do (:class:`_WindowNet`; what predicting a real run needs).
+    model); seconds, senders hand transfers to their kernel while less than that much egress
+    is queued there, one connection per receiver, as the gnnsched runtime's stores do
+    (:class:`_WindowNet`; what predicting a real run needs).
     """
     if isinstance(cluster, Workload):
         wl = cluster

@@ -114,10 +114,11 @@ def test_barrier_skew_survives_a_save_and_is_checked(tmp_path: Path) -> None:
     prof = synthetic_profile(2, samples=2)
     assert "barrier_skew_s" not in prof.to_dict()
     p = tmp_path / "cost.json"
-    replace(prof, barrier_skew_s=(0.0, 0.004, 0.02)).save(p)
-    assert CostProfile.load(p).barrier_skew_s == (0.0, 0.004, 0.02)
+    replace(prof, barrier_skew_s=((0.0, 0.004), (0.02, 0.0))).save(p)
+    assert CostProfile.load(p).barrier_skew_s == ((0.0, 0.004), (0.02, 0.0))
     d = json.loads(p.read_text())
-    d["barrier_skew_s"] = [0.01, -0.5]
-    p.write_text(json.dumps(d))
-    with pytest.raises(SpecError, match=r"cost.json: barrier_skew_s: must be finite seconds"):
-        CostProfile.load(p)
+    for bad in ([[0.01, -0.5]], [[]]):
+        d["barrier_skew_s"] = bad
+        p.write_text(json.dumps(d))
+        with pytest.raises(SpecError, match=r"cost.json: barrier_skew_s: must be rows of"):
+            CostProfile.load(p)

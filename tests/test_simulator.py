@@ -211,7 +211,7 @@ class _IterationClasses(GnnSched):
     {"sampler_on_gpu": True, "gpu_gbps": 0.5, "speeds": [1.0, 2.0]},  # uneven NICs, devices
     {"gpus_per_host": 2, "gpu_hosts": 1, "skew": 1.0},  # trainers sharing a NIC; skew
     {"gbps": 0.3, "nic_window_s": 0.002},  # the runtime's NICs: FCFS behind a short window
-    {"barrier_skew_s": (0.0, 0.002, 0.01)},  # trainers leave the all-reduce apart
+    {"barrier_skew_s": ((0.0, 0.002), (0.01, 0.0))},  # trainers leave the all-reduce apart
 ])
 def test_timeline_is_consistent(policy, variant):
     variant = dict(variant)
@@ -240,24 +240,36 @@ def test_timeline_is_consistent(policy, variant):
     assert (ss[:, pf:] >= ts[:, :-pf] - 1e-12).all()
 
 
-def test_window_net_is_first_come_first_served_behind_its_window():
-    """The runtime's NIC (_WindowNet): what the sender handed to its kernel goes first come
-    first served, across receivers; what waits behind a full window goes in policy order."""
-    cap = [10.0, 10.0, 10.0, 10.0, 10.0, 10.0]  # M=3: egress 0..2, ingress 3..5
+def test_window_net_is_the_runtimes_connections_behind_a_window():
+    """The runtime's NICs (_WindowNet): a receiver's transfers go first come first served in
+    its one connection, connections share a NIC fairly, and what waits behind a full window
+    enters in policy order."""
+    cap = [10.0] * 6  # M=3: egress 0..2, ingress 3..5
+
+    def admitted(net):
+        return {f.fid for g in net.inner.groups.values() for _, _, f in g.heap}
+
     done = []
-    net = _WindowNet(cap, lambda t, f: done.append((t, f.fid)), None, 10.0, 3, False)
-    a, b = _flows(net, [(0, 1, 1.0, None), (0, 2, 1.0, None)], M=3)
-    assert (a.rate, b.rate) == pytest.approx((10.0, 0.0))  # fair sharing would give 5 / 5
+    net = _WindowNet(cap, lambda t, g: done.append(t), None, 10.0, 3, False)
+    _flows(net, [(0, 1, 1.0, None), (0, 2, 1.0, None)], M=3)
+    assert sorted(g.rate for g in net.inner.groups.values()) == pytest.approx([5.0, 5.0])
+    done.clear()
+    net = _WindowNet(cap, lambda t, g: done.append(t), None, 10.0, 3, False)
+    a, b = _flows(net, [(0, 1, 1.0, None), (0, 1, 1.0, None)], M=3)
+    (g,) = net.inner.groups.values()
+    assert g.rate == pytest.approx(10.0) and done == pytest.approx([0.1])  # a alone, first
+    assert net.done(g, g.ver, 0.1) is a
+    net.commit(0.1)
+    assert done[-1] == pytest.approx(0.2)  # then b, at the full rate
     # a window of 0.1 s of egress (1 byte) on a priority policy: the first transfer goes in
     # at once, the others wait and enter by their keys when it completes
-    net = _WindowNet(cap, lambda t, f: None, None, 0.1, 3, True)
+    net = _WindowNet(cap, lambda t, g: None, None, 0.1, 3, True)
     first, later, urgent = _flows(net, [(0, 1, 1.0, (2,)), (0, 2, 1.0, (1,)),
                                         (0, 1, 1.0, (0,))], M=3)
-    assert set(net.inner.flows) == {first.fid}
-    net.done(first, first.ver, 0.1)
-    assert set(net.inner.flows) == {urgent.fid}
-    net.commit(0.1)
-    assert urgent.rate == pytest.approx(10.0) and later.rate == 0.0
+    assert admitted(net) == {first.fid}
+    (g,) = net.inner.groups.values()
+    net.done(g, g.ver, 0.1)
+    assert admitted(net) == {urgent.fid}
     cluster, job, prof, plan = make_problem()
     with pytest.raises(ValueError, match="nic_window_s must be > 0"):
         simulate(cluster, job, plan, prof, "fifo", iterations=2, nic_window_s=0.0)
@@ -268,8 +280,8 @@ def test_barrier_skew_delays_each_trainers_next_step():
     all-reduce, which is never before the barrier; a constant skew makes nothing faster."""
     cluster, job, prof, plan = make_problem(gbps=5.0)
     base = simulate(cluster, job, plan, prof, "fifo", seed=2, iterations=8)
-    late = simulate(cluster, job, plan, replace(prof, barrier_skew_s=(0.03,)), "fifo", seed=2,
-                    iterations=8)
+    late = simulate(cluster, job, plan, replace(prof, barrier_skew_s=((0.03, 0.03),)), "fifo",
+                    seed=2, iterations=8)
     ts, B = late.times["train_start"], late.barriers
     assert (ts[:, 1:] >= B[None, :-1] + 0.03 - 1e-9).all()
     assert late.makespan_s > base.makespan_s
@@ -422,6 +434,6 @@ def test_cli_simulate(tmp_path, capsys):
     args = ["simulate", "--cluster", str(cdir), "--job", str(tmp_path / "j.yaml"),
             "--plan", str(tmp_path / "plan.json"), "--iterations", "4"]
     assert main(args + ["--nic-window", "150"]) == 0
-    assert "runtime NICs: FCFS behind a 150 ms window" in capsys.readouterr().out
+    assert "runtime NICs: connections behind a 150 ms window" in capsys.readouterr().out
     assert main(args + ["--nic-window", "0"]) == 2
     assert "--nic-window" in capsys.readouterr().err

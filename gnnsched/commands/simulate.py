@@ -31,7 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="model NICs as the gnnsched runtime drives them: each sender hands "
                         "transfers to its kernel, in the policy's order, while less than MS "
                         "milliseconds of its egress are queued there, and the kernel sends "
-                        "them first come first served (the runtime's stores use 150; "
+                        "them over one connection per receiver, in that order, connections "
+                        "sharing the NICs fairly (the runtime's stores use 150; "
                         "default: ideal NICs that serve their queue as the policy says)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--gantt", default=None, metavar="PNG", help="draw the schedule here")
@@ -48,7 +49,7 @@ def _fmt(s: float) -> str:
 def report(res: Any, plan_bound: Any) -> str:
     window = res.meta.get("nic_window_s")
     nics = (f"{res.meta['sharing']} NICs" if window is None else
-            f"runtime NICs: FCFS behind a {window * 1e3:g} ms window")
+            f"runtime NICs: connections behind a {window * 1e3:g} ms window")
     lines = [f"policy {res.policy} ({nics}), {res.iterations} iterations"
              + (" simulated, epoch extrapolated" if res.extrapolated else ""),
              f"  epoch time        {_fmt(res.epoch_time_s)}",
