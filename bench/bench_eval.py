@@ -42,12 +42,14 @@ three epochs simulated back to back, because a measured epoch after the first st
 mini-batches the epoch before prefetched and prefetches for the next one (the last epoch
 simulated would only receive). Simulated epochs at scale are steady-state too. The
 prediction uses the task costs the run measured (:func:`insitu_profile`: a CPU slowdown from
-the training steps, the sampling seconds per mini-batch, and the all-reduce's own time — on
-the trainer that reached it last — beyond bytes / bandwidth as a fixed overhead in which the
-NICs are idle; per-batch costs with the spread the run's steps had, :func:`step_costs`),
-since on this 2-core box
-a dozen processes of four emulated hosts share the cores; the prediction from the quiet
-profile alone is reported beside it.
+the training steps, the sampling seconds per mini-batch, and the all-reduce's own time —
+from the last trainer's arrival to the first one's departure, :func:`barrier_release` —
+beyond bytes / bandwidth as a fixed overhead in which the NICs are idle; per-batch costs
+with the spread the run's steps had, :func:`step_costs`; how far apart the trainers left
+each all-reduce), since on this 2-core box a dozen processes of four emulated hosts share
+the cores; the prediction from the quiet profile alone is reported beside it. Every
+simulation here models the runtime's NICs (:func:`simulate_system`: the stores' 150 ms
+window, one TCP connection per receiver).
 
 **At scale.** Each shape is replicated ``M / 4`` times (partitions renumbered, 2 trainers per
 copy). The measured profile is scaled to ``M`` partitions (:func:`scale_profile`): partition
