@@ -450,26 +450,22 @@ def steady_train_batches(run_dir: str | Path) -> list[dict[str, Any]]:
     return steady_batches(load(run_dir))
 
 
-STEP_FIELDS = ("seq", "train_s", "sample_s", "allreduce_s", "barrier_at")
-
-
 def steady_steps(run_dir: str | Path) -> dict[str, dict[str, list[float]]]:
-    """Per trainer, the steady training steps of a run (:func:`steady_train_batches`) as
-    columns of :data:`STEP_FIELDS` (``barrier_at`` relative to the run's first, when the
-    trainer recorded it): kept in results.json, so ``--resimulate`` needs no run directory."""
+    """Per trainer, columns ``seq``, ``train_s``, ``sample_s``, ``allreduce_s`` and, when the
+    trainers recorded it, ``barrier_at`` (seconds after the run's first) of the run's steady
+    training steps (:func:`steady_train_batches`): kept in results.json, so ``--resimulate``
+    needs no run directory."""
     rows = steady_train_batches(run_dir)
     t0 = min((float(r["barrier_at"]) for r in rows if "barrier_at" in r), default=None)
     out: dict[str, dict[str, list[float]]] = {}
     for r in rows:
         got = out.setdefault(str(r["trainer"]), {})
-        for k in STEP_FIELDS:
-            if k == "barrier_at":
-                if t0 is None:
-                    continue
-                v = round(float(r["barrier_at"]) - t0, 6)
-            else:
-                v = int(r["seq"]) if k == "seq" else round(float(r.get(k) or 0.0), 6)
-            got.setdefault(k, []).append(v)
+        got.setdefault("seq", []).append(int(r["seq"]))
+        for k in ("train_s", "sample_s", "allreduce_s"):
+            got.setdefault(k, []).append(round(float(r.get(k) or 0.0), 6))
+        if t0 is not None:
+            got.setdefault("barrier_at", []).append(round(float(r.get("barrier_at", t0)) - t0,
+                                                          6))
     return out
 
 
@@ -614,7 +610,8 @@ def insitu_profile(prof: Any, plan: Any, cluster: Any, job: Any,
              "allreduce_overhead_s": extra,
              "allreduce_measured_s": float(min(ar)) if ar else None,
              "allreduce_model_s": float(model_ar),
-             "barrier_skew_s": float(np.mean([max(r) for r in skew])) if skew else 0.0})
+             # mean seconds from the first to the last trainer leaving an all-reduce
+             "last_departure_s": float(np.mean([max(r) for r in skew])) if skew else 0.0})
 
 
 def run_profile(prof: Any, plan: Any, cluster: Any, job: Any,
