@@ -23,6 +23,7 @@ GB = 1e9
 GBIT = 1e9 / 8  # bytes/s in one Gbit/s
 
 ROLES = ("store", "sample", "fetch", "train")
+MAX_GPUS = 256  # per machine: more is a typo (and would be built as a list of devices)
 MODELS = ("sage", "gcn", "gat")
 
 
@@ -301,12 +302,17 @@ def _parse_machine(r: _Reader, names: set[str]) -> Machine:
         egress = ingress = r.number("nic_gbps", strict=True)
     gpus: list[GPU] = []
     raw_gpus = r.raw("gpus", [])
+    too_many = f"at most {MAX_GPUS} GPUs per machine"
     if isinstance(raw_gpus, int) and not isinstance(raw_gpus, bool) and raw_gpus >= 0:
+        if raw_gpus > MAX_GPUS:
+            raise SpecError(r.source, f"{r.path}.gpus", f"is {raw_gpus}", too_many)
         gpus = [GPU() for _ in range(raw_gpus)]
     elif isinstance(raw_gpus, list):
         for j in range(len(raw_gpus)):
             g = r.item("gpus", j)
             count = g.integer("count", 1, minimum=1)
+            if len(gpus) + count > MAX_GPUS:
+                raise SpecError(r.source, f"{g.path}.count", f"is {count}", too_many)
             gpu = GPU(kind=g.string("kind", "gpu"), speed=g.number("speed", 1.0, strict=True),
                       memory=g.number("memory_gb", 16, strict=True) * GB)
             g.done()
