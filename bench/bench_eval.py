@@ -2066,6 +2066,23 @@ def resimulate(st: Settings) -> int:
     return 0
 
 
+def reproduce_flags(argv: list[str]) -> list[str]:
+    """The command line as run, minus an absolute ``--out`` / ``--work`` (a path on this box:
+    the defaults reproduce into the same places). A relative one stays, so a report written
+    to ``docs/results-bands`` reproduces there and not over ``docs/results``."""
+    flags: list[str] = []
+    it = iter(argv)
+    for a in it:
+        name, eq, value = a.partition("=")
+        if name in ("--out", "--work"):
+            value = value if eq else next(it, "")
+            if value and not Path(value).is_absolute():
+                flags += [name, value]
+            continue
+        flags.append(a)
+    return flags
+
+
 def evaluate(args: argparse.Namespace) -> int:
     """Run the evaluation described by ``args``; 0 when every invariant holds."""
     st = resolve(args)
@@ -2095,13 +2112,7 @@ def evaluate(args: argparse.Namespace) -> int:
     scaling = run_scaling(ctx) if st.scale else []
     inv = invariants(configs, scaling, st)
     tg = targets(configs, ctx) if st.real else []
-    # the command as run, minus where it wrote (so it reproduces into the same places)
-    flags, skip = [], False
-    for a in sys.argv[1:] if Path(sys.argv[0]).name == "gnnsched" else []:
-        if skip or a in ("--out", "--work"):
-            skip = not skip
-            continue
-        flags.append(a)
+    flags = reproduce_flags(sys.argv[1:] if Path(sys.argv[0]).name == "gnnsched" else [])
     reproduce = " ".join(["gnnsched", *flags]) if flags and flags[0] == "bench" else (
         "gnnsched bench" + (" --quick" if st.quick else "")
         + (f" --repeats {st.repeats}" if st.repeats > 1 else "")

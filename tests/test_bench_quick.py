@@ -169,6 +169,15 @@ def test_accuracy_invariants_pair_runs_by_job_seed() -> None:
     assert bench.mean_accuracy([None, float("nan")]) is None
 
 
+def test_reproduce_keeps_a_relative_out_and_drops_an_absolute_one() -> None:
+    keep = ["bench", "--repeats", "3", "--nic-bands", "--out", "docs/results-bands",
+            "--work=runs/bench-bands"]
+    assert bench.reproduce_flags(keep) == ["bench", "--repeats", "3", "--nic-bands", "--out",
+                                           "docs/results-bands", "--work", "runs/bench-bands"]
+    assert bench.reproduce_flags(["bench", "--out", "/tmp/x", "--work=/tmp/w", "--quick"]) == [
+        "bench", "--quick"]
+
+
 def test_defaults_by_mode() -> None:
     q = bench.resolve(_args("--quick", "--launcher", "local"))
     assert q.quick and q.datasets == ["cora"] and q.shapes == ["gpuless"] and q.epochs == 2
