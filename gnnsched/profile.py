@@ -189,11 +189,7 @@ class CostProfile:
                                                 samples, P))
             except (KeyError, TypeError, ValueError) as exc:
                 raise SpecError(source, f"parts[{i}]", f"malformed sample: {exc}") from None
-        skew = tuple(tuple(float(x) for x in row) for row in d.get("barrier_skew_s", ()))
-        if any(not row or any(not math.isfinite(x) or x < 0 for x in row) for row in skew):
-            raise SpecError(source, "barrier_skew_s", "must be rows of finite seconds >= 0, "
-                            "one per trainer", "leave it out (the profiler does) or rows "
-                            "measured in a run")
+        skew = _skew_rows(d.get("barrier_skew_s", []), source)
         return cls(d["job_key"], P, int(d["feature_bytes"]), int(d["grad_bytes"]),
                    int(d.get("model_bytes", 3 * int(d["grad_bytes"]))), parts,
                    d.get("reference", "cpu"), bool(d.get("synthetic", False)), d.get("meta", {}),
@@ -210,6 +206,22 @@ class CostProfile:
         except json.JSONDecodeError as exc:
             raise SpecError(str(path), f"line {exc.lineno}", f"not valid JSON: {exc.msg}") from None
         return cls.from_dict(data, str(path))
+
+
+def _skew_rows(raw: Any, source: str) -> tuple[tuple[float, ...], ...]:
+    """``barrier_skew_s``: one list of finite seconds >= 0 per trainer, else a SpecError."""
+    bad = SpecError(source, "barrier_skew_s", "must be a list of rows (lists) of finite "
+                    "seconds >= 0, one row per trainer", "leave it out (the profiler does) "
+                    "or rows measured in a run")
+    if not isinstance(raw, list) or any(not isinstance(r, list) or not r for r in raw):
+        raise bad
+    try:
+        rows = tuple(tuple(float(x) for x in r) for r in raw)
+    except (TypeError, ValueError):
+        raise bad from None
+    if any(not math.isfinite(x) or x < 0 for r in rows for x in r):
+        raise bad
+    return rows
 
 
 def _part_from_samples(part: int, seeds: int, samples: list[dict], P: int) -> PartProfile:

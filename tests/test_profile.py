@@ -108,7 +108,8 @@ def test_allreduce_overhead_is_time_not_bytes(cora_profile: tuple, examples: Pat
 
 def test_barrier_skew_survives_a_save_and_is_checked(tmp_path: Path) -> None:
     """A calibrated barrier skew (how long after the first each trainer left an all-reduce)
-    is kept by save/load, left out of profiler output, and rejected when negative."""
+    is kept by save/load, left out of profiler output, and rejected, naming the field, when
+    negative, empty, not numbers or not a list of rows."""
     import json
 
     prof = synthetic_profile(2, samples=2)
@@ -117,8 +118,8 @@ def test_barrier_skew_survives_a_save_and_is_checked(tmp_path: Path) -> None:
     replace(prof, barrier_skew_s=((0.0, 0.004), (0.02, 0.0))).save(p)
     assert CostProfile.load(p).barrier_skew_s == ((0.0, 0.004), (0.02, 0.0))
     d = json.loads(p.read_text())
-    for bad in ([[0.01, -0.5]], [[]]):
+    for bad in ([[0.01, -0.5]], [[]], [0.1, 0.2], 5, [["a"]], {"a": [0.1]}, [[1e400]]):
         d["barrier_skew_s"] = bad
         p.write_text(json.dumps(d))
-        with pytest.raises(SpecError, match=r"cost.json: barrier_skew_s: must be rows of"):
+        with pytest.raises(SpecError, match=r"cost.json: barrier_skew_s: must be a list of rows"):
             CostProfile.load(p)
