@@ -169,6 +169,41 @@ def test_accuracy_invariants_pair_runs_by_job_seed() -> None:
     assert bench.mean_accuracy([None, float("nan")]) is None
 
 
+def test_accuracy_target_compares_the_studys_means_when_it_has_the_split() -> None:
+    """The accuracy target compares the accuracy study's means over its seeds where the study
+    has gnnsched's seed split and DistDGL's runs, else the timed runs' means; the report lists
+    the study and every target row says which basis it used."""
+    st = bench.resolve(_args("--launcher", "local"))
+    ctx = bench.Context(st)
+    me = {"ok": True, "split": [[0, 2, 3], [1]], "epoch_time_s": 1.0,
+          "repeat_test_accuracy": [0.80, 0.79, 0.80], "speedup_vs_distdgl": 2.0}
+    me["test_accuracy"] = bench.mean_accuracy(me["repeat_test_accuracy"])
+    dd = {"ok": True, "feasible": True, "epoch_time_s": 2.0, "seed_split": [[0, 2], [1, 3]],
+          "test_accuracy": 0.78}
+    cfg = {"shape": "hetero", "dataset": "cora", "limited": False,
+           "systems": {bench.HEADLINE: me, "distdgl": dd}}
+
+    def acc_target() -> dict:
+        return next(t for t in bench.targets([cfg], ctx) if "accuracy" in t["target"])
+
+    timed = acc_target()  # no study: the timed means, 1.7 points apart
+    assert timed["value"] == pytest.approx(0.0167, abs=1e-3) and timed["met"] is False
+    assert "DistDGL shuffles" in timed["why"]
+    ctx.studies["cora"] = {
+        "seeds": list(range(10)), "ran": "now",
+        "distdgl": {"split": [[0, 2], [1, 3]], **bench.accuracy_stats([0.78, 0.79] * 5)},
+        "splits": [{"split": [[0, 2, 3], [1]], **bench.accuracy_stats([0.785, 0.79] * 5)}]}
+    t = acc_target()
+    assert t["value"] == pytest.approx(0.0025) and t["met"] is True
+    assert "job seeds 0..9" in t["why"] and "+1.7 pt" in t["why"]
+    ctx.studies["cora"]["splits"][0]["split"] = [[0, 1], [2, 3]]  # not gnnsched's split
+    assert acc_target()["value"] == pytest.approx(timed["value"])
+    doc = {"accuracy_study": ctx.studies, "datasets": {"cora": {"label": "Cora"}}}
+    lines = "\n".join(bench._study_lines(doc))
+    assert "job seeds 0..9" in lines and "| Cora | DistDGL | [[0, 2], [1, 3]] | 0.785 ± " \
+        in lines and "+0.2 pt" in lines
+
+
 def test_reproduce_keeps_a_relative_out_and_drops_an_absolute_one() -> None:
     keep = ["bench", "--repeats", "3", "--nic-bands", "--out", "docs/results-bands",
             "--work=runs/bench-bands"]
@@ -231,3 +266,14 @@ def test_bench_quick(tmp_path: Path) -> None:
         (c["shape"], n): c["systems"][n]["sim"]["epoch_time_s"]
         for c in again["configs"] for n in bench.RUNTIME_SYSTEMS} == pytest.approx(before)
     assert "--resimulate" in (out / "report.md").read_text()
+    # --accuracy-study adds the study on the stored seed splits (the timed runs' references
+    # are reused; DistDGL cannot run on this shape, so the targets keep their basis)
+    assert main(["bench", "--quick", "--accuracy-study", "--accuracy-seeds", "2", "--out",
+                 str(out), "--work", str(work)]) == 0
+    study = json.loads((out / "results.json").read_text())["accuracy_study"]["cora"]
+    splits = {json.dumps(c["systems"][n]["split"]) for c in doc["configs"]
+              for n in bench.RUNTIME_SYSTEMS}
+    assert study["seeds"] == [0, 1] and "distdgl" not in study
+    assert {json.dumps(x["split"]) for x in study["splits"]} == splits
+    assert all(len(x["test_accuracy"]) == 2 for x in study["splits"])
+    assert "Accuracy study" in (out / "report.md").read_text()

@@ -64,6 +64,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-reference", action="store_true",
                    help="skip the single-process reference training per seed split")
     p.add_argument("--seed", type=int, default=0, help="job, planning and simulation seed")
+    p.add_argument("--accuracy-seeds", type=int, default=None, metavar="N",
+                   help="job seeds 0..N-1 per side in the accuracy study that ends a full "
+                        "run: DistDGL on local processes beside single-process training of "
+                        "each gnnsched seed split; the accuracy target compares these means "
+                        "(default 10; 0 in --quick; 0 skips it)")
+    p.add_argument("--accuracy-study", action="store_true",
+                   help="train only the accuracy study for the results in OUT/results.json "
+                        "(their seed splits, N from --accuracy-seeds), then re-judge the "
+                        "targets and rewrite the report")
     p.add_argument("--resimulate", action="store_true",
                    help="train nothing: re-derive every run's simulated prediction from the "
                         "measurements stored in OUT/results.json (plans and profiles from "
