@@ -33,7 +33,10 @@ trainer other parts) and DistDGL (its own shuffling) train other mini-batches; t
 accuracy differences are reported next to the reference's for the same splits. Repeat ``r``
 trains with job seed ``seed + r`` in every system, and a system's accuracy is the mean over
 its runs: on Cora's 140 training nodes one seed's test accuracy moves by points. DistDGL
-trains colocation's seed split wherever its trainers can (:func:`distdgl_split`).
+trains colocation's seed split wherever its trainers can (:func:`distdgl_split`). Three seeds
+leave a mean about a point from the truth, so a full run ends with an accuracy study
+(:meth:`Context.accuracy_study`: 10 job seeds per side) whose means the accuracy target
+compares.
 
 **Fidelity.** Each gnnsched-runtime run is simulated (:func:`gnnsched.simulator.simulate`,
 same cluster, plan, policy and measured profile; mean of 3 simulator seeds) and the simulated
@@ -1661,7 +1664,9 @@ def _study_lines(doc: dict[str, Any]) -> list[str]:
         return []
     first = next(iter(studies.values()))
     L = [f"Accuracy study — test accuracy over job seeds {first['seeds'][0]}.."
-         f"{first['seeds'][-1]} on each side (run {first.get('ran', '?')}): DistDGL on local "
+         f"{first['seeds'][-1]} on each side (run {first.get('ran', '?')}"
+         + (f" by `{first['command']}`" if first.get("command") else ", part of the command "
+            "above") + "): DistDGL on local "
          "processes with its timed runs' seed split, and single-process training of each seed "
          "split a gnnsched-runtime plan used (every timed run matched it: see Invariants). "
          "The accuracy targets compare these means; one seed's accuracy moves by points on "
@@ -2231,9 +2236,11 @@ def study_only(st: Settings) -> int:
     for ref in doc.get("references", []):  # the timed runs' references: not trained again
         if "dataset" in ref and ref.get("test_accuracy") is not None:
             ctx.references[(ref["dataset"], json.dumps(ref["split"]), int(ref["seed"]))] = ref
+    flags = reproduce_flags(sys.argv[1:] if Path(sys.argv[0]).name == "gnnsched" else [])
     for ds in st.datasets:
         ctx.prepare(ds)
-        ctx.accuracy_study(ds, doc["configs"])
+        ctx.accuracy_study(ds, doc["configs"])["command"] = " ".join(["gnnsched", *flags]) \
+            if flags[:1] == ["bench"] else "gnnsched bench --accuracy-study"
     doc["references"] = list(ctx.references.values())
     doc["accuracy_study"] = ctx.studies
     doc["settings"]["accuracy_seeds"] = st.accuracy_seeds
