@@ -23,8 +23,11 @@ GB = 1e9
 GBIT = 1e9 / 8  # bytes/s in one Gbit/s
 
 ROLES = ("store", "sample", "fetch", "train")
+MIN_GBPS, MAX_GBPS = 1e-6, 1e5  # 1 kbit/s .. 100 Tbit/s
 MAX_GPUS = 256  # per machine: more is a typo (and would be built as a list of devices)
 MODELS = ("sage", "gcn", "gat")
+MAX_NUMBER = 1e12  # any number in a spec file: larger is a typo, and 10**400 overflows floats
+MAX_EPOCHS = 100_000
 
 
 class SpecError(ValueError):
@@ -67,7 +70,8 @@ class _Reader:
         return self.data[key]
 
     def number(self, key: str, default: Any = ..., *, minimum: float | None = 0.0,
-               strict: bool = False, integer: bool = False) -> Any:
+               strict: bool = False, integer: bool = False,
+               maximum: float = MAX_NUMBER) -> Any:
         value = self.raw(key, default)
         if default is not ... and (value is None or value is default):
             return default  # absent, or present but empty (`key:` in YAML): the default
@@ -80,10 +84,23 @@ class _Reader:
         if minimum is not None and (value <= minimum if strict else value < minimum):
             cmp = ">" if strict else ">="
             raise SpecError(self.source, self._p(key), f"must be {cmp} {minimum}, got {value!r}")
+        if value > maximum:  # also keeps 10**400 from overflowing a float later
+            raise SpecError(self.source, self._p(key), f"must be <= {maximum:g}, "
+                            f"got {_short(value)}")
         return value
 
-    def integer(self, key: str, default: Any = ..., *, minimum: int | None = 0) -> Any:
-        return self.number(key, default, minimum=minimum, integer=True)
+    def integer(self, key: str, default: Any = ..., *, minimum: int | None = 0,
+                maximum: float = MAX_NUMBER) -> Any:
+        return self.number(key, default, minimum=minimum, integer=True, maximum=maximum)
+
+    def flag(self, key: str, default: bool) -> bool:
+        """A YAML boolean: ``curve: "false"`` (a string) must not read as true."""
+        value = self.raw(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise SpecError(self.source, self._p(key), f"must be true or false, got {value!r}")
+        return value
 
     def string(self, key: str, default: Any = ..., *, choices: tuple[str, ...] = ()) -> Any:
         value = self.raw(key, default)
@@ -121,6 +138,11 @@ class _Reader:
                             ", ".join(sorted(self.used)))
 
 
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 24 else f"{text[:12]}...({len(text)} digits)"
+
+
 def _kind(value: Any) -> str:
     return {dict: "a mapping", list: "a list", str: "a string"}.get(type(value),
                                                                    type(value).__name__)
@@ -134,6 +156,10 @@ def load_yaml(path: str | Path) -> tuple[str, Any]:
         raise SpecError(source, "", "file not found")
     try:
         return source, yaml.safe_load(p.read_text())
+    except UnicodeDecodeError:
+        raise SpecError(source, "", "not a UTF-8 text file", "a YAML or JSON file") from None
+    except RecursionError:
+        raise SpecError(source, "", "nested too deeply", "a YAML or JSON file") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "syntax"
@@ -291,15 +317,15 @@ def _parse_machine(r: _Reader, names: set[str]) -> Machine:
     memory = r.number("memory_gb", strict=True, minimum=0) * GB
     nic = r.child("nic", None)
     if nic is not None:
-        both = nic.number("gbps", None, strict=True)
-        egress = nic.number("egress_gbps", both, strict=True)
-        ingress = nic.number("ingress_gbps", both, strict=True)
+        both = nic.number("gbps", None, minimum=MIN_GBPS, maximum=MAX_GBPS)
+        egress = nic.number("egress_gbps", both, minimum=MIN_GBPS, maximum=MAX_GBPS)
+        ingress = nic.number("ingress_gbps", both, minimum=MIN_GBPS, maximum=MAX_GBPS)
         if egress is None or ingress is None:
             raise SpecError(r.source, f"{nic.path}",
                             "needs a bandwidth", "gbps, or egress_gbps and ingress_gbps")
         nic.done()
     else:
-        egress = ingress = r.number("nic_gbps", strict=True)
+        egress = ingress = r.number("nic_gbps", minimum=MIN_GBPS, maximum=MAX_GBPS)
     gpus: list[GPU] = []
     raw_gpus = r.raw("gpus", [])
     too_many = f"at most {MAX_GPUS} GPUs per machine"
@@ -313,7 +339,8 @@ def _parse_machine(r: _Reader, names: set[str]) -> Machine:
             count = g.integer("count", 1, minimum=1)
             if len(gpus) + count > MAX_GPUS:
                 raise SpecError(r.source, f"{g.path}.count", f"is {count}", too_many)
-            gpu = GPU(kind=g.string("kind", "gpu"), speed=g.number("speed", 1.0, strict=True),
+            gpu = GPU(kind=g.string("kind", "gpu"),
+                      speed=g.number("speed", 1.0, minimum=1e-3, maximum=1e3),
                       memory=g.number("memory_gb", 16, strict=True) * GB)
             g.done()
             gpus.extend([gpu] * count)
@@ -330,6 +357,9 @@ def _parse_machine(r: _Reader, names: set[str]) -> Machine:
         if role not in ROLES:
             raise SpecError(r.source, f"{r.path}.roles[{j}]", f"unknown role {role!r}",
                             ", ".join(ROLES))
+        if role in roles[:j]:
+            raise SpecError(r.source, f"{r.path}.roles[{j}]", f"role {role!r} listed twice",
+                            "each role once")
     if parts and "store" not in roles:
         raise SpecError(r.source, f"{r.path}.roles", "stores partitions but may not run 'store'",
                         "add 'store' to roles or move the partitions")
@@ -344,8 +374,8 @@ def cluster_from_dict(data: Any, source: str = "<cluster>") -> ClusterSpec:
     r = _Reader(source, data)
     name = r.string("name", Path(source).parent.name or "cluster")
     storage = r.string("storage", "shared", choices=("shared", "replicated", "local"))
-    latency = r.number("latency_ms", 0.0) / 1e3
-    curve = bool(r.raw("curve", False))
+    latency = r.number("latency_ms", 0.0, maximum=1e5) / 1e3
+    curve = r.flag("curve", False)
     keys_dir = r.string("keys_dir", None)
     entries = r.seq("machines")
     if not entries:
@@ -362,11 +392,13 @@ def cluster_from_dict(data: Any, source: str = "<cluster>") -> ClusterSpec:
                                 "each partition on exactly one machine")
             seen[p] = m.name
     if seen:
-        missing = sorted(set(range(max(seen) + 1)) - set(seen))
-        if missing:
+        # ids must be 0..N-1: the first gap is within N+1 ids (no range up to a huge id)
+        missing = next((p for p in range(len(seen) + 1) if p not in seen), None)
+        if max(seen) >= len(seen):
             raise SpecError(source, "machines[*].partitions",
-                            f"partition {missing[0]} has no store machine",
-                            f"partitions 0..{max(seen)} each listed on one machine")
+                            f"partition {missing} has no store machine",
+                            f"partitions 0..{max(seen)} each listed on one machine, or ids "
+                            f"0..{len(seen) - 1} for {len(seen)} partitions")
     else:
         raise SpecError(source, "machines[*].partitions", "no machine stores a partition",
                         "list the partitions each store machine holds")
@@ -454,7 +486,7 @@ def job_from_dict(data: Any, source: str = "<job>", base: Path | None = None) ->
         raise SpecError(source, "layers", f"is {layers} but fanouts has {len(fanouts)} entries",
                         "one fan-out per layer")
     batch_size = r.integer("batch_size", 64, minimum=1)
-    epochs = r.integer("epochs", 5, minimum=1)
+    epochs = r.integer("epochs", 5, minimum=1, maximum=MAX_EPOCHS)
     lr = r.number("lr", 0.01, strict=True)
     dropout = r.number("dropout", 0.5)
     if dropout >= 1:
@@ -465,9 +497,8 @@ def job_from_dict(data: Any, source: str = "<job>", base: Path | None = None) ->
     feature_dim = r.integer("feature_dim", None, minimum=1)
     prefetch = r.integer("prefetch", 2, minimum=1)
     eval_every = r.integer("eval_every", 1, minimum=1)
-    synthetic = r.raw("synthetic", {}) or {}
-    if not isinstance(synthetic, dict):
-        raise SpecError(source, "synthetic", "must be a mapping of generator arguments")
+    syn = r.child("synthetic", None)
+    synthetic = _synthetic(syn) if syn is not None else {}
     r.done()
     if trainers > num_parts:
         raise SpecError(source, "trainers", f"{trainers} trainers but only {num_parts} partitions",
@@ -476,6 +507,36 @@ def job_from_dict(data: Any, source: str = "<job>", base: Path | None = None) ->
     return JobSpec(name, dataset, partitions, num_parts, part_method, model, hidden,
                    tuple(fanouts), batch_size, epochs, lr, dropout, trainers, seed, split,
                    feature_dim, prefetch, eval_every, synthetic, source)
+
+
+# ``synthetic:`` keys of a job: the graph generator's (datasets.synthetic.generate) and the
+# synthetic cost profile's (profile.synthetic_profile): (kind, minimum, maximum)
+SYNTHETIC_KEYS: dict[str, tuple[str, float, float]] = {
+    "num_nodes": ("int", 2, 1e10), "avg_degree": ("num", 0, 1e6),
+    "num_classes": ("int", 1, 1e6), "feature_dim": ("int", 1, 1e6),
+    "homophily": ("num", 0, 1), "power": ("num", 1.000001, 1e3),
+    "feature_noise": ("num", 0, 1e6), "train_frac": ("num", 0, 1), "val_frac": ("num", 0, 1),
+    "seed": ("int", 0, 2**32 - 1), "name": ("str", 0, 0), "profile": ("bool", 0, 0),
+    "seeds_per_part": ("int", 1, 1e9), "locality": ("num", 0, 1), "neighbours": ("int", 0, 1e6),
+    "skew": ("num", 0, 100), "samples": ("int", 1, 10_000),
+}
+
+
+def _synthetic(r: _Reader) -> dict[str, Any]:
+    """The typed ``synthetic:`` mapping: a typo or a negative size must not become a default."""
+    out: dict[str, Any] = {}
+    for key in r.data:
+        if key not in SYNTHETIC_KEYS:
+            raise SpecError(r.source, r._p(str(key)), "unknown generator parameter",
+                            ", ".join(SYNTHETIC_KEYS))
+        kind, lo, hi = SYNTHETIC_KEYS[key]
+        if kind == "str":
+            out[key] = r.string(key)
+        elif kind == "bool":
+            out[key] = r.flag(key, False)
+        else:
+            out[key] = r.number(key, minimum=lo, maximum=hi, integer=kind == "int")
+    return out
 
 
 def load_job(path: str | Path) -> JobSpec:

@@ -65,17 +65,25 @@ CLUSTER_CASES = [
     ("machines.0.cpus", 0, "machines[0].cpus: must be >= 1"),
     ("machines.0.cpus", "four", "machines[0].cpus: must be an integer"),
     ("machines.0.memory_gb", KeyError, "machines[0].memory_gb: is missing"),
-    ("machines.0.nic_gbps", -1, "machines[0].nic_gbps: must be > 0"),
+    ("machines.0.nic_gbps", -1, "machines[0].nic_gbps: must be >= 1e-06"),
     ("machines.1.nic", {"egress_gbps": 1}, "machines[1].nic: needs a bandwidth"),
     ("machines.1.name", "s0", "machines[1].name: duplicate machine name 's0'"),
     ("machines.0.partitions", [0, 2], "partition 1 has no store machine"),
     ("machines.0.partitions", [0, -1], "machines[0].partitions[1]: must be a partition id"),
     ("machines.1.gpus", "many", "machines[1].gpus: must be a count or a list"),
-    ("machines.1.gpus.0.speed", 0, "machines[1].gpus[0].speed: must be > 0"),
+    ("machines.1.gpus.0.speed", 0, "machines[1].gpus[0].speed: must be >= 0.001"),
     ("machines.0.roles", ["sample"], "stores partitions but may not run 'store'"),
     ("machines.1.roles", ["train", "fly"], "machines[1].roles[1]: unknown role 'fly'"),
     ("machines.0.nic_gbs", 1, "machines[0].nic_gbs: unknown field"),
     ("storage", "cloud", "storage: unknown value 'cloud'"),
+    # found by fuzzing: huge ids must not build huge sets, huge numbers must not overflow
+    ("machines.0.partitions", [0, 10**9], "partition 1 has no store machine"),
+    ("machines.0.memory_gb", 10**400, "machines[0].memory_gb: must be <= 1e+12"),
+    ("machines.0.cpus", 10**20, "machines[0].cpus: must be <= 1e+12"),
+    ("machines.0.nic_gbps", 1e-300, "machines[0].nic_gbps: must be >= 1e-06"),
+    ("latency_ms", 1e300, "latency_ms: must be <= 100000"),
+    ("curve", "false", "curve: must be true or false"),
+    ("machines.1.roles", ["train", "train"], "machines[1].roles[1]: role 'train' listed twice"),
 ]
 
 
@@ -103,7 +111,16 @@ JOB_CASES = [
     ({"trainers": 5, "num_parts": 4}, "trainers: 5 trainers but only 4 partitions"),
     ({"epoch": 3}, "epoch: unknown field"),
     ({"part_method": "kahip"}, "part_method: unknown value 'kahip'"),
-    ({"synthetic": [1]}, "synthetic: must be a mapping"),
+    ({"synthetic": [1]}, "synthetic: expected a mapping"),
+    ({"epochs": 10**18}, "epochs: must be <= 100000"),
+    ({"synthetic": {"num_node": 2000}}, "synthetic.num_node: unknown generator parameter"),
+    ({"synthetic": {"num_nodes": -5}}, "synthetic.num_nodes: must be >= 2"),
+    ({"synthetic": {"num_nodes": "x"}}, "synthetic.num_nodes: must be an integer"),
+    ({"synthetic": {"locality": 2}}, "synthetic.locality: must be <= 1"),
+    ({"synthetic": {"skew": float("nan")}}, "synthetic.skew: must be a finite number"),
+    ({"synthetic": {"samples": 2.5}}, "synthetic.samples: must be an integer"),
+    ({"synthetic": {"profile": "yes"}}, "synthetic.profile: must be true or false"),
+    ({"synthetic": {"junk": [[1] * 10] * 10}}, "synthetic.junk: unknown generator parameter"),
 ]
 
 
@@ -124,6 +141,17 @@ def test_file_level_errors(tmp_path: Path) -> None:
     bad.write_text("- just\n- a list\n")
     with pytest.raises(SpecError, match="bad.yaml: <top>: expected a mapping, got a list"):
         load_job(bad)
+
+
+def test_unreadable_files_name_the_file(tmp_path: Path) -> None:
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"\xff\xfe\x00\x01")
+    with pytest.raises(SpecError, match="bin.yaml: not a UTF-8 text file"):
+        load_cluster(binary)
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("machines: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(SpecError, match="deep.yaml: nested too deeply"):
+        load_cluster(deep)
 
 
 def test_cross_file_checks(tmp_path: Path) -> None:
@@ -149,3 +177,13 @@ def test_yaml_roundtrip(tmp_path: Path) -> None:
     p = tmp_path / "c.yaml"
     p.write_text(yaml.safe_dump(c.to_dict()))
     assert load_cluster(p).fingerprint() == c.fingerprint()
+
+
+def test_synthetic_keys_cover_the_generator() -> None:
+    """A job's ``synthetic:`` accepts every generator parameter (and the profile's keys)."""
+    import inspect
+
+    from gnnsched.datasets.synthetic import generate
+    from gnnsched.spec import SYNTHETIC_KEYS
+
+    assert set(inspect.signature(generate).parameters) <= set(SYNTHETIC_KEYS)
