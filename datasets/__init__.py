@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gnnsched.spec import SpecError
+from gnnsched.spec import SpecError, check_synthetic
 
 from .npz import Graph, load_npz, random_projection
 from .partition import (
@@ -101,6 +101,7 @@ def load_dataset(
         for key in params:
             if key not in valid:
                 raise SpecError("synthetic", key, "unknown generator parameter", ", ".join(valid))
+        params = check_synthetic(params)
         params.setdefault("num_nodes", SYNTHETIC_DEFAULT_NODES)
         params.setdefault("seed", seed)
         if feature_dim is not None:

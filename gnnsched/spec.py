@@ -539,6 +539,11 @@ def _synthetic(r: _Reader) -> dict[str, Any]:
     return out
 
 
+def check_synthetic(params: Any, source: str = "synthetic") -> dict[str, Any]:
+    """``params`` for the synthetic generator or profile, typed and range-checked."""
+    return _synthetic(_Reader(source, params))
+
+
 def load_job(path: str | Path) -> JobSpec:
     source, data = load_yaml(path)
     return job_from_dict(data, source, Path(path).resolve().parent)

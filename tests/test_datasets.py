@@ -162,6 +162,14 @@ def test_synthetic_through_load_dataset() -> None:
     assert err.value.field == "nodes"
     with pytest.raises(SpecError, match="homophily"):
         load_dataset("synthetic", synthetic={"num_nodes": 50, "homophily": 2.0})
+    # command-line parameters are typed like a job's: no silent 2.5 -> 2 or 'true' strings
+    from gnnsched.datasets.synthetic import parse_params
+
+    for text, field in (("num_classes=2.5", "num_classes"), ("homophily=true", "homophily"),
+                        ("power=inf", "power"), ("seed=1e3", "seed")):
+        with pytest.raises(SpecError) as err:
+            load_dataset("synthetic", synthetic=parse_params(f"num_nodes=50,{text}"))
+        assert err.value.field == field
 
 
 # --------------------------------------------------------------------------------------
