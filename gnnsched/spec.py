@@ -148,6 +148,25 @@ def _kind(value: Any) -> str:
                                                                    type(value).__name__)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """Safe YAML that rejects a key given twice in one mapping (else the last silently wins)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                dup = key in seen
+            except TypeError:  # unhashable key: the base class reports it
+                break
+            if dup:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f"found duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(path: str | Path) -> tuple[str, Any]:
     """Read a YAML (or JSON) file; parse errors become SpecErrors naming the line."""
     p = Path(path)
@@ -155,7 +174,7 @@ def load_yaml(path: str | Path) -> tuple[str, Any]:
     if not p.is_file():
         raise SpecError(source, "", "file not found")
     try:
-        return source, yaml.safe_load(p.read_text())
+        return source, yaml.load(p.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 - safe
     except UnicodeDecodeError:
         raise SpecError(source, "", "not a UTF-8 text file", "a YAML or JSON file") from None
     except RecursionError:

@@ -148,6 +148,11 @@ def test_unreadable_files_name_the_file(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00\x01")
     with pytest.raises(SpecError, match="bin.yaml: not a UTF-8 text file"):
         load_cluster(binary)
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("name: lab4\nname: other\nmachines: []\n")
+    with pytest.raises(SpecError, match=r"twice.yaml: line 2, column 1: not valid YAML: "
+                                        "found duplicate key 'name'"):
+        load_cluster(twice)
     deep = tmp_path / "deep.yaml"
     deep.write_text("machines: " + "[" * 5000 + "]" * 5000 + "\n")
     with pytest.raises(SpecError, match="deep.yaml: nested too deeply"):
