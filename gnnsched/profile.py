@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,26 +176,41 @@ class CostProfile:
         if d.get("version", PROFILE_VERSION) != PROFILE_VERSION:
             raise SpecError(source, "version", f"unsupported version {d.get('version')!r}",
                             str(PROFILE_VERSION))
-        P = int(d["num_parts"])
-        parts = []
+        P = _num(d["num_parts"], source, "num_parts", 1, integer=True)
+        if not isinstance(d["parts"], list):
+            raise SpecError(source, "parts", "must be a list, one entry per partition")
         if len(d["parts"]) != P:
             raise SpecError(source, "parts", f"has {len(d['parts'])} entries, num_parts is {P}")
+        parts: dict[int, PartProfile] = {}
         for i, pd in enumerate(d["parts"]):
+            at = f"parts[{i}]"
+            if not isinstance(pd, dict):
+                raise SpecError(source, at, "must be a mapping")
+            part = _num(pd.get("part"), source, f"{at}.part", integer=True)
+            if part >= P or part in parts:
+                raise SpecError(source, f"{at}.part", f"partition {part} is "
+                                + ("out of range" if part >= P else "listed twice"),
+                                f"each of 0..{P - 1} exactly once")
             samples = pd.get("samples") or []
-            if not samples:
-                raise SpecError(source, f"parts[{i}].samples", "is empty",
+            if not isinstance(samples, list) or not samples:
+                raise SpecError(source, f"{at}.samples", "is empty or not a list",
                                 "at least one profiled mini-batch per partition")
-            try:
-                parts.append(_part_from_samples(int(pd["part"]), int(pd["train_seeds"]),
-                                                samples, P))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise SpecError(source, f"parts[{i}]", f"malformed sample: {exc}") from None
-        skew = _skew_rows(d.get("barrier_skew_s", []), source)
-        return cls(d["job_key"], P, int(d["feature_bytes"]), int(d["grad_bytes"]),
-                   int(d.get("model_bytes", 3 * int(d["grad_bytes"]))), parts,
-                   d.get("reference", "cpu"), bool(d.get("synthetic", False)), d.get("meta", {}),
-                   float(d.get("allreduce_overhead_s", 0.0)),
-                   skew)
+            seeds = _num(pd.get("train_seeds"), source, f"{at}.train_seeds", integer=True)
+            parts[part] = _part_from_samples(part, seeds, samples, P, source, at)
+        if not any(pp.train_seeds for pp in parts.values()):
+            raise SpecError(source, "parts[*].train_seeds", "is 0 on every partition",
+                            "at least one partition with training seeds")
+        syn = d.get("synthetic", False)
+        if not isinstance(syn, bool):
+            raise SpecError(source, "synthetic", f"must be true or false, got {syn!r}")
+        grad = _num(d["grad_bytes"], source, "grad_bytes", integer=True, above=True)
+        return cls(d["job_key"], P,
+                   _num(d["feature_bytes"], source, "feature_bytes", integer=True, above=True),
+                   grad, _num(d.get("model_bytes", 3 * grad), source, "model_bytes", integer=True),
+                   [parts[p] for p in range(P)], d.get("reference", "cpu"), syn,
+                   d.get("meta", {}),
+                   _num(d.get("allreduce_overhead_s", 0.0), source, "allreduce_overhead_s"),
+                   _skew_rows(d.get("barrier_skew_s", []), source))
 
     @classmethod
     def load(cls, path: str | Path) -> CostProfile:
@@ -224,27 +240,48 @@ def _skew_rows(raw: Any, source: str) -> tuple[tuple[float, ...], ...]:
     return rows
 
 
-def _part_from_samples(part: int, seeds: int, samples: list[dict], P: int) -> PartProfile:
-    def sparse(key: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        ids, vals = [], []
-        for s in samples:
-            m = s.get(key, {})
-            k = np.array([int(x) for x in m], dtype=np.int32)
-            if len(k) and (k.min() < 0 or k.max() >= P):
-                raise ValueError(f"{key} names partition outside 0..{P - 1}")
-            ids.append(k)
-            vals.append(np.array(list(m.values()), dtype=np.float64))
-        return ids, vals
+def _num(value: Any, source: str, path: str, minimum: int = 0, *, integer: bool = False,
+         above: bool = False) -> Any:
+    """``value`` as a finite number (an int if ``integer``) >= ``minimum`` (> if ``above``).
 
-    ip, ic = sparse("input_nodes")
-    ep, ec = sparse("edges_by_part")
-    return PartProfile(
-        part, seeds,
-        np.array([float(s["sample_s"]) for s in samples]),
-        np.array([float(s["train_s"]) for s in samples]),
-        np.array([int(s["edges"]) for s in samples], dtype=np.int64),
-        ip, ic, ep, ec,
-    )
+    Anything else -- NaN, infinity, a bool, a string, 2.5 where an integer belongs (3.0 is
+    fine) -- is a SpecError naming the file and the field.
+    """
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and (
+        isinstance(value, numbers.Integral)
+        or (math.isfinite(value) and (not integer or float(value).is_integer())))
+    if not (ok and (value > minimum if above else value >= minimum)):
+        raise SpecError(source, path, f"must be {'an integer' if integer else 'a finite number'}"
+                        f" {'>' if above else '>='} {minimum}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def _part_from_samples(part: int, seeds: int, samples: list[Any], P: int,
+                       source: str = "<profile>", at: str = "parts[?]") -> PartProfile:
+    """One partition's samples, every number checked (a SpecError names the field)."""
+    sample_s, train_s, edges = [], [], []
+    sparse: dict[str, tuple[list, list]] = {"input_nodes": ([], []), "edges_by_part": ([], [])}
+    for j, s in enumerate(samples):
+        sp = f"{at}.samples[{j}]"
+        if not isinstance(s, dict):
+            raise SpecError(source, sp, "must be a mapping")
+        sample_s.append(_num(s.get("sample_s"), source, f"{sp}.sample_s"))
+        train_s.append(_num(s.get("train_s"), source, f"{sp}.train_s"))
+        edges.append(_num(s.get("edges"), source, f"{sp}.edges", integer=True))
+        for key, (ids, vals) in sparse.items():  # {partition id: count} per sample
+            m = s.get(key, {})
+            if not isinstance(m, dict):
+                raise SpecError(source, f"{sp}.{key}", "must be a mapping of partition id to count")
+            bad = [k for k in m if not (str(k).isdecimal() and int(k) < P)]
+            if bad:
+                raise SpecError(source, f"{sp}.{key}", f"names partition {bad[0]!r}, outside "
+                                f"0..{P - 1}")
+            ids.append(np.array([int(k) for k in m], dtype=np.int32))
+            vals.append(np.array([_num(v, source, f"{sp}.{key}[{k!r}]") for k, v in m.items()],
+                                 dtype=np.float64))
+    (ip, ic), (ep, ec) = sparse.values()
+    return PartProfile(part, seeds, np.array(sample_s), np.array(train_s),
+                       np.array(edges, dtype=np.int64), ip, ic, ep, ec)
 
 
 def synthetic_profile(num_parts: int, *, seeds_per_part: int = 2000, batch_size: int = 1024,

@@ -65,7 +65,8 @@ def test_bad_profile_files(tmp_path: Path) -> None:
     import json
 
     p.write_text(json.dumps(d))
-    with pytest.raises(SpecError, match=r"parts\[1\]: malformed sample: input_nodes names"):
+    with pytest.raises(SpecError, match=r"parts\[1\]\.samples\[0\]\.input_nodes: names "
+                                        r"partition '7', outside 0\.\.1"):
         CostProfile.load(p)
 
 
@@ -123,3 +124,72 @@ def test_barrier_skew_survives_a_save_and_is_checked(tmp_path: Path) -> None:
         p.write_text(json.dumps(d))
         with pytest.raises(SpecError, match=r"cost.json: barrier_skew_s: must be a list of rows"):
             CostProfile.load(p)
+
+
+_NAN, _INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(("field", "value", "problem"), [
+    ("parts[0].samples[1].sample_s", _NAN, "must be a finite number >= 0, got nan"),
+    ("parts[0].samples[1].sample_s", _INF, "must be a finite number >= 0, got inf"),
+    ("parts[0].samples[1].train_s", -1, "must be a finite number >= 0, got -1"),
+    ("parts[0].samples[1].train_s", "0.1", "must be a finite number >= 0, got '0.1'"),
+    ("parts[0].samples[1].edges", -100, "must be an integer >= 0, got -100"),
+    ("parts[0].samples[1].edges", 2.5, "must be an integer >= 0, got 2.5"),
+    ("parts[0].samples[1].input_nodes['0']", _NAN, "must be a finite number >= 0, got nan"),
+    ("parts[0].samples[1].input_nodes['1']", -3, "must be a finite number >= 0, got -3"),
+    ("parts[1].samples[0].edges_by_part['0']", _INF, "must be a finite number >= 0, got inf"),
+    ("parts[1].samples[0].edges_by_part", {"-1": 5}, "names partition '-1', outside 0..1"),
+    ("parts[1].samples[0].input_nodes", [1, 2], "must be a mapping of partition id to count"),
+    ("parts[1].samples[0]", 7, "must be a mapping"),
+    ("parts[1].train_seeds", -5, "must be an integer >= 0, got -5"),
+    ("parts[1].part", 0, "partition 0 is listed twice"),
+    ("parts[1].part", 99, "partition 99 is out of range"),
+    ("num_parts", 1.5, "must be an integer >= 1, got 1.5"),
+    ("num_parts", "2", "must be an integer >= 1, got '2'"),
+    ("num_parts", True, "must be an integer >= 1, got True"),
+    ("feature_bytes", 0, "must be an integer > 0, got 0"),
+    ("feature_bytes", -4, "must be an integer > 0, got -4"),
+    ("grad_bytes", 0, "must be an integer > 0, got 0"),
+    ("model_bytes", -1, "must be an integer >= 0, got -1"),
+    ("allreduce_overhead_s", -1, "must be a finite number >= 0, got -1"),
+    ("allreduce_overhead_s", _NAN, "must be a finite number >= 0, got nan"),
+    ("synthetic", "false", "must be true or false, got 'false'"),
+])
+def test_nonsense_numbers_name_the_field(tmp_path: Path, field: str, value: object,
+                                         problem: str) -> None:
+    """A number no measurement could give (NaN, infinite, negative, fractional where a count
+    belongs, a string) is a SpecError naming the file and the exact field, not a silently wrong
+    simulation or a bare exception."""
+    import json
+    import re
+
+    d = synthetic_profile(2, samples=2).to_dict()
+    *head, last = re.findall(r"[a-z_]+|\d+", field)  # parts[0].input_nodes['1'] -> parts 0 ...
+    node = d
+    for k in head:
+        node = node[int(k)] if isinstance(node, list) else node[k]
+    node[int(last) if isinstance(node, list) else last] = value
+    p = tmp_path / "cost.json"
+    p.write_text(json.dumps(d))  # NaN / Infinity, as Python's json writes and reads them
+    with pytest.raises(SpecError) as err:
+        CostProfile.load(p)
+    assert str(err.value).startswith(f"{p}: {field}: {problem}"), str(err.value)
+
+
+def test_integral_floats_load_and_some_partition_must_train(tmp_path: Path) -> None:
+    """3.0 where a count belongs loads as 3; zero training seeds everywhere is rejected."""
+    import json
+
+    d = synthetic_profile(2, samples=2).to_dict()
+    d["parts"][0]["samples"][0]["edges"] = 3.0
+    d["num_parts"] = 2.0
+    p = tmp_path / "cost.json"
+    p.write_text(json.dumps(d))
+    prof = CostProfile.load(p)
+    assert prof.parts[0].edges[0] == 3 and prof.num_parts == 2
+    for pd in d["parts"]:
+        pd["train_seeds"] = 0
+    p.write_text(json.dumps(d))
+    with pytest.raises(SpecError, match=r"cost.json: parts\[\*\]\.train_seeds: is 0 on every"):
+        CostProfile.load(p)
