@@ -1524,6 +1524,21 @@ def _why_speed(c: dict[str, Any], base: str) -> str:
             f"{1e3 * st_b.get('barrier', 0):.0f} ms in the barrier; gnnsched "
             f"{1e3 * st_me.get('input', 0):.0f} / {1e3 * st_me.get('train', 0):.0f} / "
             f"{1e3 * st_me.get('barrier', 0):.0f} ms")
+    f = (r.get("sim") or {}).get("insitu_factors") or {}
+    ar, wire = f.get("allreduce_measured_s"), f.get("allreduce_model_s")
+    if base == "distdgl" and ar and wire:
+        said = (f"gnnsched's all-reduce itself took {1e3 * ar:.0f} ms per iteration against "
+                f"{1e3 * wire:.0f} ms for its bytes at the NICs' rate")
+        if ar > 1.1 * wire:
+            # DistDGL prefetches nothing, so its all-reduce has the NICs to itself; gnnsched's
+            # gradients share the trainers' NIC queues with the next mini-batches' features
+            bits.append(f"{said}: its messages queue behind prefetched features in the "
+                        "trainers' NIC queues (holding features for the whole all-reduce with "
+                        "small send windows cut it, but starved slow stores elsewhere: see "
+                        "RuntimeOptions.grad_first)")
+        else:
+            bits.append(f"{said}: both systems spend most of an iteration moving gradients, "
+                        "which neither placement nor order shortens")
     return "; ".join(bits)
 
 
