@@ -181,7 +181,7 @@ def test_plan_for_another_cluster(capsys: pytest.CaptureFixture, files: dict) ->
     (lambda d: d["trainers"][0].__setitem__("parts", [0, 1, 2]),
      "partition 2 is also owned by trainer 0"),
     (lambda d: d["trainers"][0].__setitem__("samplers", [{"machine": "store0"}]),
-     "trainers[0]: malformed trainer entry"),
+     "trainers[0].samplers[0].count: is missing (required)"),
 ])
 def test_bad_plan_file(capsys: pytest.CaptureFixture, files: dict, edit: Any,
                        needle: str) -> None:
