@@ -811,6 +811,13 @@ def test_good_fault_specs_parse() -> None:
         ("sampler:1", 20, "KILL"), ("machine:store0", 5, "STOP"), ("trainer:0", 0, "TERM")]
 
 
+def test_unknown_replan_placer_is_refused_before_launch(capsys: pytest.CaptureFixture,
+                                                        files: dict) -> None:
+    line = _train(capsys, files, "--replan-placer", "best")
+    assert "--replan-placer: unknown placer 'best' (valid: " in line and "greedy" in line
+    assert not (files["dir"] / "run").exists()
+
+
 def test_dead_after_must_exceed_the_heartbeat(capsys: pytest.CaptureFixture,
                                               files: dict) -> None:
     line = _train(capsys, files, "--heartbeat", "2", "--dead-after", "1")

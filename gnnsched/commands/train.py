@@ -289,6 +289,13 @@ def run(args: argparse.Namespace) -> int:
                         f"--heartbeat {args.heartbeat:g} s: every process would be declared "
                         "dead between two heartbeats", f"more than --heartbeat, e.g. "
                         f"{10 * args.heartbeat:g}")
+    if args.replan_placer is not None:  # else an unknown name surfaces only at a recovery
+        from gnnsched.placement import get_placer
+
+        try:
+            get_placer(args.replan_placer)
+        except SpecError as exc:
+            raise SpecError("--replan-placer", "", exc.problem, exc.valid) from None
     opts = RuntimeOptions(threads=args.threads, grad_first=not args.no_grad_first,
                           emulate_speed=None if args.emulate_speed is None
                           else args.emulate_speed == "on",
