@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 from typing import Any
 
+from gnnsched.commands import document_ranges
 from gnnsched.spec import SpecError
 
 VERBS = {
@@ -44,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(verb, help=mod.HELP, description=mod.__doc__,
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         mod.add_arguments(p)
+        document_ranges(p)
         p.set_defaults(_run=mod.run)
     return parser
 
@@ -70,6 +73,25 @@ def stop_cleanly_on_signals() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # `gnnsched ... | head`: the reader left, which is not an error. Point stdout at
+        # /dev/null so the interpreter's final flush does not raise (and print) it again.
+        _quiet_stdout()
+        return 128 + signal.SIGPIPE if hasattr(signal, "SIGPIPE") else 1
+
+
+def _quiet_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout replaced (tests) or closed
+        pass
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     stop_cleanly_on_signals()
     try:

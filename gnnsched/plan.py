@@ -11,9 +11,47 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gnnsched.spec import ClusterSpec, JobSpec, SpecError
+from gnnsched.spec import MAX_GPUS, ClusterSpec, JobSpec, SpecError, _kind, _Reader
 
 PLAN_VERSION = 1
+MAX_PARTS = 1_000_000  # a partition id beyond this is a typo
+MAX_TRAINERS = 100_000  # entries in one plan: more is not a plan from `gnnsched plan`
+MAX_SAMPLERS = 100_000  # sampler processes in one samplers entry (before any cluster check)
+SAMPLERS_PER_CPU = 8  # per machine, over all trainers: more only thrash its cores
+
+
+def _text(r: _Reader, key: str) -> str:
+    """An optional string field: absent or null is empty."""
+    value = r.raw(key, "")
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise SpecError(r.source, r._p(key), f"must be a string, got {value!r}")
+    return value
+
+
+def _trainer(r: _Reader, i: int) -> TrainerPlan:
+    """One ``trainers[i]`` entry; its ``id`` must be its position (the runtime relies on it)."""
+    tid = r.integer("id", i, minimum=0)
+    if tid != i:
+        raise SpecError(r.source, r._p("id"), f"is {tid} but the entry is trainers[{i}]",
+                        f"{i}: trainer ids are their positions 0, 1, ...")
+    machine = r.string("machine")
+    device = r.integer("device", 0, minimum=0, maximum=MAX_GPUS - 1)
+    parts = r.seq("parts")
+    for j, p in enumerate(parts):
+        if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p <= MAX_PARTS:
+            raise SpecError(r.source, f"{r._p('parts')}[{j}]",
+                            f"must be a partition id, got {p!r}", f"an integer 0..{MAX_PARTS}")
+    samplers = []
+    for j in range(len(r.seq("samplers"))):
+        s = r.item("samplers", j)
+        samplers.append((s.string("machine"), s.integer("count", minimum=1,
+                                                        maximum=MAX_SAMPLERS)))
+        s.done()
+    fetch_at = r.string("fetch_at", machine)
+    r.done()
+    return TrainerPlan(tid, machine, device, tuple(parts), tuple(samplers), fetch_at)
 
 
 @dataclass(frozen=True)
@@ -73,32 +111,39 @@ class Plan:
 
     @classmethod
     def from_dict(cls, d: Any, source: str = "<plan>") -> Plan:
+        """Parse a plan; every field is type-checked and errors name the file and field."""
         if not isinstance(d, dict):
-            raise SpecError(source, "", "a plan must be a JSON object", "a file from `gnnsched plan`")
+            raise SpecError(source, "", f"a plan must be a JSON object, got {_kind(d)}",
+                            "a file from `gnnsched plan`")
         for key in ("placer", "cluster", "trainers"):
             if key not in d:
                 raise SpecError(source, key, "is missing (required)", "a file from `gnnsched plan`")
+        r = _Reader(source, d)
+        version = r.integer("version", PLAN_VERSION, minimum=None)
+        if version != PLAN_VERSION:
+            raise SpecError(source, "version", f"plan format {version} is not supported",
+                            f"{PLAN_VERSION} (re-run `gnnsched plan` with this version)")
+        placer, cluster = r.string("placer"), r.string("cluster")
+        fp = _text(r, "cluster_fingerprint")
+        job = _text(r, "job")
         if not isinstance(d["trainers"], list):
-            raise SpecError(source, "trainers", "must be a list of trainer entries")
-        for key, kind in (("predicted", dict), ("notes", list)):
-            if not isinstance(d.get(key, kind()), kind):
-                raise SpecError(source, key, f"must be a {'mapping' if kind is dict else 'list'}")
-        trainers = []
-        for i, t in enumerate(d["trainers"]):
-            where = f"trainers[{i}]"
-            try:
-                samplers = tuple((str(s["machine"]), int(s["count"])) for s in t["samplers"])
-                trainers.append(TrainerPlan(int(t.get("id", i)), str(t["machine"]),
-                                            int(t.get("device", 0)),
-                                            tuple(int(p) for p in t["parts"]), samplers,
-                                            str(t.get("fetch_at", t["machine"]))))
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                raise SpecError(source, where, f"malformed trainer entry ({exc!s})",
-                                "{id, machine, device, parts, samplers:[{machine,count}], "
-                                "fetch_at}") from None
-        return cls(str(d["placer"]), str(d["cluster"]), str(d.get("cluster_fingerprint", "")),
-                   tuple(trainers), str(d.get("job", "")), dict(d.get("predicted", {})),
-                   tuple(d.get("notes", ())))
+            raise SpecError(source, "trainers", "must be a list of trainer entries, got "
+                            f"{_kind(d['trainers'])}", "a file from `gnnsched plan`")
+        r.used.add("trainers")
+        if len(d["trainers"]) > MAX_TRAINERS:
+            raise SpecError(source, "trainers", f"{len(d['trainers'])} entries",
+                            f"at most {MAX_TRAINERS}")
+        predicted = r.raw("predicted", {})
+        if not isinstance(predicted, dict):
+            raise SpecError(source, "predicted", f"must be a mapping, got {_kind(predicted)}")
+        notes = r.seq("notes", [])
+        for i, note in enumerate(notes or []):
+            if not isinstance(note, str):
+                raise SpecError(source, f"notes[{i}]", f"must be a string, got {note!r}")
+        r.done()
+        trainers = tuple(_trainer(r.item("trainers", i), i)
+                         for i in range(len(d["trainers"])))
+        return cls(placer, cluster, fp, trainers, job, dict(predicted), tuple(notes or ()))
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
@@ -122,6 +167,7 @@ class Plan:
         names = {m.name for m in cluster.machines}
         used: dict[tuple[str, int], int] = {}
         owned: dict[int, int] = {}
+        per_machine: dict[str, int] = {}
         for i, t in enumerate(self.trainers):
             where = f"trainers[{i}]"
             for fld, m in [("machine", t.machine), ("fetch_at", t.fetch_at)] + \
@@ -154,6 +200,14 @@ class Plan:
                 if not cluster.machine(m).can("sample"):
                     raise SpecError(source, f"{where}.samplers[{j}].machine",
                                     f"{m!r} may not run samplers")
+            for j, (m, c) in enumerate(t.samplers):
+                per_machine[m] = per_machine.get(m, 0) + c
+                cap = SAMPLERS_PER_CPU * cluster.machine(m).cpus
+                if per_machine[m] > cap:
+                    raise SpecError(source, f"{where}.samplers[{j}].count",
+                                    f"{per_machine[m]} samplers on {m!r} (cpus: "
+                                    f"{cluster.machine(m).cpus}) counting earlier trainers'",
+                                    f"at most {SAMPLERS_PER_CPU} x cpus = {cap} per machine")
             if t.fetch_at != t.machine and not cluster.machine(t.fetch_at).can("fetch"):
                 raise SpecError(source, f"{where}.fetch_at", f"{t.fetch_at!r} may not fetch")
             for p in t.parts:

@@ -11,6 +11,7 @@ steps of epochs after the first.
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,18 +21,90 @@ import numpy as np
 
 
 def load(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The records of a run's ``metrics.jsonl`` (ValueError naming the file and line)."""
+    """The records of a run's ``metrics.jsonl``, checked (SpecError naming ``file:line`` and
+    the field: a line that is not JSON, not a record, of an unknown type, or a record without
+    a field this module reads)."""
+    from gnnsched.spec import SpecError
+
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
-        raise ValueError(f"{path}: not found (a run directory of `gnnsched train` has one)")
-    out = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
+        raise SpecError(str(path), "", "not found", "a run directory of `gnnsched train`, "
+                        "which has one")
+    try:
+        lines = path.read_text().splitlines()
+    except UnicodeDecodeError:
+        raise SpecError(str(path), "", "not a UTF-8 text file",
+                        "the metrics.jsonl of `gnnsched train`") from None
+    out: list[tuple[int, Any]] = []
+    for i, line in enumerate(lines, 1):
         if line.strip():
             try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{i}: not JSON ({exc.msg})") from None
-    return out
+                out.append((i, json.loads(line)))
+            except (json.JSONDecodeError, RecursionError) as exc:
+                msg = getattr(exc, "msg", "nested too deeply")
+                raise SpecError(f"{path}:{i}", "", f"not JSON ({msg})",
+                                "one JSON object per line") from None
+    for i, rec in out:
+        check_record(rec, f"{path}:{i}")
+    return [rec for _, rec in out]
+
+
+# Per record type, the fields this module (and bench/bench_eval.py) read, by kind: a
+# record may carry more. ``time`` of a batch record is optional (older runs, hand-made
+# files); code that reads it checks for it.
+_INT, _NUM, _STR = "an integer", "a number", "a string"
+RECORD_FIELDS: dict[str, dict[str, str]] = {
+    "batch": {"trainer": _INT, "epoch": _INT, "phase": _STR},
+    "transfer": {"trainer": _INT, "seq": _INT, "kind": _STR, "src": _STR, "bytes": _NUM,
+                 "queued": _NUM, "done": _NUM},
+    "dispatch": {"trainer": _INT, "seq": _INT, "t": _NUM},
+    "sampled": {"trainer": _INT, "seq": _INT, "t": _NUM},
+    "epoch": {"epoch": _INT},
+    "test": {}, "run": {}, "fault": {}, "recovery": {}, "caught_up": {}, "checkpoint": {},
+}
+OPTIONAL_FIELDS: dict[str, dict[str, str]] = {
+    "batch": {"seq": _INT, "time": _NUM, "train_s": _NUM, "sample_s": _NUM,
+              "allreduce_s": _NUM, "barrier_at": _NUM},
+    "transfer": {"dst": _STR},
+}
+
+
+def _ok(value: Any, kind: str) -> bool:
+    if isinstance(value, bool):
+        return False
+    if kind == _INT:
+        return isinstance(value, int)
+    if kind == _NUM:
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    return isinstance(value, str)
+
+
+def check_record(rec: Any, where: str) -> None:
+    """One metrics record: a JSON object of a known ``type`` whose fields have their kinds."""
+    from gnnsched.spec import SpecError
+
+    if not isinstance(rec, dict):
+        raise SpecError(where, "", f"not a record: {type(rec).__name__}",
+                        "a JSON object with a \"type\"")
+    kind = rec.get("type")
+    if not isinstance(kind, str):
+        problem = "is missing (required)" if "type" not in rec else f"must be a string, got " \
+            f"{kind!r}"
+        raise SpecError(where, "type", problem, ", ".join(RECORD_FIELDS))
+    if kind not in RECORD_FIELDS:
+        raise SpecError(where, "type", f"unknown record type {kind!r}", ", ".join(RECORD_FIELDS))
+    required = RECORD_FIELDS[kind]
+    if kind == "batch" and rec.get("phase") == "train":
+        required = {**required, "seq": _INT}  # training steps are keyed by (trainer, seq)
+    for name, want in required.items():
+        if name not in rec:
+            raise SpecError(where, name, f"is missing from a {kind!r} record (required)",
+                            want)
+        if not _ok(rec[name], want):
+            raise SpecError(where, name, f"must be {want}, got {rec[name]!r}")
+    for name, want in OPTIONAL_FIELDS.get(kind, {}).items():
+        if rec.get(name) is not None and not _ok(rec[name], want):
+            raise SpecError(where, name, f"must be {want} or absent, got {rec[name]!r}")
 
 
 def percentiles(values: Iterable[float]) -> dict[str, float] | None:
@@ -90,8 +163,9 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             d2s.append(s["t"] - d["t"])
         if s and key in done:
             s2f.append(done[key] - s["t"])
-        if d:  # the batch record arrives after its step and all-reduce
-            d2t.append(b["time"] - b.get("train_s", 0.0) - b.get("allreduce_s", 0.0) - d["t"])
+        if d and b.get("time") is not None:  # recorded after its step and all-reduce
+            d2t.append(b["time"] - (b.get("train_s") or 0.0) - (b.get("allreduce_s") or 0.0)
+                       - d["t"])
     return {"transfers": kinds, "senders": _senders(by_src),
             "pipeline": {"dispatch_to_sampled": percentiles(d2s),
                          "sampled_to_features": percentiles(s2f),
@@ -166,5 +240,5 @@ def format_summary(s: dict[str, Any], title: str) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["format_summary", "load", "percentiles", "steady_batches", "summarize",
+__all__ = ["RECORD_FIELDS", "check_record", "format_summary", "load", "percentiles", "steady_batches", "summarize",
            "summarize_sim"]

@@ -181,7 +181,7 @@ def test_plan_for_another_cluster(capsys: pytest.CaptureFixture, files: dict) ->
     (lambda d: d["trainers"][0].__setitem__("parts", [0, 1, 2]),
      "partition 2 is also owned by trainer 0"),
     (lambda d: d["trainers"][0].__setitem__("samplers", [{"machine": "store0"}]),
-     "trainers[0]: malformed trainer entry"),
+     "trainers[0].samplers[0].count: is missing (required)"),
 ])
 def test_bad_plan_file(capsys: pytest.CaptureFixture, files: dict, edit: Any,
                        needle: str) -> None:
@@ -609,3 +609,364 @@ def test_null_fields_take_their_defaults() -> None:
 def test_lab4_defaults_still_load() -> None:
     job = load_job(LAB4 / "job.yaml")
     assert replace(job, epochs=1).epochs == 1
+
+
+# ---------------------------------------------------------------------- command line
+
+
+def _argv_error(capsys: pytest.CaptureFixture, argv: list[str]) -> str:
+    """A flag argparse refuses: exit status 2, usage plus one ``error:`` line, no traceback."""
+    with pytest.raises(SystemExit) as exc:
+        cli_main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, err
+    assert "Traceback" not in err
+    return err.strip().splitlines()[-1]
+
+
+_C, _J, _P = "c.yaml", "j.yaml", "p.json"  # never read: the flag is refused first
+_SEC = "(valid: seconds > 0 and <= 1e6)"
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["train", "--epochs", "0"], "argument --epochs: '0' is out of range (valid: a number of "
+                                 "epochs 1..100000)"),
+    (["train", "--epochs", "2.5"], "argument --epochs: '2.5' is not a whole number"),
+    (["train", "--threads", "0"], "argument --threads: '0' is out of range (valid: threads "
+                                  "1..1024)"),
+    (["train", "--heartbeat", "0"], f"argument --heartbeat: '0' is out of range {_SEC}"),
+    (["train", "--dead-after", "inf"], "argument --dead-after: must be a finite number, got "
+                                       f"'inf' {_SEC}"),
+    (["train", "--request-timeout", "-5"], "argument --request-timeout: '-5' is out of range"),
+    (["train", "--request-timeout", "1e9"], "argument --request-timeout: '1e9' is out of range"),
+    (["train", "--port", "70000"], "argument --port: '70000' is out of range (valid: a TCP "
+                                   "port 1..65535)"),
+    (["train", "--checkpoint-every", "0"], "argument --checkpoint-every: '0' is out of range "
+                                           "(valid: an integer 1.."),
+    (["train", "--max-recoveries", "-1"], "argument --max-recoveries: '-1' is out of range "
+                                          "(valid: an integer 0.."),
+    (["plan", "--cluster", _C, "--job", _J, "--budget", "nan"],
+     f"argument --budget: must be a finite number, got 'nan' {_SEC}"),
+    (["plan", "--cluster", _C, "--job", _J, "--budget", "0"], "argument --budget: '0' is out "
+                                                              "of range"),
+    (["plan", "--cluster", _C, "--job", _J, "--seed", "-1"],
+     "argument --seed: '-1' is out of range (valid: a seed 0..4294967295)"),
+    (["plan", "--cluster", _C, "--job", _J, "--seed", str(2**32)],
+     f"argument --seed: '{2**32}' is out of range (valid: a seed 0..4294967295)"),
+    (["simulate", "--cluster", _C, "--job", _J, "--plan", _P, "--iterations", "0"],
+     "argument --iterations: '0' is out of range"),
+    (["simulate", "--cluster", _C, "--job", _J, "--plan", _P, "--nic-window", "-150"],
+     "argument --nic-window: '-150' is out of range (valid: milliseconds > 0"),
+    (["profile", "--job", _J, "--samples", "0"], "argument --samples: '0' is out of range"),
+    (["partition", "cora", "--out", "x", "--parts", "0"],
+     "argument --parts: '0' is out of range (valid: a number of partitions 1..65536)"),
+    (["partition", "cora", "--out", "x", "--parts", "four"],
+     "argument --parts: 'four' is not a whole number"),
+    (["partition", "cora", "--out", "x", "--parts", "2", "--feature-dim", "0"],
+     "argument --feature-dim: '0' is out of range"),
+    (["bench", "--repeats", "0"], "argument --repeats: '0' is out of range (valid: an integer "
+                                  "1.."),
+    (["bench", "--sizes", "16", "0"], "argument --sizes: '0' is out of range (valid: machines "
+                                      "2..100000)"),
+    (["bench", "--epochs", "-3"], "argument --epochs: '-3' is out of range"),
+    (["bench", "--budget=-inf"], "argument --budget: must be a finite number"),
+    (["bench", "--samples", "0"], "argument --samples: '0' is out of range"),
+    (["bench", "--nic-queue-ms", "0"], "argument --nic-queue-ms: '0' is out of range (valid: "
+                                       "milliseconds > 0"),
+    (["bench", "--accuracy-seeds", "-1"], "argument --accuracy-seeds: '-1' is out of range"),
+    (["demo", "--samples", "0"], "argument --samples: '0' is out of range"),
+    (["demo", "--example", "nope"], "argument --example: invalid choice: 'nope'"),
+    (["cluster", "up", "--cluster", _C, "--mtu", "10"],
+     "argument --mtu: '10' is out of range (valid: an MTU in bytes 68..65535)"),
+    (["cluster", "up", "--cluster", _C, "--queue-ms", "nan"],
+     "argument --queue-ms: must be a finite number"),
+])
+def test_bad_flags_are_refused_at_parse_time(capsys: pytest.CaptureFixture, argv: list[str],
+                                             needle: str) -> None:
+    line = _argv_error(capsys, argv)
+    assert line.startswith(f"gnnsched {argv[0]}") and "error: " in line, line
+    assert needle in line, line
+
+
+def test_demo_examples_are_the_folders_that_exist(capsys: pytest.CaptureFixture) -> None:
+    from gnnsched.commands.demo import examples
+
+    assert "lab4" in examples()
+    line = _argv_error(capsys, ["demo", "--example", "nope"])
+    assert all(repr(name) in line for name in examples()), line
+
+
+def test_bad_paths_are_refused_at_parse_time(capsys: pytest.CaptureFixture,
+                                             tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    base = ["plan", "--cluster", _C, "--job", _J]
+    assert f"argument --out: {tmp_path} is a directory (valid: a file to write)" in \
+        _argv_error(capsys, [*base, "--out", str(tmp_path)])
+    assert "does not exist (valid: a file in an existing directory)" in \
+        _argv_error(capsys, [*base, "--out", str(tmp_path / "no" / "plan.json")])
+    assert f"{afile} is a file, not a directory" in \
+        _argv_error(capsys, [*base, "--plot", str(afile / "x.png")])
+    assert f"argument --out: {afile} exists and is not a directory" in \
+        _argv_error(capsys, ["train", "--out", str(afile)])
+    assert f"{afile} is a file, not a directory" in \
+        _argv_error(capsys, ["bench", "--work", str(afile / "sub")])
+    assert f"argument --data-dir: {tmp_path / 'none'} does not exist (valid: an existing " \
+        "directory)" in _argv_error(capsys, ["profile", "--job", _J, "--data-dir",
+                                             str(tmp_path / "none")])
+    assert "argument --out: empty path" in _argv_error(capsys, ["keys", "--cluster", _C,
+                                                                "--out", ""])
+
+
+def test_good_flags_still_parse(tmp_path: Path) -> None:
+    from gnnsched.cli import build_parser
+
+    a = build_parser().parse_args([
+        "train", "--cluster", _C, "--job", _J, "--plan", _P, "--epochs", "3", "--heartbeat",
+        "0.5", "--dead-after", "2", "--port", "5555", "--threads", "2",
+        "--out", str(tmp_path / "new" / "run"), "--max-recoveries", "0"])
+    assert (a.epochs, a.heartbeat, a.dead_after, a.port, a.threads, a.max_recoveries) == \
+        (3, 0.5, 2.0, 5555, 2, 0)
+    b = build_parser().parse_args(["bench", "--sizes", "16", "32", "--seed", "4294967295",
+                                   "--accuracy-seeds", "0", "--budget", "1e-3"])
+    assert b.sizes == [16, 32] and b.seed == 2**32 - 1 and b.accuracy_seeds == 0
+
+
+@pytest.mark.parametrize("verb", ["demo", "partition", "profile", "plan", "simulate", "train",
+                                  "trace", "bench", "keys", "cluster"])
+def test_every_help_works_and_says_the_ranges(capsys: pytest.CaptureFixture,
+                                              verb: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli_main([verb, "--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0 and f"usage: gnnsched {verb}" in out
+    want = {"train": ["a TCP port 1..65535", "seconds > 0", "ROLE:ID:STEP[:SIGNAL]"],
+            "plan": ["a seed 0..4294967295"], "bench": ["machines 2..100000"],
+            "demo": ["--example {", "lab4"]}.get(verb, [])
+    flat = " ".join(out.split())
+    for needle in want:
+        assert needle in flat, (needle, out)
+
+
+def test_cluster_up_help_says_the_mtu_range(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        cli_main(["cluster", "up", "--help"])
+    assert "valid: an MTU in bytes 68..65535" in " ".join(capsys.readouterr().out.split())
+
+
+def test_closed_pipe_is_quiet() -> None:
+    """``gnnsched ... | head``: the reader leaves; no BrokenPipeError traceback."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before the first byte is written
+    try:
+        p = subprocess.run([sys.executable, "-m", "gnnsched", "train", "--help"], stdout=w,
+                           stderr=subprocess.PIPE, env=env, timeout=120, cwd=ROOT)
+    finally:
+        os.close(w)
+    err = p.stderr.decode()
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert p.returncode in (0, 141), (p.returncode, err)
+
+
+# ---------------------------------------------------------------------- --kill-at
+
+
+@pytest.mark.parametrize("spec,needle", [
+    ("sampler:x", "--kill-at: cannot parse 'sampler:x' (valid: ROLE:ID:STEP"),
+    ("trainer:0:1:KILL:9", "--kill-at: cannot parse 'trainer:0:1:KILL:9'"),
+    ("worker:0:1", "--kill-at: unknown role 'worker' in 'worker:0:1' (valid: trainer, sampler, "
+                   "store, fetcher, machine)"),
+    ("sampler:0:soon", "step 'soon' is not a whole number"),
+    ("sampler:0:-1", "--kill-at: step must be >= 0, got -1"),
+    ("sampler:0:1:HUP", "--kill-at: unknown signal 'HUP' in 'sampler:0:1:HUP' (valid: KILL, "
+                        "STOP, TERM)"),
+    ("trainer:7:3", "--kill-at: no process 'trainer:7' in this plan (step 3) (valid: "
+                    "trainer:0, trainer:1)"),
+    ("sampler:2:3", "no process 'sampler:2' in this plan (step 3) (valid: sampler:0, "
+                    "sampler:1)"),
+    ("store:gpu0:1", "no process 'store:gpu0' in this plan (step 1) (valid: store:store0, "
+                     "store:store1)"),
+    ("machine:gpu9:1", "no process 'machine:gpu9' in this plan (step 1) (valid: "
+                       "machine:store0"),
+    ("fetcher:store0:1", "(valid: none: this plan runs no fetcher process)"),
+])
+def test_bad_fault_injection_is_refused_before_launch(capsys: pytest.CaptureFixture,
+                                                      files: dict, spec: str,
+                                                      needle: str) -> None:
+    line = _train(capsys, files, "--kill-at", "sampler:0:1", "--kill-at", spec)
+    assert needle in line, line
+    assert not (files["dir"] / "run").exists()  # nothing was started
+
+
+def test_good_fault_specs_parse() -> None:
+    from gnnsched.commands.train import _faults
+
+    f = _faults(["sampler:1:20", "machine:store0:5:stop", "trainer:0:0:SIGTERM"])
+    assert [(x.role, x.at_step, x.signal) for x in f] == [
+        ("sampler:1", 20, "KILL"), ("machine:store0", 5, "STOP"), ("trainer:0", 0, "TERM")]
+
+
+def test_unknown_replan_placer_is_refused_before_launch(capsys: pytest.CaptureFixture,
+                                                        files: dict) -> None:
+    line = _train(capsys, files, "--replan-placer", "best")
+    assert "--replan-placer: unknown placer 'best' (valid: " in line and "greedy" in line
+    assert not (files["dir"] / "run").exists()
+
+
+def test_dead_after_must_exceed_the_heartbeat(capsys: pytest.CaptureFixture,
+                                              files: dict) -> None:
+    line = _train(capsys, files, "--heartbeat", "2", "--dead-after", "1")
+    assert "--dead-after: 1 s is not more than --heartbeat 2 s" in line
+    assert "(valid: more than --heartbeat, e.g. 20)" in line
+
+
+# ---------------------------------------------------------------------- plan fields
+
+
+def _plan_error(edit: Any) -> str:
+    d = copy.deepcopy(_PLAN)
+    edit(d)
+    with pytest.raises(SpecError) as exc:
+        Plan.from_dict(d, "p.json")
+    return str(exc.value)
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda d: d.update(version=2), "p.json: version: plan format 2 is not supported "
+                                    "(valid: 1"),
+    (lambda d: d.update(version="1"), "p.json: version: must be an integer, got '1'"),
+    (lambda d: d.update(placer=3), "p.json: placer: must be a non-empty string, got 3"),
+    (lambda d: d.update(cluster=None), "p.json: cluster: must be a non-empty string"),
+    (lambda d: d.update(cluster_fingerprint=7), "p.json: cluster_fingerprint: must be a string"),
+    (lambda d: d.update(job=["j"]), "p.json: job: must be a string"),
+    (lambda d: d.update(predicted=[1]), "p.json: predicted: must be a mapping, got a list"),
+    (lambda d: d.update(notes="n"), "p.json: notes: must be a list, got a string"),
+    (lambda d: d.update(notes=[1]), "p.json: notes[0]: must be a string, got 1"),
+    (lambda d: d.update(trainer=[]), "p.json: trainer: unknown field (valid: cluster"),
+    (lambda d: d.update(trainers="a"), "p.json: trainers: must be a list of trainer entries"),
+    (lambda d: d["trainers"].__setitem__(0, "a"), "p.json: trainers[0]: expected a mapping"),
+    (lambda d: d["trainers"][0].update(id=1), "p.json: trainers[0].id: is 1 but the entry is "
+                                              "trainers[0] (valid: 0: trainer ids are their "
+                                              "positions"),
+    (lambda d: d["trainers"][0].update(id=True), "trainers[0].id: must be an integer, got True"),
+    (lambda d: d["trainers"][0].update(machine=""), "trainers[0].machine: must be a non-empty "
+                                                    "string"),
+    (lambda d: d["trainers"][0].update(device=1.0), "trainers[0].device: must be an integer"),
+    (lambda d: d["trainers"][0].update(device=-1), "trainers[0].device: must be >= 0, got -1"),
+    (lambda d: d["trainers"][0].update(parts=0), "trainers[0].parts: must be a list, got int"),
+    (lambda d: d["trainers"][0].update(parts=["0"]), "trainers[0].parts[0]: must be a "
+                                                     "partition id, got '0' (valid: an integer "
+                                                     "0..1000000)"),
+    (lambda d: d["trainers"][0].update(parts=[10**12]), "trainers[0].parts[0]: must be a "
+                                                        "partition id"),
+    (lambda d: d["trainers"][0]["samplers"][0].update(count=1.5),
+     "trainers[0].samplers[0].count: must be an integer, got 1.5"),
+    (lambda d: d["trainers"][0]["samplers"][0].update(count=0),
+     "trainers[0].samplers[0].count: must be >= 1, got 0"),
+    (lambda d: d["trainers"][0]["samplers"][0].update(count=10**9),
+     "trainers[0].samplers[0].count: must be <= 100000"),
+    (lambda d: d["trainers"][0]["samplers"][0].update(machine=3),
+     "trainers[0].samplers[0].machine: must be a non-empty string, got 3"),
+    (lambda d: d["trainers"][0]["samplers"][0].update(cores=2),
+     "trainers[0].samplers[0].cores: unknown field"),
+    (lambda d: d["trainers"][0].update(fetchat="a"), "trainers[0].fetchat: unknown field "
+                                                     "(valid: device, fetch_at, id, machine"),
+])
+def test_plan_fields_are_typed(edit: Any, needle: str) -> None:
+    assert needle in _plan_error(edit)
+
+
+def test_plan_ids_default_to_positions_and_old_plans_load() -> None:
+    d = copy.deepcopy(_PLAN)
+    d.pop("version")
+    d["trainers"][0].pop("id")
+    d["trainers"][0].pop("fetch_at")
+    plan = Plan.from_dict(d, "p.json")
+    assert plan.trainers[0].id == 0 and plan.trainers[0].fetch_at == "a"
+    assert Plan.from_dict(plan.to_dict()) == plan
+
+
+def test_samplers_per_machine_are_capped_by_its_cpus(files: dict) -> None:
+    cluster = load_cluster(files["cluster"])
+    cpus = cluster.machine("store0").cpus
+    ok = replace(_plan(cluster).trainers[0], samplers=(("store0", 8 * cpus),))
+    Plan("hand", cluster.name, "", (ok, _plan(cluster).trainers[1])).validate(cluster)
+    over = replace(_plan(cluster).trainers[1], samplers=(("store0", 1),))
+    with pytest.raises(SpecError) as exc:
+        Plan("hand", cluster.name, "", (ok, over)).validate(cluster, source="p.json")
+    assert f"p.json: trainers[1].samplers[0].count: {8 * cpus + 1} samplers on 'store0' " \
+        f"(cpus: {cpus})" in str(exc.value)
+    assert f"(valid: at most 8 x cpus = {8 * cpus} per machine)" in str(exc.value)
+
+
+# ---------------------------------------------------------------------- trace records
+
+
+def _metrics(tmp_path: Path, *lines: str) -> Path:
+    (tmp_path / "metrics.jsonl").write_text("".join(ln + "\n" for ln in lines))
+    return tmp_path
+
+
+_OK_BATCH = '{"type": "batch", "phase": "train", "epoch": 1, "trainer": 0, "seq": 3}'
+
+
+@pytest.mark.parametrize("line,needle", [
+    ("[1, 2]", "metrics.jsonl:2: not a record: list"),
+    ('{"epoch": 1}', "metrics.jsonl:2: type: is missing (required) (valid: batch, transfer"),
+    ('{"type": 3}', "metrics.jsonl:2: type: must be a string, got 3"),
+    ('{"type": "bogus"}', "metrics.jsonl:2: type: unknown record type 'bogus' (valid: batch"),
+    ('{"type": "batch", "phase": "train", "epoch": 1, "trainer": 0}',
+     "metrics.jsonl:2: seq: is missing from a 'batch' record (required) (valid: an integer)"),
+    ('{"type": "batch", "phase": "val", "epoch": "1", "trainer": 0}',
+     "metrics.jsonl:2: epoch: must be an integer, got '1'"),
+    ('{"type": "batch", "phase": "train", "epoch": 1, "trainer": 0, "seq": 1, "time": "x"}',
+     "metrics.jsonl:2: time: must be a number or absent, got 'x'"),
+    ('{"type": "transfer", "trainer": 0, "seq": 1, "kind": "feat", "src": "s", "bytes": 9, '
+     '"queued": NaN, "done": 1}', "metrics.jsonl:2: queued: must be a number, got nan"),
+    ('{"type": "transfer", "trainer": 0, "seq": 1, "kind": "feat", "bytes": 9, "queued": 0, '
+     '"done": 1}', "metrics.jsonl:2: src: is missing from a 'transfer' record"),
+    ('{"type": "dispatch", "trainer": 0, "seq": 1, "t": true}',
+     "metrics.jsonl:2: t: must be a number, got True"),
+    ('{"type": "epoch"}', "metrics.jsonl:2: epoch: is missing from a 'epoch' record"),
+])
+def test_bad_trace_records_name_the_line_and_field(tmp_path: Path, line: str,
+                                                   needle: str) -> None:
+    from gnnsched.trace import load
+
+    with pytest.raises(SpecError) as exc:
+        load(_metrics(tmp_path, _OK_BATCH, line))
+    assert needle in str(exc.value)
+
+
+def test_trace_command_names_the_bad_line(capsys: pytest.CaptureFixture,
+                                          tmp_path: Path) -> None:
+    _metrics(tmp_path, _OK_BATCH, '{"type": "dispatch", "trainer": 0, "seq": "1", "t": 1}')
+    assert cli_main(["trace", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"gnnsched trace: error: {tmp_path / 'metrics.jsonl'}:2: seq: must be an " \
+        "integer, got '1'"
+    (tmp_path / "metrics.jsonl").write_bytes(b"\xff\xfe{}\n")
+    assert cli_main(["trace", str(tmp_path)]) == 2
+    assert "metrics.jsonl: not a UTF-8 text file" in capsys.readouterr().err
+    _metrics(tmp_path, _OK_BATCH)
+    assert cli_main(["trace", str(tmp_path)]) == 2
+    assert "no trace records: run `gnnsched train --trace`" in capsys.readouterr().err
+
+
+def test_batch_time_is_optional(tmp_path: Path) -> None:
+    """Batch records without ``time`` (older runs, hand-made files) load and summarise."""
+    from gnnsched.trace import load, summarize
+
+    recs = load(_metrics(
+        tmp_path, _OK_BATCH,
+        '{"type": "batch", "phase": "val", "epoch": 1, "trainer": 0, "train_s": 9.0}',
+        '{"type": "dispatch", "trainer": 0, "seq": 3, "t": 1.0}',
+        '{"type": "sampled", "trainer": 0, "seq": 3, "t": 1.5}'))
+    s = summarize(recs)
+    assert s["batches"] == 1 and s["pipeline"]["dispatch_to_train"] is None
+    assert s["pipeline"]["dispatch_to_sampled"]["p50"] == pytest.approx(0.5)

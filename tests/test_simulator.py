@@ -435,5 +435,8 @@ def test_cli_simulate(tmp_path, capsys):
             "--plan", str(tmp_path / "plan.json"), "--iterations", "4"]
     assert main(args + ["--nic-window", "150"]) == 0
     assert "runtime NICs: connections behind a 150 ms window" in capsys.readouterr().out
-    assert main(args + ["--nic-window", "0"]) == 2
-    assert "--nic-window" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # refused by the parser, before any file is read
+        main(args + ["--nic-window", "0"])
+    assert exc.value.code == 2
+    assert "argument --nic-window: '0' is out of range (valid: milliseconds > 0" in \
+        capsys.readouterr().err

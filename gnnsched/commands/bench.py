@@ -20,15 +20,26 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from gnnsched.commands import (
+    epochs_int,
+    milliseconds,
+    nonneg_int,
+    output_dir,
+    positive_int,
+    seconds,
+    seed_int,
+    sizes_int,
+)
+
 HELP = "run the evaluation (real runs vs colocation and DistDGL, fidelity, scaling)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
                    help="CI mode: Cora, one shape, 2 epochs, small sweep; checks invariants")
-    p.add_argument("--out", default=None,
+    p.add_argument("--out", type=output_dir, default=None,
                    help="results folder (default: docs/results; --quick: runs/bench-quick)")
-    p.add_argument("--work", default=None,
+    p.add_argument("--work", type=output_dir, default=None,
                    help="run directories, logs, plans (default: runs/bench[-quick])")
     p.add_argument("--launcher", default="auto", choices=("auto", "netns", "local"),
                    help="auto: network namespaces when root, else local processes")
@@ -38,22 +49,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="plentiful, gpuless, hetero, mixedgen (default: all; --quick: gpuless)")
     p.add_argument("--systems", nargs="+", default=None,
                    help="subset of distdgl, colocation+fifo, gnnsched+fifo, gnnsched+gnnsched")
-    p.add_argument("--epochs", type=int, default=None,
+    p.add_argument("--epochs", type=epochs_int, default=None,
                    help="training epochs per run (default 8; --quick 2)")
-    p.add_argument("--repeats", type=int, default=1,
+    p.add_argument("--repeats", type=positive_int, default=1,
                    help="real runs per system, run r with job seed SEED + r in every "
                         "system; the median epoch time and the mean accuracy are reported")
-    p.add_argument("--budget", type=float, default=None,
+    p.add_argument("--budget", type=seconds, default=None,
                    help="gnnsched planning seconds per plan (default 10; --quick 3)")
-    p.add_argument("--samples", type=int, default=None,
+    p.add_argument("--samples", type=positive_int, default=None,
                    help="profiled mini-batches per partition (default 32; --quick 8)")
-    p.add_argument("--sizes", type=int, nargs="+", default=None,
+    p.add_argument("--sizes", type=sizes_int, nargs="+", default=None,
                    help="machines per simulated cluster (default 16 32 64 128 256; "
                         "--quick 16 32)")
     p.add_argument("--no-real", action="store_true",
                    help="skip the real runs (profiles, plans, simulation and scaling only)")
     p.add_argument("--no-scale", action="store_true", help="skip the simulated sweep")
-    p.add_argument("--nic-queue-ms", type=float, default=None,
+    p.add_argument("--nic-queue-ms", type=milliseconds, default=None,
                    help="bound every emulated NIC's queue to this many milliseconds of its "
                         "rate (netns; default: the emulation's own, see `gnnsched cluster "
                         "up --help`)")
@@ -63,8 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "one FIFO per NIC; see `gnnsched cluster up --help`)")
     p.add_argument("--no-reference", action="store_true",
                    help="skip the single-process reference training per seed split")
-    p.add_argument("--seed", type=int, default=0, help="job, planning and simulation seed")
-    p.add_argument("--accuracy-seeds", type=int, default=None, metavar="N",
+    p.add_argument("--seed", type=seed_int, default=0, help="job, planning and simulation seed")
+    p.add_argument("--accuracy-seeds", type=nonneg_int, default=None, metavar="N",
                    help="job seeds 0..N-1 per side in the accuracy study that ends a full "
                         "run: DistDGL on local processes beside single-process training of "
                         "each gnnsched seed split; the accuracy target compares these means "

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gnnsched.commands import milliseconds, mtu_int
+
 HELP = "emulated cluster: network namespaces with tc-shaped NICs (up | down | status)"
 
 
@@ -26,12 +28,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     up.add_argument("--no-gateway", action="store_true",
                     help="no root-namespace port: only processes inside the namespaces can "
                     "reach the hosts")
-    up.add_argument("--mtu", type=int, default=1500, help="NIC MTU")
+    up.add_argument("--mtu", type=mtu_int, default=1500, help="NIC MTU")
     up.add_argument("--payload-rates", action="store_true",
                     help="shape so TCP goodput (not wire rate) equals the file's bandwidth")
     up.add_argument("--ignore-latency", action="store_true",
                     help="do not emulate the file's latency_ms (e.g. no netem in the kernel)")
-    up.add_argument("--queue-ms", type=float, default=None,
+    up.add_argument("--queue-ms", type=milliseconds, default=None,
                     help="bound every NIC's queue to this many milliseconds of its rate "
                          "(default: ~20 ms, but at least two sockets' TCP small-queue budget: "
                          "88 ms on a 50 Mbit/s NIC)")

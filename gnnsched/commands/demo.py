@@ -11,23 +11,39 @@ import argparse
 import json
 from pathlib import Path
 
+from gnnsched.commands import epochs_int, output_dir, positive_int, seconds
+
 HELP = "run the whole path on the bundled Cora graph (examples/lab4, local processes)"
 
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def examples() -> list[str]:
+    """The folders under examples/ (next to the package) that hold a cluster and a job."""
+    if not EXAMPLES.is_dir():
+        return []
+    return sorted(d.name for d in EXAMPLES.iterdir()
+                  if (d / "cluster.yaml").is_file() and (d / "job.yaml").is_file())
+
+
 def _example(name: str) -> Path:
-    here = Path(__file__).resolve().parents[2] / "examples" / name
-    if here.is_dir():
+    from gnnsched.spec import SpecError
+
+    here = EXAMPLES / name
+    if name in examples():
         return here
-    raise FileNotFoundError(f"examples/{name} not found next to the package ({here})")
+    raise SpecError("--example", "", f"no cluster.yaml and job.yaml in {here}",
+                    ", ".join(examples()) or "a repository checkout with examples/")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--example", default="lab4", help="folder under examples/ with "
-                   "cluster.yaml and job.yaml")
-    p.add_argument("--epochs", type=int, default=None, help="override the job's epochs")
-    p.add_argument("--samples", type=int, default=8, help="mini-batches profiled per partition")
-    p.add_argument("--out", default="runs/demo", help="run directory (plans, cost, metrics)")
-    p.add_argument("--budget", type=float, default=10.0, help="planning seconds for gnnsched")
+    p.add_argument("--example", default="lab4", choices=examples(),
+                   help="folder under examples/ with cluster.yaml and job.yaml")
+    p.add_argument("--epochs", type=epochs_int, default=None, help="override the job's epochs")
+    p.add_argument("--samples", type=positive_int, default=8, help="mini-batches profiled per partition")
+    p.add_argument("--out", type=output_dir, default="runs/demo", help="run directory (plans, cost, metrics)")
+    p.add_argument("--budget", type=seconds, default=10.0, help="planning seconds for gnnsched")
     p.add_argument("--json", action="store_true",
                    help="end by printing one JSON object with every system's results")
 

@@ -15,6 +15,7 @@ import argparse
 import os
 from pathlib import Path
 
+from gnnsched.commands import output_dir
 from gnnsched.spec import SpecError
 
 HELP = "create the ZeroMQ CURVE keys that a cluster with `curve: true` requires"
@@ -22,7 +23,7 @@ HELP = "create the ZeroMQ CURVE keys that a cluster with `curve: true` requires"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", required=True, help="cluster file (YAML)")
-    p.add_argument("--out", default=None,
+    p.add_argument("--out", type=output_dir, default=None,
                    help="folder for the keys (default: the cluster's keys_dir, else "
                         "keys/ next to the cluster file)")
     p.add_argument("--force", action="store_true", help="replace existing keys")

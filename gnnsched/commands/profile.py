@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from gnnsched.commands import input_dir, output_file, positive_int, seed_int
+
 HELP = "profile per-mini-batch costs on real partitions (writes cost.json)"
 
 
@@ -17,10 +19,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", required=True, help="job file (YAML)")
     p.add_argument("--partitions", default=None,
                    help="partition directory (default: the job's, or partition it into a cache)")
-    p.add_argument("--out", default="cost.json", help="where to write the profile")
-    p.add_argument("--samples", type=int, default=16, help="mini-batches profiled per partition")
-    p.add_argument("--data-dir", default=None, help="folder of .npz graphs")
-    p.add_argument("--seed", type=int, default=0, help="seed for drawing mini-batches")
+    p.add_argument("--out", type=output_file, default="cost.json", help="where to write the profile")
+    p.add_argument("--samples", type=positive_int, default=16, help="mini-batches profiled per partition")
+    p.add_argument("--data-dir", type=input_dir, default=None, help="folder of .npz graphs")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed for drawing mini-batches")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
 
 

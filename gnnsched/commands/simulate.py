@@ -13,6 +13,8 @@ import argparse
 import json
 from typing import Any
 
+from gnnsched.commands import milliseconds, output_file, positive_int, seed_int
+
 HELP = "simulate a plan's epoch under a scheduling policy (fifo | gnnsched | ...)"
 
 
@@ -24,10 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cost profile from `gnnsched profile` (default: synthetic, for jobs "
                    "on synthetic graphs)")
     p.add_argument("--policy", default="gnnsched", help="online policy (fifo | gnnsched)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the mini-batch draws")
-    p.add_argument("--iterations", type=int, default=None,
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the mini-batch draws")
+    p.add_argument("--iterations", type=positive_int, default=None,
                    help="simulate this many iterations and extrapolate the epoch")
-    p.add_argument("--nic-window", type=float, default=None, metavar="MS",
+    p.add_argument("--nic-window", type=milliseconds, default=None, metavar="MS",
                    help="model NICs as the gnnsched runtime drives them: each sender hands "
                         "transfers to its kernel, in the policy's order, while less than MS "
                         "milliseconds of its egress are queued there, and the kernel sends "
@@ -35,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "sharing the NICs fairly (the runtime's stores use 150; "
                         "default: ideal NICs that serve their queue as the policy says)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--gantt", default=None, metavar="PNG", help="draw the schedule here")
+    p.add_argument("--gantt", type=output_file, default=None, metavar="PNG", help="draw the schedule here")
     p.add_argument("--timeline", action="store_true",
                    help="also summarise the simulated timeline as `gnnsched trace` does a "
                         "traced run (transfer times, how many shared each sender, the "

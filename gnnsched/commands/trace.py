@@ -23,12 +23,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gnnsched.spec import SpecError
     from gnnsched.trace import format_summary, load, summarize
 
     try:
         s = summarize(load(args.run_dir))
-    except ValueError as exc:
-        raise SystemExit(f"gnnsched trace: {exc}") from None
+    except SpecError:
+        raise
+    except ValueError as exc:  # no trace records in a readable run
+        raise SpecError(str(args.run_dir), "", str(exc)) from None
     if args.json:
         print(json.dumps(s, indent=1))
     else:

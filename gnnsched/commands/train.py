@@ -29,6 +29,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gnnsched.commands import (
+    epochs_int,
+    input_dir,
+    nonneg_int,
+    output_dir,
+    port_int,
+    positive_int,
+    seconds,
+    threads_int,
+)
 from gnnsched.plan import Plan
 from gnnsched.spec import ClusterSpec, JobSpec
 
@@ -41,16 +51,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", required=True, help="plan.json from `gnnsched plan`")
     p.add_argument("--launcher", default="local", choices=("local", "netns", "ssh"))
     p.add_argument("--policy", default="gnnsched", help="online scheduling policy")
-    p.add_argument("--out", default=None, help="run directory (default: runs/train-TIME)")
+    p.add_argument("--out", type=output_dir, default=None, help="run directory (default: runs/train-TIME)")
     p.add_argument("--json", action="store_true", help="end by printing one JSON object")
-    p.add_argument("--epochs", type=int, default=None, help="override the job's epochs")
+    p.add_argument("--epochs", type=epochs_int, default=None, help="override the job's epochs")
     p.add_argument("--cost", default=None,
                    help="cost profile (gnnsched profile) for the policy's expected times; "
                         "default: learnt during the run")
     p.add_argument("--partitions", default=None, help="partition directory (default: the "
                    "job's, or its dataset partitioned into the cache)")
-    p.add_argument("--data-dir", default=None, help="where dataset .npz files live")
-    p.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
+    p.add_argument("--data-dir", type=input_dir, default=None, help="where dataset .npz files live")
+    p.add_argument("--threads", type=threads_int, default=1, help="intra-op threads per process")
     p.add_argument("--emulate-speed", default=None, choices=("on", "off"),
                    help="stretch each step to the cluster's GPU speed (default: on without "
                         "CUDA)")
@@ -67,26 +77,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--remote-python", default="python3", help="ssh launcher: remote python")
     p.add_argument("--remote-dir", default=None, help="ssh launcher: remote working directory")
     r = p.add_argument_group("failures and recovery")
-    r.add_argument("--checkpoint-every", type=int, default=10,
+    r.add_argument("--checkpoint-every", type=positive_int, default=10,
                    help="training steps between checkpoints (also at every epoch end)")
-    r.add_argument("--heartbeat", type=float, default=1.0, help="seconds between heartbeats")
-    r.add_argument("--dead-after", type=float, default=10.0,
+    r.add_argument("--heartbeat", type=seconds, default=1.0, help="seconds between heartbeats")
+    r.add_argument("--dead-after", type=seconds, default=10.0,
                    help="declare a process dead after this many seconds without a heartbeat")
     r.add_argument("--no-recover", action="store_true",
                    help="a dead process fails the run instead of being recovered")
-    r.add_argument("--max-recoveries", type=int, default=3)
+    r.add_argument("--max-recoveries", type=nonneg_int, default=3,
+                   help="failures recovered from before the run fails")
     r.add_argument("--replan", default="auto", choices=("auto", "always", "never"),
                    help="auto: re-plan only when a machine is lost; always: also when a "
                         "process dies; never: only restart in place")
     r.add_argument("--replan-placer", default=None,
                    help="placer for re-planning (default: the plan's, else greedy)")
-    r.add_argument("--request-timeout", type=float, default=120.0,
+    r.add_argument("--request-timeout", type=seconds, default=120.0,
                    help="seconds any process waits for an answer before it gives up")
-    r.add_argument("--port", type=int, default=None,
+    r.add_argument("--port", type=port_int, default=None,
                    help="coordinator port (default: an ephemeral one)")
-    r.add_argument("--kill-at", action="append", default=[], metavar="ROLE:STEP[:SIGNAL]",
-                   help="fault injection: send SIGKILL (or STOP) to ROLE (e.g. sampler:1, "
-                        "store:store0, machine:store0) when training reaches STEP")
+    r.add_argument("--kill-at", action="append", default=[], metavar="ROLE:ID:STEP[:SIGNAL]",
+                   help="fault injection: send SIGNAL (KILL, STOP or TERM; default KILL) to "
+                        "one process (trainer:0, sampler:1, store:store0, fetcher:store0) or "
+                        "every process of a machine (machine:store0) when training reaches "
+                        "step STEP (>= 0); repeatable, checked against the plan before "
+                        "anything starts")
 
 
 def train(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path, plan: Plan | str | Path,
@@ -126,6 +140,8 @@ def train(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path, plan: Pl
     else:
         source = "plan"
     plan.validate(cluster, job, source)
+    if options is not None and getattr(options, "faults", ()):
+        check_faults(options.faults, cluster, plan)
     if profile is not None and not isinstance(profile, CostProfile):
         path = str(profile)
         profile = CostProfile.load(path)
@@ -196,21 +212,65 @@ def summary(result: Any) -> dict[str, Any]:
             "recoveries": getattr(result, "recoveries", [])}
 
 
+FAULT_ROLES = ("trainer", "sampler", "store", "fetcher", "machine")
+FAULT_SIGNALS = ("KILL", "STOP", "TERM")  # as gnnsched.runtime.coordinator sends them
+_FAULT_FORM = "ROLE:ID:STEP[:KILL|STOP|TERM], e.g. sampler:1:20 or machine:store0:5:STOP"
+
+
 def _faults(specs: list[str]) -> tuple[Any, ...]:
+    """Parse ``--kill-at`` values (syntax, role kind, step, signal; targets: check_faults)."""
     from gnnsched.runtime.coordinator import Fault
     from gnnsched.spec import SpecError
 
     out = []
     for spec in specs:
         parts = spec.split(":")
+        if len(parts) not in (3, 4) or not all(p.strip() for p in parts):
+            raise SpecError("--kill-at", "", f"cannot parse {spec!r}", _FAULT_FORM)
+        kind, ident = parts[0].strip().lower(), parts[1].strip()
+        if kind not in FAULT_ROLES:
+            raise SpecError("--kill-at", "", f"unknown role {parts[0]!r} in {spec!r}",
+                            ", ".join(FAULT_ROLES))
         try:
-            role, step = ":".join(parts[:2]), int(parts[2])
-            sig = parts[3].upper() if len(parts) > 3 else "KILL"
-        except (IndexError, ValueError):
-            raise SpecError("--kill-at", "", f"cannot parse {spec!r}",
-                            "ROLE:ID:STEP[:KILL|STOP], e.g. sampler:1:20") from None
-        out.append(Fault(role, step, sig))
+            step = int(parts[2])
+        except ValueError:
+            raise SpecError("--kill-at", "", f"cannot parse {spec!r}: step {parts[2]!r} is "
+                            "not a whole number", _FAULT_FORM) from None
+        if step < 0:
+            raise SpecError("--kill-at", "", f"step must be >= 0, got {step} in {spec!r}",
+                            "a training step 0, 1, ...")
+        sig = parts[3].strip().upper() if len(parts) > 3 else "KILL"
+        sig = sig[3:] if sig.startswith("SIG") else sig
+        if sig not in FAULT_SIGNALS:
+            raise SpecError("--kill-at", "", f"unknown signal {parts[3]!r} in {spec!r}",
+                            ", ".join(FAULT_SIGNALS))
+        out.append(Fault(f"{kind}:{ident}", step, sig))
     return tuple(out)
+
+
+def check_faults(faults: Any, cluster: ClusterSpec, plan: Plan) -> None:
+    """Every fault names a process (or machine) the plan runs; a SpecError naming the
+    ``--kill-at`` value and the targets that exist, before anything is launched."""
+    from gnnsched.spec import SpecError
+
+    samplers = sum(t.num_samplers for t in plan.trainers)
+    targets = {
+        "trainer": [str(w) for w in range(len(plan.trainers))],
+        "sampler": [str(s) for s in range(samplers)],
+        "store": [m.name for m in cluster.machines if m.partitions],
+        "fetcher": sorted({t.fetch_at for t in plan.trainers if t.fetch_at != t.machine}),
+        "machine": [m.name for m in cluster.machines],
+    }
+    for f in faults:
+        kind, _, ident = f.role.partition(":")
+        known = targets.get(kind)
+        if known is None or ident not in known:
+            names = [f"{kind}:{k}" for k in (known or [])]
+            valid = (", ".join(names[:8]) + (f" ... ({len(names)} in all)" if len(names) > 8
+                                             else "")) if names else \
+                f"none: this plan runs no {kind} process"
+            raise SpecError("--kill-at", "", f"no process {f.role!r} in this plan "
+                            f"(step {f.at_step})", valid)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -222,7 +282,20 @@ def run(args: argparse.Namespace) -> int:
     from gnnsched.runtime.coordinator import RunError, RuntimeOptions
     from gnnsched.runtime.launcher import LaunchError
     from gnnsched.runtime.transport import MessageError, TransportError
+    from gnnsched.spec import SpecError
 
+    if args.dead_after <= args.heartbeat:
+        raise SpecError("--dead-after", "", f"{args.dead_after:g} s is not more than "
+                        f"--heartbeat {args.heartbeat:g} s: every process would be declared "
+                        "dead between two heartbeats", f"more than --heartbeat, e.g. "
+                        f"{10 * args.heartbeat:g}")
+    if args.replan_placer is not None:  # else an unknown name surfaces only at a recovery
+        from gnnsched.placement import get_placer
+
+        try:
+            get_placer(args.replan_placer)
+        except SpecError as exc:
+            raise SpecError("--replan-placer", "", exc.problem, exc.valid) from None
     opts = RuntimeOptions(threads=args.threads, grad_first=not args.no_grad_first,
                           emulate_speed=None if args.emulate_speed is None
                           else args.emulate_speed == "on",
