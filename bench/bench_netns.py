@@ -10,6 +10,12 @@ with the shaped rate -- at wire rates (default: goodput ~95%, as a real NIC's) a
 bring clusters of 4 and 16 hosts up and down, and the NIC queues' priority bands (a small
 round trip behind a bulk flow marked ``BULK_TOS`` or not) are measured too. Traffic stays inside the
 namespaces this script creates.
+
+It also times gloo's all-reduce (``torch.distributed``, what the trainers run) between two idle
+100 Mbit/s hosts, for the gradients of the evaluation's models (GraphSAGE, 128 hidden: Cora's
+1,433 input features, 1.5 MB; Physics projected to 128, 137 KB): the all-reduce's cost on the
+emulated NICs with nothing else on them, against which ``gnnsched bench`` reports the one in
+its runs (``allreduce_measured_s``).
 """
 
 from __future__ import annotations
@@ -97,6 +103,63 @@ def _priority(name: str, seconds: float) -> list[dict[str, Any]]:
     return out
 
 
+ALLREDUCE_MODELS = {"cora": (1433, 7), "physics": (128, 5)}  # (input features, classes)
+
+
+def _allreduce(name: str, rate: float, reps: int) -> list[dict[str, Any]]:
+    """gloo all-reduce of each model's gradients between two idle hosts at ``rate`` Mbit/s:
+    median seconds over ``reps`` calls (after 3 warm-up calls) against bytes / rate, where a
+    2-trainer ring sends each trainer's whole gradient once."""
+    import subprocess
+
+    from gnnsched.runtime.model import build_model
+    from gnnsched.runtime.netns import HOST_IF, emulated
+
+    floats = {m: sum(p.numel() for p in build_model("sage", f, 128, c, 2).parameters())
+              for m, (f, c) in ALLREDUCE_MODELS.items()}
+    out = []
+    with emulated(_spec(name, {"a": (rate, rate), "b": (rate, rate)}), gateway=False) as ec:
+        env = {**os.environ, "GLOO_SOCKET_IFNAME": HOST_IF, "OMP_NUM_THREADS": "1"}
+        for k, (model, n) in enumerate(floats.items()):
+            argv = [sys.executable, __file__, "--allreduce-worker", ec.address("a"),
+                    str(29500 + k), str(n), str(reps)]
+            procs = [subprocess.Popen([*ec.exec_prefix(h), *argv, str(r)], env=env, text=True,
+                                      stdout=subprocess.PIPE) for r, h in enumerate("ab")]
+            got = [p.communicate(timeout=120)[0] for p in procs]
+            if any(p.returncode for p in procs):
+                raise RuntimeError(f"all-reduce workers failed: {[p.returncode for p in procs]}")
+            times = sorted(json.loads(got[0]))
+            wire = n * 4 / (rate * 1e6 / 8)
+            med = times[len(times) // 2]
+            out.append({"model": model, "bytes": n * 4, "mbit": rate, "median_s": med,
+                        "min_s": times[0], "wire_s": wire, "ratio": med / wire})
+    return out
+
+
+def _allreduce_worker(addr: str, port: str, n: str, reps: str, rank: str) -> int:
+    """One rank of :func:`_allreduce`: rank 0 prints its call times (JSON) on stdout."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=int(rank),
+                            world_size=2, timeout=timedelta(seconds=60))
+    x, times = torch.ones(int(n)), []
+    for i in range(3 + int(reps)):
+        dist.barrier()
+        t = time.perf_counter()
+        dist.all_reduce(x)
+        if i >= 3:
+            times.append(time.perf_counter() - t)
+        x.div_(2)
+    dist.destroy_process_group()
+    if rank == "0":
+        print(json.dumps(times))
+    return 0
+
+
 def _updown(name: str, n: int) -> dict[str, Any]:
     from gnnsched.runtime.netns import EmulatedCluster
 
@@ -113,6 +176,9 @@ def _updown(name: str, n: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--allreduce-worker"]:  # a rank of _allreduce, inside its namespace
+        return _allreduce_worker(*argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer rates, shorter transfers")
     ap.add_argument("--seconds", type=float, default=2.0, help="length of each transfer")
@@ -142,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     fans = [_fan(f"{tag}f", kind, 100.0, seconds) for kind in ("incast", "outcast")]
     updown = [_updown(f"{tag}u{n}", n) for n in ((4,) if args.quick else (4, 16))]
     prio = _priority(f"{tag}p", seconds)
+    allreduce = _allreduce(f"{tag}g", 100.0, 10 if args.quick else 25)
 
     print()
     print(f"{'src->dst':9} {'egress':>7} {'ingress':>7} {'shaped':>7} {'measured':>9} "
@@ -162,11 +229,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  queues {p['queues']:10}  bulk TOS {p['bulk_tos']:#04x}: round trip "
               f"{p['rtt_ms']:.2f} ms median ({p['rtt_ms_max']:.2f} max), bulk at "
               f"{p['bulk_ratio']:.3f} of the link")
+    print("gloo all-reduce between two idle hosts (2 trainers' ring)")
+    for g in allreduce:
+        print(f"  {g['model']:8} {g['bytes'] / 1e6:6.3f} MB at {g['mbit']:.0f} Mbit/s: "
+              f"{1e3 * g['median_s']:6.1f} ms median ({1e3 * g['min_s']:.1f} min), bytes / rate "
+              f"{1e3 * g['wire_s']:.1f} ms, ratio {g['ratio']:.2f}")
     out = {"bench": "netns", "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
            "machine": {"kernel": platform.release(), "cpus": os.cpu_count(),
                        "python": platform.python_version()},
            "seconds_per_transfer": seconds, "mtu": 1500, "transfers": rows, "fan": fans,
-           "updown": updown, "priority": prio,
+           "updown": updown, "priority": prio, "allreduce": allreduce,
            "within_10pct": all(0.9 <= r["ratio"] <= 1.1 for r in rows + fans)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
