@@ -718,6 +718,19 @@ def test_bad_paths_are_refused_at_parse_time(capsys: pytest.CaptureFixture,
                                                                 "--out", ""])
 
 
+def test_pictures_need_an_image_extension(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    """matplotlib refuses other suffixes only after planning: the parser refuses them first."""
+    base = ["plan", "--cluster", _C, "--job", _J]
+    line = _argv_error(capsys, [*base, "--plot", str(tmp_path / "plan.txt")])
+    assert "argument --plot" in line and "'.txt' is not an image format" in line
+    assert ".png, .pdf, .svg" in line
+    line = _argv_error(capsys, [*base, "--plot", str(tmp_path / "plan")])
+    assert "has no extension (valid: a file ending in .png" in line
+    line = _argv_error(capsys, ["simulate", "--cluster", _C, "--job", _J, "--plan", _P,
+                                "--gantt", str(tmp_path / "g.jpgx")])
+    assert "argument --gantt" in line and "'.jpgx' is not an image format" in line
+
+
 def test_good_flags_still_parse(tmp_path: Path) -> None:
     from gnnsched.cli import build_parser
 

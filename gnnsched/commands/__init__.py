@@ -117,6 +117,33 @@ def _output_path(text: str) -> Path:
     return p
 
 
+IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff",
+                  ".webp")  # what matplotlib's default backend writes
+
+
+def _image(text: str) -> str:
+    suffix = Path(text).suffix.lower()
+    if suffix not in IMAGE_SUFFIXES:
+        why = f"'{suffix}' is not an image format" if suffix else "has no extension"
+        raise argparse.ArgumentTypeError(
+            f"{text}: {why} (valid: a file ending in {', '.join(IMAGE_SUFFIXES)})")
+    return text
+
+
+def image_file(text: str) -> str:
+    """A picture to write: :func:`output_file` with an extension matplotlib can write."""
+    return _image(output_file(text))
+
+
+def new_image_file(text: str) -> str:
+    """A picture to write whose missing folders are created (:func:`new_output_file`)."""
+    return _image(new_output_file(text))
+
+
+image_file.valid = new_image_file.valid = (  # type: ignore[attr-defined]  # shown by --help
+    "a .png, .pdf, .svg, ... file")
+
+
 def output_dir(text: str) -> str:
     """A folder to create or reuse: not an existing file, and no file on the way to it."""
     if not text.strip():

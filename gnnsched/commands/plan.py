@@ -12,7 +12,7 @@ import argparse
 import json
 from typing import Any
 
-from gnnsched.commands import new_output_file, output_file, seconds, seed_int
+from gnnsched.commands import new_image_file, output_file, seconds, seed_int
 
 HELP = "place tasks on a cluster (CP-SAT + simulated search) and compare with baselines"
 
@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=seed_int, default=0, help="seed of search and simulation")
     p.add_argument("--out", type=output_file, default="plan.json", help="where to write the plan")
     p.add_argument("--json", action="store_true", help="print one JSON object instead")
-    p.add_argument("--plot", type=new_output_file, default=None, metavar="PNG", help="draw the plan to this file")
+    p.add_argument("--plot", type=new_image_file, default=None, metavar="PNG", help="draw the plan to this file")
 
 
 def _ms(s: float) -> str:

@@ -13,7 +13,7 @@ import argparse
 import json
 from typing import Any
 
-from gnnsched.commands import milliseconds, output_file, positive_int, seed_int
+from gnnsched.commands import image_file, milliseconds, positive_int, seed_int
 
 HELP = "simulate a plan's epoch under a scheduling policy (fifo | gnnsched | ...)"
 
@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "sharing the NICs fairly (the runtime's stores use 150; "
                         "default: ideal NICs that serve their queue as the policy says)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--gantt", type=output_file, default=None, metavar="PNG", help="draw the schedule here")
+    p.add_argument("--gantt", type=image_file, default=None, metavar="PNG", help="draw the schedule here")
     p.add_argument("--timeline", action="store_true",
                    help="also summarise the simulated timeline as `gnnsched trace` does a "
                         "traced run (transfer times, how many shared each sender, the "
