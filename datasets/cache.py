@@ -43,9 +43,15 @@ def partitions_for(job: JobSpec, data_dir: str | None = None, *, quiet: bool = F
             return path
         except SpecError:
             pass  # corrupt cache: rebuild below
-    graph = load_dataset(job.dataset, data_dir=data_dir, split=job.split,
-                         feature_dim=job.feature_dim, seed=job.seed,
-                         synthetic=job.synthetic or None)
+    try:
+        graph = load_dataset(job.dataset, data_dir=data_dir, split=job.split,
+                             feature_dim=job.feature_dim, seed=job.seed,
+                             synthetic=job.synthetic or None)
+    except SpecError as exc:  # an unknown name: the job file is what the user must fix
+        if exc.source != job.dataset or exc.field != "dataset":
+            raise
+        raise SpecError(job.source, "dataset", f"{job.dataset!r}: {exc.problem}",
+                        exc.valid) from None
     if not quiet:
         print(f"partitioning {graph.summary()} into {job.num_parts} ({job.part_method}) "
               f"-> {path}")

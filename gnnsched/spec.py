@@ -65,9 +65,19 @@ class _Reader:
         self.used.add(key)
         if key not in self.data:
             if default is ...:
-                raise SpecError(self.source, self._p(key), "is missing (required)")
+                raise SpecError(self.source, self._p(key), "is missing (required)"
+                                + self._typo_of(key))
             return default
         return self.data[key]
+
+    def _typo_of(self, key: str) -> str:
+        """`; 'memroy_gb' looks like a typo of it` when an unknown key here is close to
+        ``key`` (a misspelt required field otherwise reads as merely missing)."""
+        import difflib
+
+        others = [k for k in self.data if isinstance(k, str) and k not in self.used]
+        near = difflib.get_close_matches(key, others, n=1, cutoff=0.75)
+        return f"; {near[0]!r} looks like a typo of it" if near else ""
 
     def number(self, key: str, default: Any = ..., *, minimum: float | None = 0.0,
                strict: bool = False, integer: bool = False,

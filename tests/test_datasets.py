@@ -152,6 +152,17 @@ def test_unknown_name_lists_what_exists(tmp_path: Path) -> None:
     assert "cora" in err.value.valid and "synthetic" in err.value.valid
 
 
+def test_an_unknown_name_in_a_job_names_the_job_file(tmp_path: Path, monkeypatch) -> None:
+    from gnnsched.datasets.cache import partitions_for
+    from gnnsched.spec import job_from_dict
+
+    monkeypatch.setenv("GNNSCHED_CACHE", str(tmp_path / "cache"))
+    job = job_from_dict({"dataset": "corra", "num_parts": 2, "trainers": 1}, "bad/job.yaml")
+    with pytest.raises(SpecError) as err:
+        partitions_for(job, data_dir=str(tmp_path), quiet=True)
+    assert str(err.value).startswith("bad/job.yaml: dataset: 'corra': unknown dataset")
+
+
 def test_synthetic_through_load_dataset() -> None:
     g = load_dataset("synthetic", synthetic={"num_nodes": 500, "avg_degree": 6}, feature_dim=12,
                      seed=4)

@@ -168,6 +168,17 @@ def test_cross_file_checks(tmp_path: Path) -> None:
         check_compatible(one_gpu, job_from_dict({"num_parts": 2, "trainers": 2}, "j.yaml"))
 
 
+def test_a_misspelt_required_field_is_named_as_a_typo() -> None:
+    d = yaml.safe_load(yaml.safe_dump(GOOD))
+    d["machines"][0]["memroy_gb"] = d["machines"][0].pop("memory_gb")
+    with pytest.raises(SpecError, match=r"machines\[0\]\.memory_gb: is missing \(required\); "
+                       "'memroy_gb' looks like a typo of it"):
+        cluster_from_dict(d, "c.yaml")
+    del d["machines"][0]["memroy_gb"]  # nothing close: just missing
+    with pytest.raises(SpecError, match=r"memory_gb: is missing \(required\)$"):
+        cluster_from_dict(d, "c.yaml")
+
+
 def test_without_moves_partitions() -> None:
     c = cluster_from_dict(GOOD)
     c2 = c.without("s0")
