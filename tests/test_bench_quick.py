@@ -204,6 +204,31 @@ def test_accuracy_target_compares_the_studys_means_when_it_has_the_split() -> No
         in lines and "+0.2 pt" in lines
 
 
+def test_local_processes_judge_accuracy_but_not_speed_or_fidelity() -> None:
+    """On local processes (no NIC shaping) the speed and simulator targets are not judged:
+    they are about the cluster's NICs; accuracy does not depend on the network."""
+    from dataclasses import replace
+
+    me = {"ok": True, "split": [[0, 2], [1, 3]], "epoch_time_s": 1.0, "test_accuracy": 0.80,
+          "speedup_vs_distdgl": 2.0, "sim_error": 3.3}
+    dd = {"ok": True, "feasible": True, "epoch_time_s": 2.0, "seed_split": [[0, 2], [1, 3]],
+          "test_accuracy": 0.80}
+    cfg = {"shape": "hetero", "dataset": "cora", "limited": False,
+           "systems": {bench.HEADLINE: me, "distdgl": dd}}
+    st = bench.resolve(_args("--launcher", "local"))
+    ctx = bench.Context(st)
+    ctx.info["cora"] = {"profile": {}}
+    local = {t["target"]: t for t in bench.targets([cfg], ctx)}
+    assert local["gnnsched >= 1.2x DistDGL"]["met"] is None
+    assert local["gnnsched >= 1.2x DistDGL"]["why"] == bench.LOCAL_NA
+    assert local["simulated epoch within 10% of measured"]["met"] is None
+    assert local["accuracy within 1 point of DistDGL"]["met"] is True
+    ctx.st = replace(st, launcher="netns")
+    judged = {t["target"]: t for t in bench.targets([cfg], ctx)}
+    assert judged["gnnsched >= 1.2x DistDGL"]["met"] is True
+    assert judged["simulated epoch within 10% of measured"]["met"] is False
+
+
 def test_reproduce_keeps_a_relative_out_and_drops_an_absolute_one() -> None:
     keep = ["bench", "--repeats", "3", "--nic-bands", "--out", "docs/results-bands",
             "--work=runs/bench-bands"]
