@@ -74,6 +74,8 @@ def draw(problem: Problem, plan: Plan, path: str | Path, *, arrows: int = 12,
     flows = sorted(plan_transfers(problem, plan).items(), key=lambda kv: -kv[1])[:arrows]
     top = flows[0][1] if flows else 1.0
     for (src, dst), b in flows:
+        if b < 0.01 * top:  # a trickle next to the main flows: an arrow would only clutter
+            continue
         a = FancyArrowPatch(centre[src], centre[dst], arrowstyle="-|>", mutation_scale=8,
                             lw=0.5 + 3.0 * b / top, color="#c0392b", alpha=0.7,
                             connectionstyle="arc3,rad=0.15")
@@ -81,7 +83,7 @@ def draw(problem: Problem, plan: Plan, path: str | Path, *, arrows: int = 12,
         mx = (centre[src][0] + centre[dst][0]) / 2
         my = (centre[src][1] + centre[dst][1]) / 2
         if not big:
-            ax.text(mx, my, f"{b / 1e6:.1f} MB", fontsize=5, color="#c0392b")
+            ax.text(mx, my, f"{b / 1e6:.2g} MB", fontsize=5, color="#c0392b")
     ep = plan.predicted.get("epoch_time_s")
     bn = problem.seconds_per_iteration(plan)[1].split(' (')[0]
     ax.set_title(title or f"{plan.placer} on {plan.cluster}: "

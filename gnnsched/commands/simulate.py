@@ -68,7 +68,8 @@ def report(res: Any, plan_bound: Any) -> str:
                                                    key=lambda kv: -kv[1])[:5])]
     n = len(res.stages)
     avg = {k: sum(s[k] for s in res.stages) / n for k in res.stages[0]}
-    lines.append("  per trainer (mean) " + ", ".join(f"{k} {_fmt(v)}" for k, v in avg.items()))
+    lines.append("  per trainer (mean) " + ", ".join(f"{k} {_fmt(v)}" for k, v in avg.items())
+                 + " (seconds summed over the simulated iterations)")
     lines.append(f"  simulator         {res.events} events in {res.wall_s:.2f} s "
                  f"({res.events_per_s:,.0f} events/s)")
     return "\n".join(lines)
