@@ -208,7 +208,7 @@ class RuntimeOptions:
     faults: tuple[Fault, ...] = ()  # fault injection (tests, bench)
     kill_at: tuple[str, int] | None = None  # shorthand: Fault(role, step), SIGKILL
     coordinator_port: int | None = None  # None: an ephemeral port
-    # one metrics record per NIC transfer (queued, acknowledged) and per mini-batch dispatch
+    # one metrics record per NIC transfer (queued, received) and per mini-batch dispatch
     # and sampling: the run's own timeline, to set beside the simulator's (off: costs a write
     # per transfer in the coordinator; on, trainers also report each BLOCK and FEATS they
     # receive, so that samplers' and relays' transfers are timed too)
