@@ -1,8 +1,11 @@
 """What a traced run's timeline says: transfer times, how many shared each NIC, the pipeline.
 
 ``gnnsched train --trace`` writes, besides the per-batch records, one ``transfer`` record per
-NIC transfer (queued, acknowledged: coordinator clock) and a ``dispatch`` / ``sampled``
-record per mini-batch. :func:`summarize` turns them into the numbers one sets beside a
+NIC transfer and a ``dispatch`` / ``sampled`` record per mini-batch, all on the
+coordinator's clock. Transfers are of the simulator's kinds (:data:`KINDS`): ``struct`` and
+``feat`` from a store (queued in its NIC queue, last chunk acknowledged), ``block`` from a
+sampler to its trainer (sampled, received) and ``relay`` from a relay to its trainer
+(gathered, received); same-machine ones are no NIC transfers and are not recorded. :func:`summarize` turns them into the numbers one sets beside a
 simulation of the same plan (the simulator's flows: ``SimResult.timeline``): is a slow epoch
 long transfers, many at once, or a pipeline that starts too late? Steady state only: training
 steps of epochs after the first.
@@ -18,6 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+# transfer kinds in pipeline order, as gnnsched.simulator.KINDS names them, with their route
+KINDS = ("struct", "block", "feat", "relay")
+ROUTES = {"struct": "store > sampler", "block": "sampler > trainer",
+          "feat": "store > fetch site", "relay": "relay > trainer"}
 
 
 def load(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -142,13 +150,13 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         raise ValueError("no trace records: run `gnnsched train --trace` (or "
                          "RuntimeOptions(trace=True)) to write them")
     kinds: dict[str, Any] = {}
-    for kind in sorted({r["kind"] for r in moves}):
+    for kind in _ordered({r["kind"] for r in moves}):
         rs = [r for r in moves if r["kind"] == kind]
         kinds[kind] = {"seconds": percentiles(r["done"] - r["queued"] for r in rs),
                        "bytes": percentiles(r["bytes"] for r in rs)}
-    by_src: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    by_src: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
     for r in moves:
-        by_src[r["src"]].append((r["queued"], r["done"]))
+        by_src[r["src"]].append((r["queued"], r["done"], r["kind"]))
     at = {(r["type"], r["trainer"], r["seq"]): r for r in records
           if r.get("type") in ("dispatch", "sampled")}
     done: dict[tuple[int, int], float] = {}
@@ -173,13 +181,25 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             "batches": len(steady)}
 
 
-def _senders(by_src: dict[str, list[tuple[float, float]]]) -> dict[str, Any]:
+def _ordered(kinds: Iterable[str]) -> list[str]:
+    """Transfer kinds in pipeline order (:data:`KINDS`), any other after them by name."""
+    kinds = set(kinds)
+    return [k for k in KINDS if k in kinds] + sorted(kinds - set(KINDS))
+
+
+def _senders(by_src: dict[str, list[tuple[float, float, str]]]) -> dict[str, Any]:
+    """Per sending machine: its transfers of every kind together (they share its NIC)."""
     out = {}
-    for src, spans in sorted(by_src.items()):
+    for src, moves in sorted(by_src.items()):
+        spans = [(a, b) for a, b, _ in moves]
         busy = _busy(spans)
         span = max(b for _, b in spans) - min(a for a, _ in spans)
+        count: dict[str, int] = defaultdict(int)
+        for _, _, kind in moves:
+            count[kind] += 1
         out[src] = {"transfers": len(spans), "busy_fraction": busy / span if span else 1.0,
-                    "mean_in_flight": sum(b - a for a, b in spans) / busy if busy else 0.0}
+                    "mean_in_flight": sum(b - a for a, b in spans) / busy if busy else 0.0,
+                    "kinds": {k: count[k] for k in _ordered(count)}}
     return out
 
 
@@ -195,17 +215,17 @@ def summarize_sim(result: Any) -> dict[str, Any]:
     flows: dict[tuple, list[float]] = {}
     for sp in result.timeline:
         if (sp.resource.startswith("egress:") and sp.iteration >= warm
-                and sp.stage in ("struct", "block", "feat", "relay")):
+                and sp.stage in KINDS):
             key = (sp.resource[len("egress:"):], sp.stage, sp.trainer, sp.iteration)
             f = flows.setdefault(key, [sp.start, sp.end])
             f[0], f[1] = min(f[0], sp.start), max(f[1], sp.end)
     kinds: dict[str, Any] = {}
-    for kind in sorted({k[1] for k in flows}):
+    for kind in _ordered({k[1] for k in flows}):
         kinds[kind] = {"seconds": percentiles(b - a for k, (a, b) in flows.items()
                                               if k[1] == kind), "bytes": None}
-    by_src: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    by_src: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
     for k, (a, b) in flows.items():
-        by_src[k[0]].append((a, b))
+        by_src[k[0]].append((a, b, k[1]))
     steady = np.s_[:, warm:]
 
     def gap(a: str, b: str) -> dict[str, float] | None:
@@ -226,19 +246,21 @@ def format_summary(s: dict[str, Any], title: str) -> str:
                                   f"{1e3 * p['p90']:6.0f}")
 
     lines = [f"{title}: {s['batches']} steady-state training steps", "",
-             f"{'transfer':<10} {'n':>5} {'KB p50':>8}   ms p10    p50    p90"]
+             f"{'transfer':<8} {'from > to':<20} {'n':>5} {'KB p50':>8}   ms p10    p50    p90"]
     for kind, k in s["transfers"].items():
         kb = f"{k['bytes']['p50'] / 1e3:.0f}" if k["bytes"] else "-"
-        lines.append(f"{kind:<10} {k['seconds']['n']:>5} {kb:>8}   {ms(k['seconds'])}")
-    lines += ["", f"{'sender':<12} {'transfers':>9} {'busy':>6} {'in flight':>10}"]
+        lines.append(f"{kind:<8} {ROUTES.get(kind, ''):<20} {k['seconds']['n']:>5} {kb:>8}   "
+                     f"{ms(k['seconds'])}")
+    lines += ["", f"{'sender':<12} {'transfers':>9} {'busy':>6} {'in flight':>10}   of which"]
     for src, v in s["senders"].items():
+        of = ", ".join(f"{k} {n}" for k, n in v.get("kinds", {}).items())
         lines.append(f"{src:<12} {v['transfers']:>9} {v['busy_fraction']:>6.0%} "
-                     f"{v['mean_in_flight']:>10.2f}")
+                     f"{v['mean_in_flight']:>10.2f}   {of}".rstrip())
     lines += ["", f"{'per mini-batch':<24}   ms p10    p50    p90"]
     for name, p in s["pipeline"].items():
         lines.append(f"{name.replace('_', ' '):<24} {ms(p)}")
     return "\n".join(lines)
 
 
-__all__ = ["RECORD_FIELDS", "check_record", "format_summary", "load", "percentiles", "steady_batches", "summarize",
+__all__ = ["KINDS", "RECORD_FIELDS", "check_record", "format_summary", "load", "percentiles", "steady_batches", "summarize",
            "summarize_sim"]

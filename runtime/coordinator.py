@@ -208,9 +208,10 @@ class RuntimeOptions:
     faults: tuple[Fault, ...] = ()  # fault injection (tests, bench)
     kill_at: tuple[str, int] | None = None  # shorthand: Fault(role, step), SIGKILL
     coordinator_port: int | None = None  # None: an ephemeral port
-    # one metrics record per NIC transfer (queued, acknowledged) and per mini-batch dispatch
+    # one metrics record per NIC transfer (queued, received) and per mini-batch dispatch
     # and sampling: the run's own timeline, to set beside the simulator's (off: costs a write
-    # per transfer in the coordinator)
+    # per transfer in the coordinator; on, trainers also report each BLOCK and FEATS they
+    # receive, so that samplers' and relays' transfers are timed too)
     trace: bool = False
 
     def __post_init__(self) -> None:
@@ -575,7 +576,7 @@ class Coordinator:
             "sharing": self.policy.sharing, **self._sizes(),
             "grad_first": o.grad_first and len(set(self.T)) > 1,
             "request_timeout": o.request_timeout, "emulate_speed": o.emulate_speed,
-            "verify_partitions": o.verify_partitions,
+            "verify_partitions": o.verify_partitions, "trace": o.trace,
             "checkpoint_every": o.checkpoint_every, "resume": resume,
             "trainers": trainers,
             "items": [[it.seq, it.epoch, it.phase, it.index] for it in self.items],
@@ -868,6 +869,8 @@ class Coordinator:
         self.holding: set[int] = set()  # machines the stores hold traffic into
         self.contending = self._contending()
         self.sampled_info: dict[tuple[int, int], dict[str, Any]] = {}
+        # --trace: half-known sampler / relay transfers, (trainer, seq, kind) -> what is known
+        self.handoffs: dict[tuple[int, int, str], dict[str, Any]] = {}
         self.epochs = [e for e in self.epochs if self.record_seq[e["epoch"]] < start]
         self.__dict__.pop("test_accuracy", None)  # set again after the test steps
         self.done_trainers: set[int] = set()
@@ -1002,6 +1005,8 @@ class Coordinator:
         if self.opts.trace:
             self.event({"type": "sampled", "trainer": w, "seq": seq, "t": self.now(),
                         "feat_bytes": info.feat_bytes})
+            if s.machine != self.T[w]:  # the sampler sends BLOCK right after this report
+                self._handoff(w, seq, "block", src=s.machine, queued=self.now())
         self._rank(w, seq, "feat", [(m, self.F[w], b) for m, b in info.feat_from
                                     if m != self.F[w]])
         s.busy = False
@@ -1106,7 +1111,38 @@ class Coordinator:
         return {m: [peer for peer, at in senders if at in cont] for m, cont in rule.items()}
 
     def _on_fetched(self, name: str, r: _Role, body: dict[str, Any]) -> None:
-        pass  # the trainer reports the fetch time with the batch
+        # the trainer reports the fetch time with the batch; a relay reports this when a
+        # gathered batch enters its send queue (a gradient hold may keep it there, as in a
+        # store's NIC queue): for --trace, the queued time of that relay transfer
+        if self.opts.trace:
+            w, m = int(body["trainer"]), self.cluster.machine_index(r.launch.machine)
+            if m != self.T[w]:
+                self._handoff(w, int(body["seq"]), "relay", src=m, queued=self.now())
+
+    def _on_arrived(self, name: str, r: _Role, body: dict[str, Any]) -> None:
+        """--trace: a trainer received a BLOCK (kind ``block``) or FEATS (``relay``)."""
+        w, kind = int(body["trainer"]), str(body["kind"])
+        if kind not in ("block", "relay") or name != f"trainer:{w}":
+            raise MessageError(f"coordinator: bad arrival report {body!r} from {name}")
+        self._handoff(w, int(body["seq"]), kind, done=self.now(), bytes=int(body["bytes"]))
+
+    def _handoff(self, w: int, seq: int, kind: str, **known: Any) -> None:
+        """A ``transfer`` record of a sampler's or relay's push once both halves are known:
+        when the sender handed it over (its report) and when the trainer had it (its
+        report), both on this clock as the stores' transfers are. The two reports travel on
+        different connections: should the receipt come first, the transfer took no
+        measurable time (``done = queued``). Receipts of same-machine BLOCKs never pair and
+        are dropped when the step is trained."""
+        key = (w, seq, kind)
+        h = self.handoffs.setdefault(key, {})
+        h.update(known)
+        if "queued" not in h or "done" not in h:
+            return
+        del self.handoffs[key]
+        self.event({"type": "transfer", "trainer": w, "seq": seq, "kind": kind,
+                    "src": self.cluster.machines[h["src"]].name,
+                    "dst": self.cluster.machines[self.T[w]].name, "bytes": h["bytes"],
+                    "queued": h["queued"], "done": max(h["done"], h["queued"])})
 
     # ----- training
     def _on_started(self, name: str, r: _Role, body: dict[str, Any]) -> None:
@@ -1183,6 +1219,8 @@ class Coordinator:
         self.sampled_info.pop(key, None)
         for k in [k for k in self.ranked if k[1] == w and k[2] == seq]:
             del self.ranked[k]
+        for kind in ("block", "relay"):  # a same-machine BLOCK's receipt (--trace)
+            self.handoffs.pop((w, seq, kind), None)
         self.barriers[seq] += 1
         if self.barriers[seq] == self.W:
             self.barrier_at[seq] = now

@@ -144,7 +144,7 @@ class Fetcher(Role):
                     sock, f"{self.name}->trainer{t['id']}", remote=machine != self.args.machine)
                 self.trainer_machine[int(t["id"])] = self.config["machines"].index(machine)
         self.gather = Gather(self.stores, self.node_part, self.config["part_store"],
-                             int(self.config["feature_dim"]), self.machine_index, self.deliver)
+                             int(self.config["feature_dim"]), self.machine_index, self.gathered)
         timeout = float(self.config.get("request_timeout", 120.0))
         poller = zmq.Poller()
         for s in [self.sock, self.control.sock, *self.stores.poll_sockets]:
@@ -177,6 +177,12 @@ class Fetcher(Role):
             if self.gather.oldest() > timeout:
                 raise TimeoutError(f"{self.name}: a feature gather waited more than "
                                    f"{timeout:.0f} s for the stores")
+
+    def gathered(self, trainer: int, seq: int, feats: np.ndarray, took: float) -> None:
+        """A mini-batch's features are all here: tell the coordinator (the queued time of
+        this relay transfer in a traced run), then deliver them."""
+        self.event("fetched", trainer=trainer, seq=seq, fetch_s=took, nbytes=int(feats.nbytes))
+        self.deliver(trainer, seq, feats, took)
 
     def deliver(self, trainer: int, seq: int, feats: np.ndarray, took: float) -> None:
         """Push a gathered mini-batch, unless its trainer's machine is all-reducing an
@@ -211,7 +217,6 @@ class Fetcher(Role):
     def _push(self, trainer: int, seq: int, feats: np.ndarray, took: float) -> None:
         self.to_trainer[trainer].send(Message(Kind.FEATS, {
             "trainer": trainer, "seq": seq, "fetch_us": int(took * 1e6)}, {"feats": feats}))
-        self.event("fetched", trainer=trainer, seq=seq, fetch_s=took, nbytes=int(feats.nbytes))
 
     def stats(self) -> dict[str, Any]:
         g = getattr(self, "gather", None)

@@ -227,6 +227,10 @@ class Inbox(threading.Thread):
             self.feats[msg["seq"]] = (msg.arrays["feats"], msg["fetch_us"] / 1e6)
         else:
             raise MessageError(f"{t.name}: unexpected {msg.kind.name} on the data socket")
+        if t.trace:  # the done time of a sampler's (block) or relay's (relay) transfer
+            t.control.send(ctrl("arrived", trainer=t.rank, seq=msg["seq"],
+                                kind="block" if msg.kind == Kind.BLOCK else "relay",
+                                bytes=sum(int(a.nbytes) for a in msg.arrays.values())))
         self.complete(msg["seq"])
 
     def on_gathered(self, trainer: int, seq: int, feats: np.ndarray, took: float) -> None:
@@ -264,6 +268,7 @@ class Trainer(Role):
         self.machine_index = cfg["machines"].index(self.args.machine)
         self.feature_dim = int(cfg["feature_dim"])
         self.timeout = float(cfg.get("request_timeout", 120.0))
+        self.trace = bool(cfg.get("trace"))  # report each BLOCK / FEATS received
         self.speed = float(me.get("speed", 1.0))
         self.has_cuda = torch.cuda.is_available()
         self.device = torch.device(f"cuda:{int(me['device']) % torch.cuda.device_count()}"

@@ -98,10 +98,20 @@ def test_lab4_trains_like_the_reference(lab4, tmp_path: Path) -> None:
     assert moves and {r["kind"] for r in moves} <= {"struct", "block", "feat", "relay"}
     assert all(r["src"] != r["dst"] and r["bytes"] >= 0 and r["done"] >= r["queued"]
                for r in moves)
+    # the samplers (on the stores) push every training step's blocks to their trainer, and
+    # trainer 0's relay on store0 its features: one record each, with the message's bytes
+    for kind, src in (("block", {0: "store0", 1: "store1"}), ("relay", {0: "store0"})):
+        got = {(r["trainer"], r["seq"]): r for r in moves if r["kind"] == kind}
+        want = {(w, s) for (t, w, s) in at if t == "batch" and w in src}
+        assert set(got) >= want, (kind, sorted(want - set(got))[:5])
+        assert all(r["src"] == src[r["trainer"]] and r["dst"] == plan.trainers[
+            r["trainer"]].machine and r["bytes"] > 0 for r in got.values())
     from gnnsched.trace import summarize
 
     timeline = summarize(recs)
     assert timeline["transfers"]["feat"]["seconds"]["p50"] > 0
+    assert list(timeline["transfers"]) == ["struct", "block", "feat", "relay"]
+    assert set(timeline["senders"]["store0"]["kinds"]) >= {"block", "feat", "relay"}
     assert timeline["pipeline"]["dispatch_to_train"]["n"] == timeline["batches"] > 0
     epochs = [r for r in recs if r["type"] == "epoch"]
     assert len(epochs) == job.epochs

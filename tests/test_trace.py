@@ -81,3 +81,61 @@ def test_simulated_timeline_summary_matches_its_flows() -> None:
     assert "steady-state training steps" in format_summary(s, "sim")
     with pytest.raises(ValueError, match="record=True"):
         summarize_sim(run(inst, "fifo"))
+
+
+def test_sampler_and_relay_transfers_are_summarised_in_pipeline_order(tmp_path: Path) -> None:
+    """block (sampler > trainer) and relay (relay > trainer) records sit beside the stores'
+    in the simulator's order, and count toward their sender's NIC with the stores' own."""
+    from gnnsched.simulator import KINDS
+    from gnnsched.trace import KINDS as TRACE_KINDS
+    from gnnsched.trace import format_summary
+
+    def move(kind: str, src: str, queued: float, done: float, nbytes: int = 100) -> dict:
+        return {"type": "transfer", "trainer": 0, "seq": 1, "kind": kind, "src": src,
+                "dst": "g0", "bytes": nbytes, "queued": queued, "done": done}
+
+    recs = [
+        {"type": "dispatch", "trainer": 0, "seq": 1, "t": 1.0},
+        {"type": "sampled", "trainer": 0, "seq": 1, "t": 1.05},
+        move("relay", "s0", 1.20, 1.30, 4000),
+        move("feat", "s1", 1.06, 1.16),
+        move("block", "s1", 1.05, 1.07, 2000),
+        move("struct", "s1", 1.01, 1.02),
+        _batch(0, 1, 1, 1.5),
+    ]
+    s = summarize(load(_run(tmp_path, recs)))
+    assert TRACE_KINDS == KINDS
+    assert list(s["transfers"]) == ["struct", "block", "feat", "relay"]
+    assert s["transfers"]["relay"]["seconds"]["p50"] == pytest.approx(0.1)
+    assert s["transfers"]["block"]["bytes"]["p50"] == 2000
+    assert s["senders"]["s1"]["transfers"] == 3
+    assert s["senders"]["s1"]["kinds"] == {"struct": 1, "block": 1, "feat": 1}
+    assert s["senders"]["s0"]["kinds"] == {"relay": 1}
+    # features at the fetch site (the relay's gather), not at the trainer
+    assert s["pipeline"]["sampled_to_features"]["p50"] == pytest.approx(0.11)
+    text = format_summary(s, "run")
+    assert "relay    relay > trainer" in text and "block    sampler > trainer" in text
+    assert "s1" in text and "struct 1, block 1, feat 1" in text
+
+
+def test_coordinator_pairs_a_push_with_its_receipt_in_either_order() -> None:
+    """The sender's report (queued) and the trainer's receipt (done, bytes) come on different
+    connections: one transfer record either way, never done < queued."""
+    from types import SimpleNamespace
+
+    from gnnsched.runtime.coordinator import Coordinator
+
+    out: list[dict] = []
+    c = SimpleNamespace(handoffs={}, T=[1], event=out.append, cluster=SimpleNamespace(
+        machines=[SimpleNamespace(name="store0"), SimpleNamespace(name="gpu0")]))
+    Coordinator._handoff(c, 0, 3, "relay", src=0, queued=1.0)
+    assert not out
+    Coordinator._handoff(c, 0, 3, "relay", done=1.25, bytes=4096)
+    Coordinator._handoff(c, 0, 4, "block", done=2.0, bytes=512)  # receipt first
+    Coordinator._handoff(c, 0, 4, "block", src=0, queued=2.1)
+    assert out == [
+        {"type": "transfer", "trainer": 0, "seq": 3, "kind": "relay", "src": "store0",
+         "dst": "gpu0", "bytes": 4096, "queued": 1.0, "done": 1.25},
+        {"type": "transfer", "trainer": 0, "seq": 4, "kind": "block", "src": "store0",
+         "dst": "gpu0", "bytes": 512, "queued": 2.1, "done": 2.1}]
+    assert not c.handoffs

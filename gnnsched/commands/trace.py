@@ -1,9 +1,11 @@
 """Summarise the timeline of a run made with ``gnnsched train --trace``.
 
-Per transfer kind, how long a transfer took from queued to acknowledged; per sending
-machine, how much of the time it had a transfer in progress and how many at once; per
-mini-batch, how long from dispatch to sampled, from sampled to its last feature row, and
-from dispatch to the start of its training step. Steady state only (training steps after the
+Per transfer kind (struct: store to sampler, block: sampler to trainer, feat: store to
+where the features are gathered, relay: relay to trainer), how long a transfer took from
+queued to received; per sending machine, how much of the time it had a transfer of any kind
+in progress and how many at once; per mini-batch, how long from dispatch to sampled, from
+sampled to its last feature row at the gather (the trainer, or its relay), and from dispatch
+to the start of its training step. Steady state only (training steps after the
 first epoch). Set beside ``gnnsched simulate --gantt`` of the same plan: a simulator that
 predicts the epoch but not these distributions is right for the wrong reasons.
 """

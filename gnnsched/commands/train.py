@@ -69,7 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "stores send it nothing of later iterations while its gradients are "
                         "on the wire)")
     p.add_argument("--trace", action="store_true",
-                   help="also write one record per NIC transfer (queued, acknowledged) and per "
+                   help="also write one record per NIC transfer (a store's struct and feat, a "
+                        "sampler's block, a relay's relay: queued, received) and per "
                         "mini-batch dispatch and sampling to metrics.jsonl: the run's own "
                         "timeline, to set beside the simulator's")
     p.add_argument("--coordinator-address", default=None,
