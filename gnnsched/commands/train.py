@@ -49,7 +49,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", required=True, help="cluster file (YAML)")
     p.add_argument("--job", required=True, help="job file (YAML)")
     p.add_argument("--plan", required=True, help="plan.json from `gnnsched plan`")
-    p.add_argument("--launcher", default="local", choices=("local", "netns", "ssh"))
+    p.add_argument("--launcher", default="local", choices=("local", "netns", "ssh"),
+                   help="where the processes run: local = every machine's processes on this "
+                        "one, over loopback (no bandwidth limits); netns = each machine in its "
+                        "own network namespace with shaped NICs (root; `gnnsched cluster up` "
+                        "first); ssh = on the real hosts named by machines[*].ssh in the "
+                        "cluster file (see --coordinator-address, --remote-python, "
+                        "--remote-dir) (default: local)")
     p.add_argument("--policy", default="gnnsched", help="online scheduling policy")
     p.add_argument("--out", type=output_dir, default=None, help="run directory (default: runs/train-TIME)")
     p.add_argument("--json", action="store_true", help="end by printing one JSON object")
@@ -73,9 +79,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "mini-batch dispatch and sampling to metrics.jsonl: the run's own "
                         "timeline, to set beside the simulator's")
     p.add_argument("--coordinator-address", default=None,
-                   help="ssh launcher: this machine's address as the hosts reach it")
+                   help="ssh launcher: this machine's address as the hosts reach it (default: "
+                        "this machine's address on the route to the first host)")
     p.add_argument("--remote-python", default="python3", help="ssh launcher: remote python")
-    p.add_argument("--remote-dir", default=None, help="ssh launcher: remote working directory")
+    p.add_argument("--remote-dir", default=None, help="ssh launcher: remote working directory (default: this one's path)")
     r = p.add_argument_group("failures and recovery")
     r.add_argument("--checkpoint-every", type=positive_int, default=10,
                    help="training steps between checkpoints (also at every epoch end)")
