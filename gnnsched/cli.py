@@ -30,6 +30,21 @@ VERBS = {
 }
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Append ``(default: X)`` only where it tells something: not for a default of None,
+    False (``store_true`` flags) or an empty list, and not where the help text already says
+    its default in words (``default: runs/train-TIME``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if "%(default)" in text or "default" in text.lower() or default is None or \
+                default is False or default is argparse.SUPPRESS or \
+                (isinstance(default, (list, tuple, dict, set)) and not default):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gnnsched",
@@ -44,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue  # verb not built yet
         p = sub.add_parser(verb, help=mod.HELP, description=mod.__doc__,
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                           formatter_class=HelpFormatter)
         mod.add_arguments(p)
         document_ranges(p)
         p.set_defaults(_run=mod.run)

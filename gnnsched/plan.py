@@ -91,6 +91,9 @@ class Plan:
     job: str = ""
     predicted: dict[str, Any] = field(default_factory=dict)  # epoch_time_s, lower_bound_s, ...
     notes: tuple[str, ...] = ()  # what a person should know (e.g. colocation infeasible)
+    # JobSpec.plan_key() of the job it was made for (`gnnsched plan` records it); empty: not
+    # known (older plan files, plans built in code), and then not checked
+    job_key: dict[str, Any] = field(default_factory=dict)
 
     def with_prediction(self, **predicted: Any) -> Plan:
         return replace(self, predicted={**self.predicted, **predicted})
@@ -99,7 +102,31 @@ class Plan:
         return {"version": PLAN_VERSION, "placer": self.placer, "cluster": self.cluster,
                 "cluster_fingerprint": self.cluster_fingerprint, "job": self.job,
                 "trainers": [t.to_dict() for t in self.trainers],
-                "predicted": self.predicted, "notes": list(self.notes)}
+                "predicted": self.predicted, "notes": list(self.notes),
+                **({"job_key": self.job_key} if self.job_key else {})}
+
+    def for_job(self, job: JobSpec) -> Plan:
+        """This plan, recording the job it was made for (checked by :meth:`validate`)."""
+        return replace(self, job=job.name, job_key=json.loads(json.dumps(job.plan_key())))
+
+    def job_differences(self, job: JobSpec) -> list[str]:
+        """``field: plan X, job Y`` for every recorded job field that ``job`` has otherwise
+        (empty when the plan records no job, or the same one). A dataset file is compared by
+        its name, so a moved project folder still matches."""
+        want = json.loads(json.dumps(job.plan_key()))
+        out = []
+        for k in sorted(self.job_key):
+            if k not in want:
+                continue  # a field this version does not place by
+            have, now = self.job_key[k], want[k]
+            if k == "dataset" and isinstance(have, str) and isinstance(now, str):
+                have_name, now_name = Path(have).name, Path(now).name
+                if have_name == now_name:
+                    continue
+                have, now = have_name, now_name
+            if have != now:
+                out.append(f"{k}: plan {_show(have)}, job {_show(now)}")
+        return out
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
@@ -136,6 +163,12 @@ class Plan:
         predicted = r.raw("predicted", {})
         if not isinstance(predicted, dict):
             raise SpecError(source, "predicted", f"must be a mapping, got {_kind(predicted)}")
+        job_key = r.raw("job_key", {})
+        if job_key is None:
+            job_key = {}
+        if not isinstance(job_key, dict):
+            raise SpecError(source, "job_key", f"must be a mapping of job fields, got "
+                            f"{_kind(job_key)}", "a file from `gnnsched plan`, or no job_key")
         notes = r.seq("notes", [])
         for i, note in enumerate(notes or []):
             if not isinstance(note, str):
@@ -143,7 +176,8 @@ class Plan:
         r.done()
         trainers = tuple(_trainer(r.item("trainers", i), i)
                          for i in range(len(d["trainers"])))
-        return cls(placer, cluster, fp, trainers, job, dict(predicted), tuple(notes or ()))
+        return cls(placer, cluster, fp, trainers, job, dict(predicted), tuple(notes or ()),
+                   dict(job_key))
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
@@ -156,9 +190,23 @@ class Plan:
             raise SpecError(str(path), f"line {exc.lineno}", f"not valid JSON: {exc.msg}") from None
         return cls.from_dict(data, str(path))
 
+    def check_job(self, job: JobSpec, source: str = "plan") -> None:
+        """Refuse a plan recorded for a job whose placement-relevant fields differ from
+        ``job``'s (a SpecError naming them); plans that record no job pass. ``gnnsched
+        train`` and ``simulate`` call it unless ``--force``."""
+        diff = self.job_differences(job)
+        if diff:
+            fix = f"re-run `gnnsched plan --job {job.source}`"
+            if len(self.trainers) == job.trainers:  # else no plan entry for some trainer
+                fix += ", or pass --force to use this plan anyway"
+            raise SpecError(source, "job_key",
+                            f"plan was made for a job with other settings than {job.source} "
+                            f"({'; '.join(diff)})", fix)
+
     def validate(self, cluster: ClusterSpec, job: JobSpec | None = None,
                  source: str = "plan") -> None:
-        """Check the plan against a cluster (and job); errors name the trainer and field."""
+        """Check the plan against a cluster (and job); errors name the trainer and field.
+        (Whether it was made for this job's settings: :meth:`check_job`.)"""
         if self.cluster_fingerprint and self.cluster_fingerprint != cluster.fingerprint():
             what = "another cluster" if self.cluster != cluster.name else "an edited version of it"
             raise SpecError(source, "cluster_fingerprint",
@@ -229,6 +277,12 @@ class Plan:
             raise SpecError(source, "trainers",
                             f"plan has {len(self.trainers)} trainers, job {job.source} asks "
                             f"for {job.trainers}", "re-run `gnnsched plan` for this job")
+
+
+def _show(value: Any) -> str:
+    """A job value in an error message: JSON-like, cut short when long."""
+    text = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def plan_dict_diff(a: Plan, b: Plan) -> list[str]:

@@ -489,6 +489,12 @@ class JobSpec:
                 if k in ("dataset", "num_parts", "part_method", "model", "hidden", "fanouts",
                          "batch_size", "feature_dim", "split", "synthetic")}
 
+    def plan_key(self) -> dict[str, Any]:
+        """Fields a placement depends on (the cost profile's, the number of trainers and the
+        prefetch depth): ``gnnsched plan`` records them, and a plan made for a job that
+        differs in any of them is refused."""
+        return {**self.profile_key(), "trainers": self.trainers, "prefetch": self.prefetch}
+
 
 def job_from_dict(data: Any, source: str = "<job>", base: Path | None = None) -> JobSpec:
     r = _Reader(source, data)

@@ -544,7 +544,8 @@ _PLAN = {"version": 1, "placer": "hand", "cluster": "c", "cluster_fingerprint": 
          "job": "j", "trainers": [{"id": 0, "machine": "a", "device": 0, "parts": [0],
                                    "samplers": [{"machine": "a", "count": 1}],
                                    "fetch_at": "a"}],
-         "predicted": {"epoch_time_s": 1.0}, "notes": ["n"]}
+         "predicted": {"epoch_time_s": 1.0}, "notes": ["n"],
+         "job_key": {"batch_size": 8, "fanouts": [5, 10], "dataset": "cora"}}
 
 
 def _profile() -> dict:
@@ -860,6 +861,8 @@ def _plan_error(edit: Any) -> str:
     (lambda d: d.update(predicted=[1]), "p.json: predicted: must be a mapping, got a list"),
     (lambda d: d.update(notes="n"), "p.json: notes: must be a list, got a string"),
     (lambda d: d.update(notes=[1]), "p.json: notes[0]: must be a string, got 1"),
+    (lambda d: d.update(job_key=[8]), "p.json: job_key: must be a mapping of job fields, got "
+                                      "a list"),
     (lambda d: d.update(trainer=[]), "p.json: trainer: unknown field (valid: cluster"),
     (lambda d: d.update(trainers="a"), "p.json: trainers: must be a list of trainer entries"),
     (lambda d: d["trainers"].__setitem__(0, "a"), "p.json: trainers[0]: expected a mapping"),
@@ -902,6 +905,137 @@ def test_plan_ids_default_to_positions_and_old_plans_load() -> None:
     plan = Plan.from_dict(d, "p.json")
     assert plan.trainers[0].id == 0 and plan.trainers[0].fetch_at == "a"
     assert Plan.from_dict(plan.to_dict()) == plan
+
+
+def test_plans_without_a_job_key_fit_any_job(files: dict) -> None:
+    """Older plan files and plans built in code record no job: nothing to check, and saving
+    them writes no job_key (their files stay as they were)."""
+    d = copy.deepcopy(_PLAN)
+    d.pop("job_key")
+    plan = Plan.from_dict(d, "p.json")
+    assert plan.job_key == {} and "job_key" not in plan.to_dict()
+    job = load_job(files["job"])
+    assert plan.job_differences(job) == []
+    plan.check_job(job, "p.json")
+    keyed = plan.for_job(job)
+    assert Plan.from_dict(json.loads(json.dumps(keyed.to_dict()))) == keyed
+    assert keyed.job_key["batch_size"] == 8 and keyed.job_key["fanouts"] == [10, 25]
+    assert keyed.job_differences(job) == []
+
+
+def test_plan_for_another_job_names_what_differs(files: dict) -> None:
+    job = load_job(files["job"])
+    plan = _plan(load_cluster(files["cluster"])).for_job(job)
+    other = replace(job, batch_size=64, fanouts=(5, 5), source="other.yaml")
+    assert plan.job_differences(other) == ["batch_size: plan 8, job 64",
+                                           "fanouts: plan [10, 25], job [5, 5]"]
+    with pytest.raises(SpecError) as exc:
+        plan.check_job(other, "p.json")
+    assert str(exc.value) == (
+        "p.json: job_key: plan was made for a job with other settings than other.yaml "
+        "(batch_size: plan 8, job 64; fanouts: plan [10, 25], job [5, 5]) (valid: re-run "
+        "`gnnsched plan --job other.yaml`, or pass --force to use this plan anyway)")
+    # epochs, lr, seed... do not change where tasks run; a moved dataset file keeps its name
+    plan.check_job(replace(job, epochs=1, lr=0.1, seed=3), "p.json")
+    npz = replace(job, dataset="/a/cora.npz")
+    replace(plan, job_key={**plan.job_key, "dataset": "/b/cora.npz"}).check_job(npz)
+    # another number of trainers cannot be forced: the plan has no entry for some trainer
+    with pytest.raises(SpecError, match=r"trainers: plan 2, job 3\) \(valid: re-run "
+                       r"`gnnsched plan --job .*job.yaml`\)$"):
+        plan.check_job(replace(job, trainers=3), "p.json")
+
+
+def test_train_refuses_a_plan_for_another_job(capsys: pytest.CaptureFixture,
+                                              files: dict, tmp_path: Path) -> None:
+    _plan(load_cluster(files["cluster"])).for_job(load_job(files["job"])).save(files["plan"])
+    _edit(files["job"], lambda d: d.update(batch_size=64))
+    line = _train(capsys, files)
+    assert f"{files['plan']}: job_key: plan was made for a job with other settings than " \
+        f"{files['job']} (batch_size: plan 8, job 64) (valid: re-run `gnnsched plan --job " \
+        f"{files['job']}`, or pass --force to use this plan anyway)" in line
+    # --force: one warning, then on to the next check (here: no such partitions)
+    rc = cli_main(["train", "--cluster", str(files["cluster"]), "--job", str(files["job"]),
+                   "--plan", str(files["plan"]), "--out", str(tmp_path / "run"), "--force",
+                   "--partitions", str(tmp_path / "nowhere")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 2, err
+    assert err[0] == f"gnnsched train: warning: {files['plan']} was made for a job with other " \
+        f"settings than {files['job']} (batch_size: plan 8, job 64); using it anyway (--force)"
+    assert "not a gnnsched partition directory" in err[1]
+
+
+def test_simulate_refuses_a_plan_for_another_job(capsys: pytest.CaptureFixture,
+                                                 tmp_path: Path) -> None:
+    ex = ROOT / "examples" / "hetero16"
+    plan, job = tmp_path / "plan.json", tmp_path / "job.yaml"
+    assert cli_main(["plan", "--cluster", str(ex / "cluster.yaml"), "--job",
+                     str(ex / "job.yaml"), "--placer", "greedy", "--out", str(plan),
+                     "--json"]) == 0
+    assert json.loads(plan.read_text())["job_key"]["batch_size"] == 512
+    shutil.copy(ex / "job.yaml", job)
+    _edit(job, lambda d: d.update(batch_size=64))
+    capsys.readouterr()
+    sim = ["simulate", "--cluster", str(ex / "cluster.yaml"), "--job", str(job), "--plan",
+           str(plan), "--iterations", "3", "--json"]
+    assert cli_main(sim) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"gnnsched simulate: error: {plan}: job_key: plan was made for a job with other "
+        f"settings than {job} (batch_size: plan 512, job 64) (valid: re-run `gnnsched plan "
+        f"--job {job}`, or pass --force to use this plan anyway)")
+    assert cli_main([*sim, "--force"]) == 0
+    cap = capsys.readouterr()
+    assert "(batch_size: plan 512, job 64); using it anyway (--force)" in cap.err
+    assert json.loads(cap.out)["epoch_time_s"] > 0
+
+
+# ---------------------------------------------------------------------- run directories
+
+
+def _earlier_run(run: Path) -> dict[str, bytes]:
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"type": "batch"}\n' * 472)
+    (run / "checkpoints" / "step-40.pt").write_bytes(b"weights")
+    return {p.relative_to(run).as_posix(): p.read_bytes() for p in run.rglob("*")
+            if p.is_file()}
+
+
+def test_train_refuses_to_wipe_an_earlier_run(capsys: pytest.CaptureFixture,
+                                              files: dict) -> None:
+    run = files["dir"] / "run"
+    before = _earlier_run(run)
+    line = _train(capsys, files)
+    assert line == (f"gnnsched train: error: --out: {run} already holds a run (metrics.jsonl "
+                    "with 472 lines, checkpoints/ with 1 file); training there would replace "
+                    "it (valid: another --out (a new or empty folder), or --force to replace "
+                    "that run)")
+    after = {p.relative_to(run).as_posix(): p.read_bytes() for p in run.rglob("*")
+             if p.is_file()}
+    assert after == before  # nothing lost, nothing written
+
+
+def test_train_force_and_empty_or_failed_run_folders(capsys: pytest.CaptureFixture,
+                                                     files: dict, tmp_path: Path) -> None:
+    from gnnsched.commands.train import earlier_run
+
+    nowhere = ("--partitions", str(tmp_path / "nowhere"))  # the next check fails, cheaply
+    run = files["dir"] / "run"
+    run.mkdir()
+    assert earlier_run(run, files["plan"]) == []  # an empty folder is fine
+    assert "not a gnnsched partition directory" in _train(capsys, files, *nowhere)
+    # a run that failed before training: empty metrics, logs, this plan's copy
+    (run / "logs").mkdir(exist_ok=True)
+    (run / "logs" / "coordinator.log").write_text("port in use\n")
+    (run / "metrics.jsonl").write_text("")
+    shutil.copy(files["plan"], run / "plan.json")
+    assert earlier_run(run, files["plan"]) == []
+    other = _plan(load_cluster(files["cluster"])).for_job(load_job(files["job"]))
+    other.save(run / "plan.json")  # not the plan about to be trained: it would be lost
+    assert earlier_run(run, files["plan"]) == ["a different plan.json"]
+    assert "already holds a run (a different plan.json)" in _train(capsys, files)
+    _earlier_run(tmp_path / "old")
+    files = {**files, "dir": tmp_path / "force"}
+    shutil.copytree(tmp_path / "old", tmp_path / "force" / "run")
+    assert "not a gnnsched partition directory" in _train(capsys, files, "--force", *nowhere)
 
 
 def test_samplers_per_machine_are_capped_by_its_cpus(files: dict) -> None:

@@ -4,6 +4,9 @@ Prints where each task runs, the predicted epoch time of this plan and of every 
 (colocation, greedy, random) scored by the same simulator, the lower bound no placement can
 beat (CP-SAT's proven bound on the most loaded resource, times the iterations of an epoch),
 and the bottleneck resource. Writes the plan as JSON (``--out``) and optionally a picture.
+The plan records the job fields its placement depends on (``job_key``: batch size, fan-outs,
+model, dataset, trainers, ...): ``gnnsched train`` and ``simulate`` refuse it for a job where
+any of them differs, naming them (``--force`` uses it anyway).
 """
 
 from __future__ import annotations
@@ -120,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     problem = Problem(cluster, job, profile)
     plan = plan_and_compare(problem, args.placer, seed=args.seed, budget=args.budget)
     plan = plan.with_prediction(cluster_file=str(args.cluster), job_file=str(args.job),
-                                cost=args.cost or "synthetic")
+                                cost=args.cost or "synthetic").for_job(job)
     plan.save(args.out)
     if args.plot:
         from gnnsched.placement.plot import draw

@@ -8,7 +8,9 @@ all-reduce including waiting for the slowest trainer). The run directory gets
 run summary), ``logs/`` (one file per process, ``coordinator.log`` for failures and
 recoveries) and ``checkpoints/``. Ctrl-C stops every process. ``--json`` ends with one JSON
 object: the system's ``epoch_time_s`` (median over epochs after the first), ``test_accuracy``,
-``bytes_sent``, per-stage times and any recoveries.
+``bytes_sent``, per-stage times and any recoveries. A run directory that already holds a run
+(``metrics.jsonl``, checkpoints) is refused rather than wiped: choose another ``--out``, or
+``--force`` to replace it.
 
 A process or machine that dies does not end the run: it is detected (exit status, or no
 heartbeat for ``--dead-after`` seconds), the plan is kept or re-made around a lost machine,
@@ -49,9 +51,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", required=True, help="cluster file (YAML)")
     p.add_argument("--job", required=True, help="job file (YAML)")
     p.add_argument("--plan", required=True, help="plan.json from `gnnsched plan`")
-    p.add_argument("--launcher", default="local", choices=("local", "netns", "ssh"))
+    p.add_argument("--launcher", default="local", choices=("local", "netns", "ssh"),
+                   help="where the processes run: local = every machine's processes on this "
+                        "one, over loopback (no bandwidth limits); netns = each machine in its "
+                        "own network namespace with shaped NICs (root; `gnnsched cluster up` "
+                        "first); ssh = on the real hosts named by machines[*].ssh in the "
+                        "cluster file (see --coordinator-address, --remote-python, "
+                        "--remote-dir) (default: local)")
     p.add_argument("--policy", default="gnnsched", help="online scheduling policy")
-    p.add_argument("--out", type=output_dir, default=None, help="run directory (default: runs/train-TIME)")
+    p.add_argument("--out", type=output_dir, default=None,
+                   help="run directory, new or empty (default: runs/train-TIME); one that "
+                        "holds an earlier run is refused unless --force")
+    p.add_argument("--force", action="store_true",
+                   help="replace the run already in --out (its metrics.jsonl and checkpoints "
+                        "are deleted), and use a plan made for a different job (a warning "
+                        "says what differs)")
     p.add_argument("--json", action="store_true", help="end by printing one JSON object")
     p.add_argument("--epochs", type=epochs_int, default=None, help="override the job's epochs")
     p.add_argument("--cost", default=None,
@@ -74,9 +88,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "mini-batch dispatch and sampling to metrics.jsonl: the run's own "
                         "timeline, to set beside the simulator's")
     p.add_argument("--coordinator-address", default=None,
-                   help="ssh launcher: this machine's address as the hosts reach it")
+                   help="ssh launcher: this machine's address as the hosts reach it (default: "
+                        "this machine's address on the route to the first host)")
     p.add_argument("--remote-python", default="python3", help="ssh launcher: remote python")
-    p.add_argument("--remote-dir", default=None, help="ssh launcher: remote working directory")
+    p.add_argument("--remote-dir", default=None, help="ssh launcher: remote working directory (default: this one's path)")
     r = p.add_argument_group("failures and recovery")
     r.add_argument("--checkpoint-every", type=positive_int, default=10,
                    help="training steps between checkpoints (also at every epoch end)")
@@ -109,13 +124,15 @@ def train(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path, plan: Pl
           out_dir: str | Path | None = None, partitions: str | Path | None = None,
           epochs: int | None = None, options: Any = None, profile: Any = None,
           progress: Any = None, data_dir: str | None = None,
-          launcher_options: dict[str, Any] | None = None) -> Any:
+          launcher_options: dict[str, Any] | None = None, force_plan: bool = False) -> Any:
     """Run one real training job and return its :class:`~gnnsched.runtime.coordinator.RunResult`.
 
     ``cluster`` / ``job`` / ``plan`` are objects or file paths; ``policy`` a name or a
     :class:`~gnnsched.policy.Policy`; ``launcher`` a name or a
     :class:`~gnnsched.runtime.launcher.Launcher`; ``profile`` a
     :class:`~gnnsched.profile.CostProfile` (or path) giving the policy its expected costs.
+    A plan that records another job (:meth:`~gnnsched.plan.Plan.job_differences`) is refused
+    unless ``force_plan``, which warns on stderr and trains it anyway.
     """
     from dataclasses import replace
 
@@ -140,6 +157,10 @@ def train(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path, plan: Pl
         plan = Plan.load(plan)
     else:
         source = "plan"
+    if force_plan:
+        warn_job_differences(plan, job, source, "train")
+    else:
+        plan.check_job(job, source)
     plan.validate(cluster, job, source)
     if options is not None and getattr(options, "faults", ()):
         check_faults(options.faults, cluster, plan)
@@ -249,6 +270,64 @@ def _faults(specs: list[str]) -> tuple[Any, ...]:
     return tuple(out)
 
 
+def warn_job_differences(plan: Plan, job: JobSpec, source: str, verb: str) -> None:
+    """One stderr line when a plan made for another job is used anyway (``--force``)."""
+    diff = plan.job_differences(job)
+    if diff:
+        print(f"gnnsched {verb}: warning: {source} was made for a job with other settings "
+              f"than {job.source} ({'; '.join(diff)}); using it anyway (--force)",
+              file=sys.stderr)
+
+
+def earlier_run(run_dir: str | Path, plan: str | Path | None = None) -> list[str]:
+    """What a fresh run in ``run_dir`` would destroy: a non-empty ``metrics.jsonl``, saved
+    checkpoints, a ``plan.json`` other than ``plan``'s (logs are appended to, not lost)."""
+    d = Path(run_dir)
+    if not d.is_dir():
+        return []
+    held = []
+    metrics = d / "metrics.jsonl"
+    if metrics.is_file() and metrics.stat().st_size > 0:
+        with open(metrics, "rb") as f:
+            lines = sum(1 for _ in f)
+        held.append(f"metrics.jsonl with {lines} line{'s' * (lines != 1)}")
+    ckpt = d / "checkpoints"
+    if ckpt.is_dir():
+        n = sum(1 for c in ckpt.iterdir() if c.is_file())
+        if n:
+            held.append(f"checkpoints/ with {n} file{'s' * (n != 1)}")
+    saved = d / "plan.json"
+    if saved.is_file() and not _same_plan(saved, plan):
+        held.append("a different plan.json")
+    return held
+
+
+def _same_plan(saved: Path, plan: str | Path | None) -> bool:
+    """``saved`` holds the plan ``plan`` names (the same file, or the same JSON)."""
+    if plan is None:
+        return False
+    try:
+        if saved.resolve() == Path(plan).resolve():
+            return True
+        return bool(json.loads(saved.read_text()) == json.loads(Path(plan).read_text()))
+    except (OSError, ValueError):
+        return False
+
+
+def check_run_dir(run_dir: str | Path, plan: str | Path | None = None) -> None:
+    """A fresh ``gnnsched train`` must not wipe an earlier run: a SpecError naming the folder,
+    what it holds and the way out (``--force`` or another ``--out``). An empty or new folder
+    is fine, and so is one where a run failed before it trained anything."""
+    from gnnsched.spec import SpecError
+
+    held = earlier_run(run_dir, plan)
+    if held:
+        raise SpecError("--out", "", f"{run_dir} already holds a run ({', '.join(held)}); "
+                        "training there would replace it",
+                        "another --out (a new or empty folder), or --force to replace "
+                        "that run")
+
+
 def check_faults(faults: Any, cluster: ClusterSpec, plan: Plan) -> None:
     """Every fault names a process (or machine) the plan runs; a SpecError naming the
     ``--kill-at`` value and the targets that exist, before anything is launched."""
@@ -314,12 +393,15 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out is None:  # known before the run, so an error can point at its logs
         args.out = f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}"
+    if not args.force:  # before anything is written there; recovery stays inside one run
+        check_run_dir(args.out, args.plan)
     progress = _Progress(args.json)
     try:
         result = train(args.cluster, args.job, args.plan, policy=args.policy,
                        launcher=args.launcher, out_dir=args.out, partitions=args.partitions,
                        epochs=args.epochs, options=opts, profile=args.cost,
-                       progress=progress, data_dir=args.data_dir, launcher_options=lopts)
+                       progress=progress, data_dir=args.data_dir, launcher_options=lopts,
+                       force_plan=args.force)
     except (RunError, LaunchError, TransportError, MessageError, NetnsError) as exc:
         # one clear line; the whole story (log tails, tracebacks) is in the run's logs/
         progress.close()
