@@ -115,8 +115,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="fault injection: send SIGNAL (KILL, STOP or TERM; default KILL) to "
                         "one process (trainer:0, sampler:1, store:store0, fetcher:store0) or "
                         "every process of a machine (machine:store0) when training reaches "
-                        "step STEP (>= 0); repeatable, checked against the plan before "
-                        "anything starts")
+                        "step STEP (>= 0; steps count every batch a trainer runs, "
+                        "validation and test batches included, as metrics.jsonl's seq does); "
+                        "repeatable, checked against the plan before anything starts")
 
 
 def train(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path, plan: Plan | str | Path,
@@ -192,6 +193,8 @@ class _Progress:
         if kind == "log":
             (tqdm.write if self.bar else print)(kw["msg"], file=self.out)
         elif kind == "epoch_start":
+            if self.bar is not None:  # a recovery restarts an epoch: one bar at a time
+                self.bar.close()
             self.bar = tqdm(total=kw["total"], desc=f"epoch {kw['epoch'] + 1}/{kw['epochs']}",
                             unit="it", file=self.out, leave=False, dynamic_ncols=True)
             self.t, self.seeds = time.monotonic(), 0
