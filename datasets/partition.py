@@ -83,7 +83,7 @@ class PartitionReport:
             f"partitioned {self.name}: {self.num_nodes:,} nodes, {self.num_edges:,} edges, "
             f"{self.feature_dim} features, {self.num_classes} classes -> {self.num_parts} "
             f"parts ({self.method}) in {self.out_dir}",
-            f"edge cut {self.edge_cut:.4f} ({self.cut_edges:,} edges)  node balance "
+            f"edge cut {self.edge_cut:.2%} ({self.cut_edges:,} edges)  node balance "
             f"{self.balance:.3f}  edge balance {self.edge_balance:.3f}  time "
             f"{self.seconds:.2f} s (DGL {self.dgl_seconds:.2f} s"
             + (f", load {self.load_seconds:.2f} s" if self.load_seconds is not None else "")
