@@ -193,12 +193,12 @@ class Plan:
     def check_job(self, job: JobSpec, source: str = "plan") -> None:
         """Refuse a plan recorded for a job whose placement-relevant fields differ from
         ``job``'s (a SpecError naming them); plans that record no job pass. ``gnnsched
-        train`` and ``simulate`` call it unless ``--force``."""
+        train`` and ``simulate`` call it unless ``--any-job``."""
         diff = self.job_differences(job)
         if diff:
             fix = f"re-run `gnnsched plan --job {job.source}`"
             if len(self.trainers) == job.trainers:  # else no plan entry for some trainer
-                fix += ", or pass --force to use this plan anyway"
+                fix += ", or pass --any-job to use this plan anyway"
             raise SpecError(source, "job_key",
                             f"plan was made for a job with other settings than {job.source} "
                             f"({'; '.join(diff)})", fix)

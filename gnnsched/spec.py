@@ -493,7 +493,27 @@ class JobSpec:
         """Fields a placement depends on (the cost profile's, the number of trainers and the
         prefetch depth): ``gnnsched plan`` records them, and a plan made for a job that
         differs in any of them is refused."""
-        return {**self.profile_key(), "trainers": self.trainers, "prefetch": self.prefetch}
+        key = {**self.profile_key(), "trainers": self.trainers, "prefetch": self.prefetch}
+        if self.dataset == "synthetic":  # the graph generated, not how its parameters were written
+            key["synthetic"] = self.synthetic_params()
+        return key
+
+    def synthetic_params(self) -> dict[str, Any]:
+        """Every parameter of the synthetic graph this job generates, defaults filled in as
+        :func:`gnnsched.datasets.load_dataset` fills them (so writing out a default, or the
+        job's seed, names the same graph)."""
+        import inspect
+
+        from gnnsched.datasets import SYNTHETIC_DEFAULT_NODES
+        from gnnsched.datasets.synthetic import generate
+
+        params = {k: p.default for k, p in inspect.signature(generate).parameters.items()
+                  if p.default is not inspect.Parameter.empty and k != "name"}
+        params.update(num_nodes=SYNTHETIC_DEFAULT_NODES, seed=self.seed)
+        if self.feature_dim is not None:
+            params["feature_dim"] = self.feature_dim
+        params.update(self.synthetic or {})
+        return dict(sorted(params.items()))
 
 
 def job_from_dict(data: Any, source: str = "<job>", base: Path | None = None) -> JobSpec:

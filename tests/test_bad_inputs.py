@@ -44,7 +44,7 @@ from gnnsched.runtime.transport import (
     encode,
     make_socket,
 )
-from gnnsched.spec import SpecError, load_cluster, load_job
+from gnnsched.spec import SpecError, job_from_dict, load_cluster, load_job
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB4 = ROOT / "examples" / "lab4"
@@ -934,7 +934,7 @@ def test_plan_for_another_job_names_what_differs(files: dict) -> None:
     assert str(exc.value) == (
         "p.json: job_key: plan was made for a job with other settings than other.yaml "
         "(batch_size: plan 8, job 64; fanouts: plan [10, 25], job [5, 5]) (valid: re-run "
-        "`gnnsched plan --job other.yaml`, or pass --force to use this plan anyway)")
+        "`gnnsched plan --job other.yaml`, or pass --any-job to use this plan anyway)")
     # epochs, lr, seed... do not change where tasks run; a moved dataset file keeps its name
     plan.check_job(replace(job, epochs=1, lr=0.1, seed=3), "p.json")
     npz = replace(job, dataset="/a/cora.npz")
@@ -945,6 +945,20 @@ def test_plan_for_another_job_names_what_differs(files: dict) -> None:
         plan.check_job(replace(job, trainers=3), "p.json")
 
 
+def test_a_synthetic_graph_is_compared_by_the_graph_it_generates() -> None:
+    """Writing out a generator default (or the job's seed) names the same graph; another
+    parameter or seed names another one."""
+    base = {"dataset": "synthetic", "num_parts": 2, "trainers": 1}
+    short = job_from_dict({**base, "synthetic": {"num_nodes": 10000}}, "a.yaml")
+    spelt = job_from_dict({**base, "synthetic": {"num_nodes": 10000, "seed": 0,
+                                                 "avg_degree": 20}}, "b.yaml")
+    plan = Plan("greedy", "c", "", (), job="j").for_job(short)
+    assert plan.job_differences(spelt) == []
+    sparse = job_from_dict({**base, "synthetic": {"avg_degree": 10}}, "c.yaml")
+    assert [d.split(":")[0] for d in plan.job_differences(sparse)] == ["synthetic"]
+    assert plan.job_differences(replace(short, seed=1)) != []
+
+
 def test_train_refuses_a_plan_for_another_job(capsys: pytest.CaptureFixture,
                                               files: dict, tmp_path: Path) -> None:
     _plan(load_cluster(files["cluster"])).for_job(load_job(files["job"])).save(files["plan"])
@@ -952,15 +966,15 @@ def test_train_refuses_a_plan_for_another_job(capsys: pytest.CaptureFixture,
     line = _train(capsys, files)
     assert f"{files['plan']}: job_key: plan was made for a job with other settings than " \
         f"{files['job']} (batch_size: plan 8, job 64) (valid: re-run `gnnsched plan --job " \
-        f"{files['job']}`, or pass --force to use this plan anyway)" in line
-    # --force: one warning, then on to the next check (here: no such partitions)
+        f"{files['job']}`, or pass --any-job to use this plan anyway)" in line
+    # --any-job: one warning, then on to the next check (here: no such partitions)
     rc = cli_main(["train", "--cluster", str(files["cluster"]), "--job", str(files["job"]),
-                   "--plan", str(files["plan"]), "--out", str(tmp_path / "run"), "--force",
+                   "--plan", str(files["plan"]), "--out", str(tmp_path / "run"), "--any-job",
                    "--partitions", str(tmp_path / "nowhere")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 2, err
     assert err[0] == f"gnnsched train: warning: {files['plan']} was made for a job with other " \
-        f"settings than {files['job']} (batch_size: plan 8, job 64); using it anyway (--force)"
+        f"settings than {files['job']} (batch_size: plan 8, job 64); using it anyway (--any-job)"
     assert "not a gnnsched partition directory" in err[1]
 
 
@@ -981,10 +995,10 @@ def test_simulate_refuses_a_plan_for_another_job(capsys: pytest.CaptureFixture,
     assert capsys.readouterr().err.strip() == (
         f"gnnsched simulate: error: {plan}: job_key: plan was made for a job with other "
         f"settings than {job} (batch_size: plan 512, job 64) (valid: re-run `gnnsched plan "
-        f"--job {job}`, or pass --force to use this plan anyway)")
-    assert cli_main([*sim, "--force"]) == 0
+        f"--job {job}`, or pass --any-job to use this plan anyway)")
+    assert cli_main([*sim, "--any-job"]) == 0
     cap = capsys.readouterr()
-    assert "(batch_size: plan 512, job 64); using it anyway (--force)" in cap.err
+    assert "(batch_size: plan 512, job 64); using it anyway (--any-job)" in cap.err
     assert json.loads(cap.out)["epoch_time_s"] > 0
 
 

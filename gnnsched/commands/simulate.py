@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "them over one connection per receiver, in that order, connections "
                         "sharing the NICs fairly (the runtime's stores use 150; "
                         "default: ideal NICs that serve their queue as the policy says)")
-    p.add_argument("--force", action="store_true",
+    p.add_argument("--any-job", action="store_true",
                    help="use a plan made for a different job (batch size, fan-outs, ...; a "
                         "warning says what differs) instead of refusing it")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     job = load_job(args.job)
     check_compatible(cluster, job)
     plan = Plan.load(args.plan)
-    if args.force:
+    if args.any_job:
         from gnnsched.commands.train import warn_job_differences
 
         warn_job_differences(plan, job, args.plan, "simulate")

@@ -64,8 +64,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "holds an earlier run is refused unless --force")
     p.add_argument("--force", action="store_true",
                    help="replace the run already in --out (its metrics.jsonl and checkpoints "
-                        "are deleted), and use a plan made for a different job (a warning "
-                        "says what differs)")
+                        "are deleted)")
+    p.add_argument("--any-job", action="store_true",
+                   help="use a plan made for a job with other settings (batch size, "
+                        "fan-outs, ...; a warning says what differs) instead of refusing it")
     p.add_argument("--json", action="store_true", help="end by printing one JSON object")
     p.add_argument("--epochs", type=epochs_int, default=None, help="override the job's epochs")
     p.add_argument("--cost", default=None,
@@ -274,11 +276,11 @@ def _faults(specs: list[str]) -> tuple[Any, ...]:
 
 
 def warn_job_differences(plan: Plan, job: JobSpec, source: str, verb: str) -> None:
-    """One stderr line when a plan made for another job is used anyway (``--force``)."""
+    """One stderr line when a plan made for another job is used anyway (``--any-job``)."""
     diff = plan.job_differences(job)
     if diff:
         print(f"gnnsched {verb}: warning: {source} was made for a job with other settings "
-              f"than {job.source} ({'; '.join(diff)}); using it anyway (--force)",
+              f"than {job.source} ({'; '.join(diff)}); using it anyway (--any-job)",
               file=sys.stderr)
 
 
@@ -404,7 +406,7 @@ def run(args: argparse.Namespace) -> int:
                        launcher=args.launcher, out_dir=args.out, partitions=args.partitions,
                        epochs=args.epochs, options=opts, profile=args.cost,
                        progress=progress, data_dir=args.data_dir, launcher_options=lopts,
-                       force_plan=args.force)
+                       force_plan=args.any_job)
     except (RunError, LaunchError, TransportError, MessageError, NetnsError) as exc:
         # one clear line; the whole story (log tails, tracebacks) is in the run's logs/
         progress.close()
