@@ -1536,10 +1536,12 @@ def _why_speed(c: dict[str, Any], base: str) -> str:
         if ar > 1.1 * wire:
             # DistDGL prefetches nothing, so its all-reduce has the NICs to itself; gnnsched's
             # gradients share the trainers' NIC queues with the next mini-batches' features
-            bits.append(f"{said}: its messages queue behind prefetched features in the "
-                        "trainers' NIC queues (holding features for the whole all-reduce with "
-                        "small send windows cut it, but starved slow stores elsewhere: see "
-                        "RuntimeOptions.grad_first)")
+            bits.append(f"{said}: the runtime prefetches, so the next mini-batches' features "
+                        "share the trainers' NICs with it, and a store's hold cannot recall what "
+                        "its send window already handed to the kernel (holding features for the "
+                        "whole all-reduce with small send windows shortened it, but starved "
+                        "slow stores elsewhere: see RuntimeOptions.grad_first); DistDGL samples "
+                        "and fetches in line, so nothing of its own is in flight then")
         else:
             bits.append(f"{said}: both systems spend most of an iteration moving gradients, "
                         "which neither placement nor order shortens")
@@ -1828,7 +1830,8 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
                 pct = "simulated" in t["target"] or "accuracy" in t["target"]
                 val = (f"{t['value']:+.1%}" if "simulated" in t["target"] else
                        f"{100 * t['value']:+.1f} pt" if "accuracy" in t["target"] else
-                       f"{t['value']:.3f}x" if abs(t["by"] or 1) < 0.01 else
+                       f"{t['value']:.3f}x" if t["by"] is not None and abs(t["by"]) < 0.01
+                       else
                        f"{t['value']:.2f}x")
                 met = "n/a" if t["met"] is None else "yes" if t["met"] else "**no**"
                 by = ("–" if t["met"] is not False else

@@ -125,7 +125,13 @@ def _allreduce(name: str, rate: float, reps: int) -> list[dict[str, Any]]:
                     str(29500 + k), str(n), str(reps)]
             procs = [subprocess.Popen([*ec.exec_prefix(h), *argv, str(r)], env=env, text=True,
                                       stdout=subprocess.PIPE) for r, h in enumerate("ab")]
-            got = [p.communicate(timeout=120)[0] for p in procs]
+            try:
+                got = [p.communicate(timeout=120)[0] for p in procs]
+            finally:  # a rank that failed or hung leaves no process in the namespaces
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
             if any(p.returncode for p in procs):
                 raise RuntimeError(f"all-reduce workers failed: {[p.returncode for p in procs]}")
             times = sorted(json.loads(got[0]))

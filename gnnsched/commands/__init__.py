@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-MAX_SEED = 2**32 - 1  # numpy's SeedSequence and torch both take 32-bit seeds everywhere
+MAX_SEED = 2**32 - 1  # a 32-bit seed: what every seeded library here accepts as is
 MAX_SECONDS = 1e6  # ~11 days; timeouts go to ZeroMQ as int32 milliseconds (2.1e6 s)
 MAX_EPOCHS = 100_000  # as in job files (gnnsched.spec.MAX_EPOCHS)
 

@@ -319,10 +319,25 @@ def _same_plan(saved: Path, plan: str | Path | None) -> bool:
         return False
 
 
+def clear_run_dir(run_dir: str | Path) -> None:
+    """``--force``: remove the earlier run's own files (metrics, checkpoints with their
+    half-written temporaries, logs, plan copy), so nothing of it is mistaken for the new
+    run's; anything else in the folder stays."""
+    import shutil
+
+    d = Path(run_dir)
+    for name in ("metrics.jsonl", "plan.json"):
+        (d / name).unlink(missing_ok=True)
+    for name in ("checkpoints", "logs"):
+        shutil.rmtree(d / name, ignore_errors=True)
+    print(f"gnnsched train: replacing the run in {d} (--force)", file=sys.stderr)
+
+
 def check_run_dir(run_dir: str | Path, plan: str | Path | None = None) -> None:
     """A fresh ``gnnsched train`` must not wipe an earlier run: a SpecError naming the folder,
     what it holds and the way out (``--force`` or another ``--out``). An empty or new folder
-    is fine, and so is one where a run failed before it trained anything."""
+    is fine, and so is one where a run failed before it trained anything (no metrics, no
+    checkpoints, and this same plan)."""
     from gnnsched.spec import SpecError
 
     held = earlier_run(run_dir, plan)
@@ -400,6 +415,8 @@ def run(args: argparse.Namespace) -> int:
         args.out = f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}"
     if not args.force:  # before anything is written there; recovery stays inside one run
         check_run_dir(args.out, args.plan)
+    elif earlier_run(args.out, args.plan):
+        clear_run_dir(args.out)
     progress = _Progress(args.json)
     try:
         result = train(args.cluster, args.job, args.plan, policy=args.policy,
