@@ -180,11 +180,13 @@ class RuntimeOptions:
     # against 1.61 s with timed holds (1.5 MB of gradients per step on 100 Mbit/s).
     # Gradients still wait behind features already in flight when the hold starts (the
     # windows below cover 150 / 120 ms of a store's egress): gloo's all-reduce of those 1.5 MB
-    # takes 125 ms between two idle 100 Mbit/s hosts and ~148 ms in the run. Holding for the
+    # takes 123 ms between two idle 100 Mbit/s hosts (bench/bench_netns.py) and ~148 ms in the
+    # run. One-off runs with this file patched (gnnsched placement + policy): holding for the
     # whole call with 30 / 20 ms windows cut it to 135 ms and the epoch 2% (1.588 -> 1.554 s,
-    # 3 runs each), but made hetero/Physics 6% slower (1.35 -> 1.43 s, 2 runs each), so
-    # neither is the default. Shallower emulated NIC queues are no way out either: with
-    # ``--nic-queue-ms 5`` TCP lost packets and plentiful/Physics took 2.9 s (DistDGL 4.5 s).
+    # 3 runs each), but made hetero/Physics 6% slower (colocation + fifo, 1.35 -> 1.43 s,
+    # 2 runs each), so neither is the default. Shallower emulated NIC queues are no way out
+    # either: with ``gnnsched bench --shapes plentiful --datasets physics --nic-queue-ms 5``
+    # TCP lost packets and gnnsched took 2.9 s per epoch (DistDGL 4.5 s).
     grad_first: bool = True
     request_timeout: float = 120.0  # a store / trainer answer we wait for
     start_timeout: float = 300.0  # all roles up and ready

@@ -89,12 +89,9 @@ def run(args: argparse.Namespace) -> int:
     job = load_job(args.job)
     check_compatible(cluster, job)
     plan = Plan.load(args.plan)
-    if args.any_job:
-        from gnnsched.commands.train import warn_job_differences
+    from gnnsched.commands.train import check_plan_job
 
-        warn_job_differences(plan, job, args.plan, "simulate")
-    else:
-        plan.check_job(job, args.plan)
+    check_plan_job(plan, job, args.plan, "simulate", args.any_job)
     plan.validate(cluster, job, source=args.plan)
     profile = profile_for(job, args.cost)
     try:

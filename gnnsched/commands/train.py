@@ -63,8 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run directory, new or empty (default: runs/train-TIME); one that "
                         "holds an earlier run is refused unless --force")
     p.add_argument("--force", action="store_true",
-                   help="replace the run already in --out (its metrics.jsonl and checkpoints "
-                        "are deleted)")
+                   help="replace the run already in --out (its metrics.jsonl, checkpoints, "
+                        "logs and plan copy are deleted; other files stay)")
     p.add_argument("--any-job", action="store_true",
                    help="use a plan made for a job with other settings (batch size, "
                         "fan-outs, ...; a warning says what differs) instead of refusing it")
@@ -160,10 +160,7 @@ def train(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path, plan: Pl
         plan = Plan.load(plan)
     else:
         source = "plan"
-    if force_plan:
-        warn_job_differences(plan, job, source, "train")
-    else:
-        plan.check_job(job, source)
+    check_plan_job(plan, job, source, "train", force_plan)
     plan.validate(cluster, job, source)
     if options is not None and getattr(options, "faults", ()):
         check_faults(options.faults, cluster, plan)
@@ -275,8 +272,13 @@ def _faults(specs: list[str]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def warn_job_differences(plan: Plan, job: JobSpec, source: str, verb: str) -> None:
-    """One stderr line when a plan made for another job is used anyway (``--any-job``)."""
+def check_plan_job(plan: Plan, job: JobSpec, source: str, verb: str,
+                   any_job: bool = False) -> None:
+    """A plan made for another job's settings is refused (:meth:`Plan.check_job`), or with
+    ``any_job`` (``--any-job``) used anyway after one stderr line naming what differs."""
+    if not any_job:
+        plan.check_job(job, source)
+        return
     diff = plan.job_differences(job)
     if diff:
         print(f"gnnsched {verb}: warning: {source} was made for a job with other settings "
