@@ -197,15 +197,39 @@ def register(name: str):
     return deco
 
 
+def policies() -> dict[str, type[Policy]]:
+    """Every policy by name: the built-ins and those installed as plug-ins
+    (:mod:`gnnsched.plugins`, entry point group ``gnnsched.policies``)."""
+    from gnnsched.plugins import POLICIES_GROUP, merge
+
+    return merge(POLICIES_GROUP, POLICIES, Policy)
+
+
 def get_policy(name: str | Policy) -> Policy:
     """A fresh policy object by name (a Policy instance is passed through)."""
     if isinstance(name, Policy):
         return name
     try:
-        return POLICIES[name]()
+        return policies()[name]()
     except KeyError:
         raise ValueError(f"unknown policy {name!r} (known: {', '.join(sorted(POLICIES))})") \
             from None
+
+
+def choose_sampling(candidates: list[tuple[float, int]], next_step: Sequence[int],
+                    policy: Policy, now: float) -> int:
+    """The trainer whose next mini-batch a free sampling core starts (contract rule 3).
+
+    ``candidates`` are ``(ready_since, trainer)`` for the trainers with an idle sampler on the
+    machine and an open prefetch window (a trainer may appear more than once); listed oldest
+    ready first, a lone candidate is taken without asking the policy. The simulator and the
+    runtime's coordinator both dispatch through this, so they cannot drift apart.
+    """
+    cands = sorted(candidates)
+    if len(cands) == 1:
+        return cands[0][1]
+    keys = [BatchKey(w, next_step[w]) for _, w in cands]
+    return policy.pick_batch(keys, now).trainer
 
 
 def gradient_contenders(egress: Sequence[float], ingress: Sequence[float],
@@ -305,5 +329,5 @@ class GnnSched(Policy):
         return min(enumerate(candidates), key=key)[1]
 
 
-__all__ = ["POLICIES", "BatchInfo", "BatchKey", "Fifo", "GnnSched", "Policy", "PolicyContext",
+__all__ = ["POLICIES", "choose_sampling", "policies", "BatchInfo", "BatchKey", "Fifo", "GnnSched", "Policy", "PolicyContext",
            "Transfer", "get_policy", "register"]

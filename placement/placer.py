@@ -646,19 +646,22 @@ def register(name: str) -> Callable[[type[Placer]], type[Placer]]:
     return deco
 
 
-def get_placer(name: str, **kwargs: Any) -> Placer:
-    """An instance of the placer registered as `name`."""
+def placers() -> dict[str, type[Placer]]:
+    """Every placer by name: the built-ins (registered on import) and those installed as
+    plug-ins (:mod:`gnnsched.plugins`, entry point group ``gnnsched.placers``)."""
     import importlib
 
-    for mod in ("baselines", "cpsat", "search"):  # registering is importing
-        try:
-            importlib.import_module(f"gnnsched.placement.{mod}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"gnnsched.placement.{mod}":
-                raise
+    from gnnsched.plugins import PLACERS_GROUP, merge
 
+    for mod in ("baselines", "cpsat", "search"):  # registering is importing
+        importlib.import_module(f"gnnsched.placement.{mod}")
+    return merge(PLACERS_GROUP, PLACERS, Placer)
+
+
+def get_placer(name: str, **kwargs: Any) -> Placer:
+    """An instance of the placer registered as `name`."""
     try:
-        return PLACERS[name](**kwargs)
+        return placers()[name](**kwargs)
     except KeyError:
         raise SpecError("--placer", "", f"unknown placer {name!r}",
                         ", ".join(sorted(PLACERS))) from None
@@ -666,5 +669,5 @@ def get_placer(name: str, **kwargs: Any) -> Placer:
 
 __all__ = ["MAX_SAMPLERS", "PLACERS", "PROCESS_BYTES", "SEARCH_ITERATIONS", "Placer", "Problem", "Scorer", "Slot",
            "Usage", "bound_scorer", "plan_transfers", "transfers", "bundle_parts", "candidate_splits", "check_resources", "contiguous_split", "default_scorer",
-           "fill_samplers", "get_placer", "seeds_of", "split_balanced", "store_groups", "is_feasible", "main_store", "register",
+           "fill_samplers", "get_placer", "placers", "seeds_of", "split_balanced", "store_groups", "is_feasible", "main_store", "register",
            "simulator_scorer", "split_of", "usage"]

@@ -586,15 +586,24 @@ LAUNCHERS: dict[str, type[Launcher]] = {"local": LocalLauncher, "netns": NetnsLa
                                         "ssh": SshLauncher}
 
 
+def launchers() -> dict[str, type[Launcher]]:
+    """Every launcher by name: the built-ins and those installed as plug-ins
+    (:mod:`gnnsched.plugins`, entry point group ``gnnsched.launchers``)."""
+    from gnnsched.plugins import LAUNCHERS_GROUP, merge
+
+    return merge(LAUNCHERS_GROUP, LAUNCHERS, Launcher)
+
+
 def get_launcher(name: str | Launcher, cluster: ClusterSpec, **kwargs: Any) -> Launcher:
+    """A launcher for ``cluster`` by name (a Launcher instance is passed through)."""
     if isinstance(name, Launcher):
         return name
     try:
-        cls = LAUNCHERS[name]
+        cls = launchers()[name]
     except KeyError:
         raise ValueError(f"unknown launcher {name!r} (valid: {', '.join(LAUNCHERS)})") from None
     return cls(cluster, **kwargs)
 
 
 __all__ = ["LAUNCHERS", "LaunchError", "Launcher", "LocalLauncher", "NetnsLauncher", "Process",
-           "RoleLaunch", "SshLauncher", "get_launcher"]
+           "RoleLaunch", "SshLauncher", "get_launcher", "launchers"]
