@@ -113,18 +113,15 @@ def table(problem: Any, plan: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gnnsched import api
     from gnnsched.placement import Problem
-    from gnnsched.placement.search import plan_and_compare
     from gnnsched.profile import profile_for
-    from gnnsched.spec import load_cluster, load_job
 
-    cluster, job = load_cluster(args.cluster), load_job(args.job)
-    profile = profile_for(job, args.cost)
-    problem = Problem(cluster, job, profile)
-    plan = plan_and_compare(problem, args.placer, seed=args.seed, budget=args.budget)
-    plan = plan.with_prediction(cluster_file=str(args.cluster), job_file=str(args.job),
-                                cost=args.cost or "synthetic").for_job(job)
+    plan = api.plan(args.cluster, args.job, args.cost, placer=args.placer, seed=args.seed,
+                    budget=args.budget)
     plan.save(args.out)
+    cluster, job = api.load_pair(args.cluster, args.job)
+    problem = Problem(cluster, job, profile_for(job, args.cost))
     if args.plot:
         from gnnsched.placement.plot import draw
 

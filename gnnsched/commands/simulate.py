@@ -23,7 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", required=True, help="job file (YAML)")
     p.add_argument("--plan", required=True, help="plan file (from `gnnsched plan`)")
     p.add_argument("--cost", default=None,
-                   help="cost profile from `gnnsched profile` (default: synthetic, for jobs "
+                   help="cost profile from `gnnsched profile` (default: the one the plan was made "
+                        "with, else synthetic, for jobs "
                    "on synthetic graphs)")
     p.add_argument("--policy", default="gnnsched", help="online policy (fifo | gnnsched)")
     p.add_argument("--seed", type=seed_int, default=0, help="seed of the mini-batch draws")
@@ -79,31 +80,19 @@ def report(res: Any, plan_bound: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gnnsched.plan import Plan
-    from gnnsched.policy import get_policy
-    from gnnsched.profile import profile_for
-    from gnnsched.simulator import simulate, workload_for
-    from gnnsched.spec import SpecError, check_compatible, load_cluster, load_job
+    from gnnsched import api
+    from gnnsched.simulator import workload_for
+    from gnnsched.spec import SpecError
 
-    cluster = load_cluster(args.cluster)
-    job = load_job(args.job)
-    check_compatible(cluster, job)
-    plan = Plan.load(args.plan)
-    from gnnsched.commands.train import check_plan_job
-
-    check_plan_job(plan, job, args.plan, "simulate", args.any_job)
-    plan.validate(cluster, job, source=args.plan)
-    profile = profile_for(job, args.cost)
-    try:
-        policy = get_policy(args.policy)
-    except ValueError as exc:
-        raise SpecError("--policy", "", str(exc)) from None
     if args.nic_window is not None and not args.nic_window > 0:
         raise SpecError("--nic-window", "", f"must be > 0 milliseconds, got {args.nic_window}",
                         "150 (what the runtime's stores queue), or leave it out")
-    res = simulate(cluster, job, plan, profile, policy, seed=args.seed,
-                   iterations=args.iterations, record=bool(args.gantt or args.timeline),
-                   nic_window_s=None if args.nic_window is None else args.nic_window / 1e3)
+    inp = api.prepare(args.cluster, args.job, args.plan, args.cost, verb="simulate",
+                      any_job=args.any_job)
+    cluster, job, plan, profile = inp.cluster, inp.job, inp.plan, inp.profile
+    res = api.simulate(inp, policy=args.policy, seed=args.seed, iterations=args.iterations,
+                       record=bool(args.gantt or args.timeline),
+                       nic_window_s=None if args.nic_window is None else args.nic_window / 1e3)
     timeline = None
     if args.timeline:
         from gnnsched.trace import summarize_sim

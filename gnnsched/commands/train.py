@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gnnsched.api import check_faults, check_plan_job, summary, train
 from gnnsched.commands import (
     epochs_int,
     input_dir,
@@ -41,8 +42,8 @@ from gnnsched.commands import (
     seconds,
     threads_int,
 )
-from gnnsched.plan import Plan
-from gnnsched.spec import ClusterSpec, JobSpec
+
+__all__ = ["check_faults", "check_plan_job", "summary", "train"]  # the library's, re-exported
 
 HELP = "train for real on local processes, an emulated cluster or SSH hosts, as a plan says"
 
@@ -122,62 +123,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "repeatable, checked against the plan before anything starts")
 
 
-def train(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path, plan: Plan | str | Path,
-          *, policy: Any = "gnnsched", launcher: Any = "local",
-          out_dir: str | Path | None = None, partitions: str | Path | None = None,
-          epochs: int | None = None, options: Any = None, profile: Any = None,
-          progress: Any = None, data_dir: str | None = None,
-          launcher_options: dict[str, Any] | None = None, force_plan: bool = False) -> Any:
-    """Run one real training job and return its :class:`~gnnsched.runtime.coordinator.RunResult`.
-
-    ``cluster`` / ``job`` / ``plan`` are objects or file paths; ``policy`` a name or a
-    :class:`~gnnsched.policy.Policy`; ``launcher`` a name or a
-    :class:`~gnnsched.runtime.launcher.Launcher`; ``profile`` a
-    :class:`~gnnsched.profile.CostProfile` (or path) giving the policy its expected costs.
-    A plan that records another job (:meth:`~gnnsched.plan.Plan.job_differences`) is refused
-    unless ``force_plan``, which warns on stderr and trains it anyway.
-    """
-    from dataclasses import replace
-
-    from gnnsched.datasets.cache import partitions_for
-    from gnnsched.policy import POLICIES
-    from gnnsched.profile import CostProfile
-    from gnnsched.runtime.coordinator import Coordinator
-    from gnnsched.runtime.launcher import get_launcher
-    from gnnsched.spec import SpecError, check_compatible, load_cluster, load_job
-
-    if isinstance(policy, str) and policy not in POLICIES:
-        raise SpecError("--policy", "", f"unknown policy {policy!r}", ", ".join(sorted(POLICIES)))
-    if not isinstance(cluster, ClusterSpec):
-        cluster = load_cluster(cluster)
-    if not isinstance(job, JobSpec):
-        job = load_job(job)
-    if epochs is not None:
-        job = replace(job, epochs=int(epochs))
-    check_compatible(cluster, job)
-    if not isinstance(plan, Plan):
-        source = str(plan)
-        plan = Plan.load(plan)
-    else:
-        source = "plan"
-    check_plan_job(plan, job, source, "train", force_plan)
-    plan.validate(cluster, job, source)
-    if options is not None and getattr(options, "faults", ()):
-        check_faults(options.faults, cluster, plan)
-    if profile is not None and not isinstance(profile, CostProfile):
-        path = str(profile)
-        profile = CostProfile.load(path)
-        profile.check_job(job, path)
-    parts = Path(partitions) if partitions else partitions_for(job, data_dir, quiet=True)
-    run_dir = Path(out_dir or f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    plan.save(run_dir / "plan.json")
-    launch = get_launcher(launcher, cluster, **(launcher_options or {}))
-    coord = Coordinator(cluster, job, plan, str(parts), launch, run_dir, policy,
-                        options=options, profile=profile, progress=progress)
-    return coord.run()
-
-
 class _Progress:
     """tqdm bar per epoch plus one summary line per epoch (stderr in --json mode)."""
 
@@ -222,20 +167,6 @@ class _Progress:
             self.bar.close()
 
 
-def summary(result: Any) -> dict[str, Any]:
-    """The ``--json`` object of one system run."""
-    return {"policy": result.policy, "placer": result.placer, "launcher": result.launcher,
-            "epoch_time_s": result.epoch_time_s, "test_accuracy": result.test_accuracy,
-            "val_accuracy": result.val_accuracy[-1] if result.val_accuracy else None,
-            "bytes_sent": result.bytes_sent, "network_bytes": result.network_bytes,
-            "allreduce_bytes": result.allreduce_bytes,
-            "bytes_by_process": result.bytes_by_process, "stages": result.stages,
-            "epoch_times_s": [e["epoch_time_s"] for e in result.epochs],
-            "iterations_per_epoch": result.iterations_per_epoch,
-            "startup_s": result.startup_s, "wall_s": result.wall_s, "run_dir": result.run_dir,
-            "recoveries": getattr(result, "recoveries", [])}
-
-
 FAULT_ROLES = ("trainer", "sampler", "store", "fetcher", "machine")
 FAULT_SIGNALS = ("KILL", "STOP", "TERM")  # as gnnsched.runtime.coordinator sends them
 _FAULT_FORM = "ROLE:ID:STEP[:KILL|STOP|TERM], e.g. sampler:1:20 or machine:store0:5:STOP"
@@ -270,20 +201,6 @@ def _faults(specs: list[str]) -> tuple[Any, ...]:
                             ", ".join(FAULT_SIGNALS))
         out.append(Fault(f"{kind}:{ident}", step, sig))
     return tuple(out)
-
-
-def check_plan_job(plan: Plan, job: JobSpec, source: str, verb: str,
-                   any_job: bool = False) -> None:
-    """A plan made for another job's settings is refused (:meth:`Plan.check_job`), or with
-    ``any_job`` (``--any-job``) used anyway after one stderr line naming what differs."""
-    if not any_job:
-        plan.check_job(job, source)
-        return
-    diff = plan.job_differences(job)
-    if diff:
-        print(f"gnnsched {verb}: warning: {source} was made for a job with other settings "
-              f"than {job.source} ({'; '.join(diff)}); using it anyway (--any-job)",
-              file=sys.stderr)
 
 
 def earlier_run(run_dir: str | Path, plan: str | Path | None = None) -> list[str]:
@@ -348,31 +265,6 @@ def check_run_dir(run_dir: str | Path, plan: str | Path | None = None) -> None:
                         "training there would replace it",
                         "another --out (a new or empty folder), or --force to replace "
                         "that run")
-
-
-def check_faults(faults: Any, cluster: ClusterSpec, plan: Plan) -> None:
-    """Every fault names a process (or machine) the plan runs; a SpecError naming the
-    ``--kill-at`` value and the targets that exist, before anything is launched."""
-    from gnnsched.spec import SpecError
-
-    samplers = sum(t.num_samplers for t in plan.trainers)
-    targets = {
-        "trainer": [str(w) for w in range(len(plan.trainers))],
-        "sampler": [str(s) for s in range(samplers)],
-        "store": [m.name for m in cluster.machines if m.partitions],
-        "fetcher": sorted({t.fetch_at for t in plan.trainers if t.fetch_at != t.machine}),
-        "machine": [m.name for m in cluster.machines],
-    }
-    for f in faults:
-        kind, _, ident = f.role.partition(":")
-        known = targets.get(kind)
-        if known is None or ident not in known:
-            names = [f"{kind}:{k}" for k in (known or [])]
-            valid = (", ".join(names[:8]) + (f" ... ({len(names)} in all)" if len(names) > 8
-                                             else "")) if names else \
-                f"none: this plan runs no {kind} process"
-            raise SpecError("--kill-at", "", f"no process {f.role!r} in this plan "
-                            f"(step {f.at_step})", valid)
 
 
 def _first_line(exc: BaseException) -> str:

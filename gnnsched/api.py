@@ -1,0 +1,265 @@
+"""The library's front door: plan, simulate, train and calibrate, as the CLI does them.
+
+Each function takes objects or file paths and does the loading and checking once, in one
+place, so the CLI, ``gnnsched demo``, the evaluation and a user's script all walk the same
+forward path::
+
+    cluster, job -> profile -> plan -> prediction (simulate) -> run (train) -> calibrate
+
+A plan records the profile and cluster it was made with (``made_for``), so ``simulate`` and
+``train`` find the profile again without being told (``cost=None``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gnnsched.plan import Plan
+from gnnsched.profile import CostProfile, profile_for
+from gnnsched.spec import ClusterSpec, JobSpec, SpecError, check_compatible, load_cluster, load_job
+
+if TYPE_CHECKING:
+    from gnnsched.simulator import SimResult
+
+
+def file_digest(path: str | Path) -> str:
+    """sha256 of a file's bytes: how a plan recognises the profile and cluster it was made for."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def load_pair(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
+              epochs: int | None = None) -> tuple[ClusterSpec, JobSpec]:
+    """Cluster and job as objects, checked against each other (paths are loaded)."""
+    if not isinstance(cluster, ClusterSpec):
+        cluster = load_cluster(cluster)
+    if not isinstance(job, JobSpec):
+        job = load_job(job)
+    if epochs is not None:
+        job = replace(job, epochs=int(epochs))
+    check_compatible(cluster, job)
+    return cluster, job
+
+
+def load_plan(plan: Plan | str | Path, cluster: ClusterSpec, job: JobSpec, verb: str,
+              any_job: bool = False) -> tuple[Plan, str]:
+    """A plan (path or object) checked against the job and the cluster; with its source."""
+    if isinstance(plan, Plan):
+        source = "plan"
+    else:
+        source = str(plan)
+        plan = Plan.load(plan)
+    check_plan_job(plan, job, source, verb, any_job)
+    plan.validate(cluster, job, source)
+    return plan, source
+
+
+def plan_profile(plan: Plan, job: JobSpec, cost: CostProfile | str | Path | None,
+                 source: str = "plan") -> CostProfile:
+    """The profile to predict ``plan`` with: ``cost`` when given, else the one the plan was
+    made with (its ``made_for.cost``, checked unchanged by its digest), else the job's
+    synthetic profile."""
+    if isinstance(cost, CostProfile):
+        cost.check_job(job, "profile")
+        return cost
+    if cost is None:
+        made = plan.predicted.get("made_for", {})
+        path = made.get("cost")
+        if path:
+            p = Path(path)
+            if not p.is_file():
+                raise SpecError(source, "predicted.made_for.cost",
+                                f"the plan was made with profile {path}, which is not there "
+                                "(from this folder)", "pass --cost PROFILE.json")
+            digest = made.get("cost_sha256")
+            if digest and file_digest(p) != digest:
+                raise SpecError(source, "predicted.made_for.cost",
+                                f"profile {path} changed since the plan was made",
+                                "pass --cost to use it anyway, or re-run `gnnsched plan`")
+            cost = str(p)
+    return profile_for(job, None if cost is None else str(cost))
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What simulate and train start from, loaded and checked once (:func:`prepare`)."""
+
+    cluster: ClusterSpec
+    job: JobSpec
+    plan: Plan
+    profile: CostProfile | None
+    plan_source: str = "plan"
+
+
+def prepare(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
+            plan: Plan | str | Path, cost: CostProfile | str | Path | None = None, *,
+            verb: str = "simulate", any_job: bool = False, epochs: int | None = None,
+            need_profile: bool = True) -> Inputs:
+    """Load and cross-check cluster, job, plan and profile, once. Without ``need_profile`` a
+    profile is loaded only when ``cost`` names one (train learns its costs online)."""
+    cluster, job = load_pair(cluster, job, epochs)
+    plan, source = load_plan(plan, cluster, job, verb, any_job)
+    profile = None
+    if need_profile:
+        profile = plan_profile(plan, job, cost, source)
+    elif isinstance(cost, CostProfile):
+        profile = cost
+    elif cost is not None:
+        profile = CostProfile.load(str(cost))
+        profile.check_job(job, str(cost))
+    return Inputs(cluster, job, plan, profile, source)
+
+
+def plan(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
+         cost: CostProfile | str | Path | None = None, *, placer: str = "gnnsched",
+         seed: int = 0, budget: float | None = None) -> Plan:
+    """Place every task of ``job`` on ``cluster`` with ``placer``, compared with the baselines
+    (colocation, greedy, random) and the lower bound; the plan's ``predicted`` holds the
+    comparison and ``made_for`` the files it was made from."""
+    from gnnsched.placement import Problem
+    from gnnsched.placement.search import plan_and_compare
+
+    cluster_file = None if isinstance(cluster, ClusterSpec) else str(cluster)
+    job_file = None if isinstance(job, JobSpec) else str(job)
+    cluster, job = load_pair(cluster, job)
+    cost_file = None if cost is None or isinstance(cost, CostProfile) else str(cost)
+    profile = cost if isinstance(cost, CostProfile) else profile_for(job, cost_file)
+    result = plan_and_compare(Problem(cluster, job, profile), placer, seed=seed, budget=budget)
+    made_for: dict[str, Any] = {"cost": cost_file, "cluster": cluster_file, "job": job_file}
+    for key, path in (("cost", cost_file), ("cluster", cluster_file)):
+        if path:
+            made_for[f"{key}_sha256"] = file_digest(path)
+    result = result.with_prediction(cluster_file=cluster_file, job_file=job_file,
+                                    cost=cost_file or "synthetic", made_for=made_for)
+    return result.for_job(job)
+
+
+def simulate(cluster: Inputs | ClusterSpec | str | Path, job: JobSpec | str | Path | None = None,
+             plan: Plan | str | Path | None = None,
+             cost: CostProfile | str | Path | None = None, *, policy: Any = "gnnsched",
+             seed: int = 0, iterations: int | None = None, record: bool = False,
+             nic_window_s: float | None = None, any_job: bool = False) -> SimResult:
+    """Predict a plan's run with the simulator (``policy`` a name or a Policy). The first
+    argument may be :class:`Inputs` from :func:`prepare` instead of cluster, job and plan."""
+    from gnnsched.policy import get_policy
+    from gnnsched.simulator import simulate as run_sim
+
+    if isinstance(cluster, Inputs):
+        inp = cluster
+    else:
+        if job is None or plan is None:
+            raise TypeError("simulate needs cluster, job and plan (or Inputs from prepare)")
+        inp = prepare(cluster, job, plan, cost, verb="simulate", any_job=any_job)
+    try:
+        pol = get_policy(policy)
+    except ValueError as exc:
+        raise SpecError("--policy", "", str(exc)) from None
+    return run_sim(inp.cluster, inp.job, inp.plan, inp.profile, pol, seed=seed,
+                   iterations=iterations, record=record, nic_window_s=nic_window_s)
+
+
+def train(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path, plan: Plan | str | Path,
+          *, policy: Any = "gnnsched", launcher: Any = "local",
+          out_dir: str | Path | None = None, partitions: str | Path | None = None,
+          epochs: int | None = None, options: Any = None, profile: Any = None,
+          progress: Any = None, data_dir: str | None = None,
+          launcher_options: dict[str, Any] | None = None, force_plan: bool = False) -> Any:
+    """Run one real training job and return its :class:`~gnnsched.runtime.coordinator.RunResult`.
+
+    ``cluster`` / ``job`` / ``plan`` are objects or file paths; ``policy`` a name or a
+    :class:`~gnnsched.policy.Policy`; ``launcher`` a name or a
+    :class:`~gnnsched.runtime.launcher.Launcher`; ``profile`` a
+    :class:`~gnnsched.profile.CostProfile` (or path) giving the policy its expected costs.
+    A plan that records another job (:meth:`~gnnsched.plan.Plan.job_differences`) is refused
+    unless ``force_plan``, which warns on stderr and trains it anyway.
+    """
+    from gnnsched.datasets.cache import partitions_for
+    from gnnsched.policy import policies
+    from gnnsched.runtime.coordinator import Coordinator
+    from gnnsched.runtime.launcher import get_launcher
+
+    if isinstance(policy, str) and policy not in policies():
+        raise SpecError("--policy", "", f"unknown policy {policy!r}",
+                        ", ".join(sorted(policies())))
+    inp = prepare(cluster, job, plan, profile, verb="train", any_job=force_plan, epochs=epochs,
+                  need_profile=False)
+    cluster, job, plan, profile = inp.cluster, inp.job, inp.plan, inp.profile
+    if options is not None and getattr(options, "faults", ()):
+        check_faults(options.faults, cluster, plan)
+    parts = Path(partitions) if partitions else partitions_for(job, data_dir, quiet=True)
+    run_dir = Path(out_dir or f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    plan.save(run_dir / "plan.json")
+    launch = get_launcher(launcher, cluster, **(launcher_options or {}))
+    coord = Coordinator(cluster, job, plan, str(parts), launch, run_dir, policy,
+                        options=options, profile=profile, progress=progress)
+    return coord.run()
+
+
+def calibrate(run_dir: str | Path, **kwargs: Any) -> CostProfile:
+    """The profile a measured run implies (:func:`gnnsched.calibrate.from_run`): re-plan from
+    what the cluster really did."""
+    from gnnsched.calibrate import from_run
+
+    return from_run(run_dir, **kwargs)
+
+
+def summary(result: Any) -> dict[str, Any]:
+    """The ``--json`` object of one system run."""
+    return {"policy": result.policy, "placer": result.placer, "launcher": result.launcher,
+            "epoch_time_s": result.epoch_time_s, "test_accuracy": result.test_accuracy,
+            "val_accuracy": result.val_accuracy[-1] if result.val_accuracy else None,
+            "bytes_sent": result.bytes_sent, "network_bytes": result.network_bytes,
+            "allreduce_bytes": result.allreduce_bytes,
+            "bytes_by_process": result.bytes_by_process, "stages": result.stages,
+            "epoch_times_s": [e["epoch_time_s"] for e in result.epochs],
+            "iterations_per_epoch": result.iterations_per_epoch,
+            "startup_s": result.startup_s, "wall_s": result.wall_s, "run_dir": result.run_dir,
+            "recoveries": getattr(result, "recoveries", [])}
+
+
+def check_plan_job(plan: Plan, job: JobSpec, source: str, verb: str,
+                   any_job: bool = False) -> None:
+    """A plan made for another job's settings is refused (:meth:`Plan.check_job`), or with
+    ``any_job`` (``--any-job``) used anyway after one stderr line naming what differs."""
+    if not any_job:
+        plan.check_job(job, source)
+        return
+    diff = plan.job_differences(job)
+    if diff:
+        print(f"gnnsched {verb}: warning: {source} was made for a job with other settings "
+              f"than {job.source} ({'; '.join(diff)}); using it anyway (--any-job)",
+              file=sys.stderr)
+
+
+def check_faults(faults: Any, cluster: ClusterSpec, plan: Plan) -> None:
+    """Every fault names a process (or machine) the plan runs; a SpecError naming the
+    ``--kill-at`` value and the targets that exist, before anything is launched."""
+    from gnnsched.spec import SpecError
+
+    samplers = sum(t.num_samplers for t in plan.trainers)
+    targets = {
+        "trainer": [str(w) for w in range(len(plan.trainers))],
+        "sampler": [str(s) for s in range(samplers)],
+        "store": [m.name for m in cluster.machines if m.partitions],
+        "fetcher": sorted({t.fetch_at for t in plan.trainers if t.fetch_at != t.machine}),
+        "machine": [m.name for m in cluster.machines],
+    }
+    for f in faults:
+        kind, _, ident = f.role.partition(":")
+        known = targets.get(kind)
+        if known is None or ident not in known:
+            names = [f"{kind}:{k}" for k in (known or [])]
+            valid = (", ".join(names[:8]) + (f" ... ({len(names)} in all)" if len(names) > 8
+                                             else "")) if names else \
+                f"none: this plan runs no {kind} process"
+            raise SpecError("--kill-at", "", f"no process {f.role!r} in this plan "
+                            f"(step {f.at_step})", valid)
+
+
+__all__ = ["Inputs", "calibrate", "check_faults", "check_plan_job", "file_digest", "load_pair",
+           "load_plan", "plan", "plan_profile", "prepare", "simulate", "summary", "train"]
