@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gnnsched.instance import Instance, workload_for
 from gnnsched.plan import Plan
-from gnnsched.simulator import Instance
 from gnnsched.workload import Bound, Workload
 
 
@@ -435,7 +435,6 @@ def small_instance(seed: int, iterations: int = 3, *, max_trainers: int = 2,
     """
     from gnnsched.plan import TrainerPlan
     from gnnsched.profile import synthetic_profile
-    from gnnsched.simulator import workload_for
     from gnnsched.spec import GB, GBIT, GPU, ClusterSpec, JobSpec, Machine
 
     rng = np.random.default_rng(seed)

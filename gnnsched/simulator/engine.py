@@ -1,0 +1,552 @@
+"""The simulator's event engine: one epoch of a drawn :class:`Instance` under a policy.
+
+:func:`simulate` draws the instance from a plan and runs it; :func:`run` is the event loop
+(sampling on cores, transfers on the network model of :mod:`.network`, training, the
+all-reduce barrier); :class:`SimResult` is what it reports, with the instance's lower bound
+(:func:`gnnsched.bounds.instance_bound`) and the critical path (:func:`critical_path`).
+The semantics are in the package's docstring (:mod:`gnnsched.simulator`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from gnnsched.bounds import instance_bound
+from gnnsched.instance import Instance, workload_for
+from gnnsched.plan import Plan
+from gnnsched.policy import (
+    BatchInfo,
+    BatchKey,
+    Policy,
+    Transfer,
+    choose_sampling,
+    get_policy,
+)
+from gnnsched.profile import CostProfile
+from gnnsched.simulator.network import _FairNet, _Flow, _PriorityNet, _WindowNet
+from gnnsched.spec import ClusterSpec, JobSpec
+from gnnsched.workload import Workload
+
+KINDS = ("struct", "block", "feat", "relay")
+_STRUCT, _BLOCK, _FEAT, _RELAY = range(4)
+_CPU_DONE, _FLOW_DONE, _ARRIVE, _TRAIN_DONE, _AR_DONE, _RELEASE = range(6)
+
+
+class Span(NamedTuple):
+    """One busy interval of a resource. ``rate``: bytes/s on NICs, 1 on cores and devices."""
+
+    resource: str  # "cpu:M", "egress:M", "ingress:M", "gpu:M/D"
+    start: float
+    end: float
+    stage: str  # sample | struct | block | feat | relay | train | allreduce
+    trainer: int  # -1 for the all-reduce on a NIC
+    iteration: int
+    rate: float = 1.0
+
+
+class Segment(NamedTuple):
+    """A piece of the critical path."""
+
+    stage: str
+    trainer: int
+    iteration: int
+    start: float
+    end: float
+
+
+@dataclass
+class SimResult:
+    """One simulated epoch: what plans are compared by, and what the reports show."""
+
+    policy: str
+    epoch_time_s: float  # end of the last all-reduce (extrapolated if fewer iterations ran)
+    iteration_time_s: float  # steady state: mean barrier-to-barrier time after warm-up
+    iterations: int  # iterations simulated
+    lower_bound_s: float  # bound of the drawn instance (bounds.py), scaled if extrapolated
+    barriers: np.ndarray  # [K] end of each iteration's all-reduce
+    times: dict[str, np.ndarray]  # per batch [W, K]: sample_start, sampled, ready, train_*
+    utilisation: dict[str, float]  # resource -> busy fraction of the epoch
+    stages: list[dict[str, float]]  # per trainer: sample, fetch, train, stall, barrier seconds
+    critical_path: list[Segment]
+    critical_share: dict[str, float]  # stage -> seconds on the critical path
+    capacity: dict[str, float]  # resource -> capacity (bytes/s, cores, 1)
+    timeline: list[Span] | None = None
+    events: int = 0
+    wall_s: float = 0.0
+    extrapolated: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def makespan_s(self) -> float:
+        """End of the last simulated iteration (no extrapolation)."""
+        return float(self.barriers[-1])
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.wall_s if self.wall_s > 0 else float("inf")
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-able headline numbers."""
+        return {
+            "policy": self.policy, "epoch_time_s": self.epoch_time_s,
+            "iteration_time_s": self.iteration_time_s, "iterations": self.iterations,
+            "lower_bound_s": self.lower_bound_s,
+            "ratio_to_bound": self.epoch_time_s / self.lower_bound_s
+            if self.lower_bound_s > 0 else None,
+            "extrapolated": self.extrapolated,
+            "critical_share": self.critical_share,
+            "utilisation_max": max(self.utilisation.values(), default=0.0),
+            "events": self.events, "wall_s": self.wall_s, "events_per_s": self.events_per_s,
+            **self.meta,
+        }
+
+
+# ------------------------------------------------------------------------------ simulator
+
+
+def simulate(cluster: ClusterSpec | Workload, job: JobSpec | Plan | None = None,
+             plan: Plan | None = None, profile: CostProfile | None = None,
+             policy: str | Policy = "gnnsched", *, seed: int = 0,
+             iterations: int | None = None, record: bool = False,
+             validate: bool = True, nic_window_s: float | None = None) -> SimResult:
+    """Simulate one epoch of `plan`.
+
+    Call as ``simulate(cluster, job, plan, profile, policy)`` or
+    ``simulate(workload, plan, policy=...)``. `iterations` < the epoch's simulates that many
+    and extrapolates the epoch from the steady-state iteration time. `validate` checks the
+    plan against the cluster and job (SpecError naming the trainer and field).
+    `nic_window_s`: None, every NIC serves its queue as the policy says (the planning
+    model); seconds, senders hand transfers to their kernel while less than that much egress
+    is queued there, one connection per receiver, as the gnnsched runtime's stores do
+    (:class:`_WindowNet`; what predicting a real run needs).
+    """
+    if isinstance(cluster, Workload):
+        wl = cluster
+        if plan is None and isinstance(job, Plan):
+            plan = job
+    else:
+        if job is None or profile is None or not isinstance(job, JobSpec):
+            raise TypeError("simulate(cluster, job, plan, profile, policy) or "
+                            "simulate(workload, plan)")
+        if validate:
+            profile.check_job(job)
+        wl = workload_for(cluster, job, profile)
+    if plan is None:
+        raise TypeError("simulate needs a plan")
+    if validate:
+        plan.validate(wl.cluster, wl.job)
+    inst = Instance(wl, plan, seed=seed, iterations=iterations, nic_window_s=nic_window_s)
+    return run(inst, policy, record=record)
+
+
+def run(inst: Instance, policy: str | Policy = "gnnsched", *, record: bool = False,
+        prefetch: int | None = None) -> SimResult:
+    """Run the event loop on a drawn instance."""
+    wall0 = time.perf_counter()
+    pol = get_policy(policy)
+    pol.reset(inst.context(prefetch or inst.workload.job.prefetch))
+    W, K, M = inst.W, inst.K, inst.M
+    pf = [pol.prefetch(w) for w in range(W)]
+    names = inst.names
+    caps = inst.egress + inst.ingress
+    heap: list[tuple] = []
+    counter = itertools.count()
+    hpush, hpop = heapq.heappush, heapq.heappop
+    spans: list[Span] | None = [] if record else None
+
+    def schedule(t: float, obj: Any) -> None:
+        hpush(heap, (t, next(counter), _FLOW_DONE, obj, obj.ver))
+
+    rec_flow = None
+    if spans is not None:
+        def rec_flow(f: _Flow, t0: float, t1: float, rate: float) -> None:
+            st = KINDS[f.kind]
+            spans.append(Span(f"egress:{names[f.src]}", t0, t1, st, f.w, f.k, rate))
+            spans.append(Span(f"ingress:{names[f.dst]}", t0, t1, st, f.w, f.k, rate))
+
+    priority = pol.sharing in ("priority", "classes")
+    if pol.sharing not in ("priority", "fair", "classes"):
+        raise ValueError(f"policy {pol.name!r}: sharing must be 'fair' or 'priority'")
+    net: Any
+    if inst.nic_window_s is not None:
+        net = _WindowNet(caps, schedule, rec_flow, inst.nic_window_s, M, priority)
+    else:
+        net = (_PriorityNet if pol.sharing == "priority" else _FairNet)(caps, schedule,
+                                                                        rec_flow)
+    latency = inst.latency
+    T, F = inst.T, inst.F
+    sample_s, train_s, block, feat, struct, feat_total = (
+        inst.sample_s, inst.train_s, inst.block, inst.feat, inst.struct, inst.feat_total)
+    A = inst.allreduce_s
+    grad = inst.grad_rate
+
+    # state
+    cores_free = list(inst.cores)
+    sampler_on: list[list[tuple[int, int]]] = [[] for _ in range(M)]  # S -> [(w, slot idx)]
+    slot_free: list[list[int]] = []
+    slot_machine: list[list[int]] = []
+    for w in range(W):
+        slot_free.append([c for _, c in inst.samplers[w]])
+        slot_machine.append([m for m, _ in inst.samplers[w]])
+        for j, (m, _) in enumerate(inst.samplers[w]):
+            sampler_on[m].append((w, j))
+    next_disp = [0] * W
+    next_train = [0] * W
+    ready_since = [0.0] * W
+    busy = [False] * W
+    nan = math.nan
+    t_sample = [[nan] * K for _ in range(W)]
+    t_cpu = [[nan] * K for _ in range(W)]
+    t_sampled = [[nan] * K for _ in range(W)]
+    t_block = [[nan] * K for _ in range(W)]
+    t_featF = [[nan] * K for _ in range(W)]
+    t_feat = [[nan] * K for _ in range(W)]
+    t_start = [[nan] * K for _ in range(W)]
+    t_end = [[nan] * K for _ in range(W)]
+    where = [[-1] * K for _ in range(W)]
+    pend_struct = [[0] * K for _ in range(W)]
+    pend_feat = [[0] * K for _ in range(W)]
+    trained = [0] * K
+    ar_start = [0.0] * K
+    barrier = [nan] * K
+    nbar = [0]
+    passed = [0] * W  # barriers each trainer has left (later than nbar with barrier skew)
+    release = inst.release
+    fids = itertools.count()
+    bytes_out = [0.0] * M
+    bytes_in = [0.0] * M
+    cpu_busy = [0.0] * M
+    nevents = 0
+
+    def flow(kind: int, w: int, k: int, src: int, dst: int, nbytes: float, now: float) -> None:
+        fid = next(fids)
+        f = _Flow(fid, src, dst, M, nbytes, kind, w, k)
+        tr = Transfer(BatchKey(w, k), KINDS[kind], src, dst, nbytes, now, fid)
+        f.tr = tr
+        if priority:
+            f.skey = tuple(pol.priority(tr)) + (fid,)
+        bytes_out[src] += nbytes
+        bytes_in[dst] += nbytes
+        net.add(f, now)
+
+    def dispatch(S: int, now: float) -> None:
+        while cores_free[S] > 0:
+            cands = []
+            slot: dict[int, int] = {}  # trainer -> its first idle sampler slot here
+            for w, j in sampler_on[S]:
+                nd = next_disp[w]
+                if slot_free[w][j] > 0 and nd < K and nd < next_train[w] + pf[w]:
+                    cands.append((ready_since[w], w))
+                    if j < slot.get(w, j + 1):
+                        slot[w] = j
+            if not cands:
+                return
+            w = choose_sampling(cands, next_disp, pol, now)  # the runtime's rule too
+            j = slot[w]
+            k = next_disp[w]
+            next_disp[w] = k + 1
+            ready_since[w] = now
+            slot_free[w][j] -= 1
+            cores_free[S] -= 1
+            t_sample[w][k] = now
+            where[w][k] = j
+            hpush(heap, (now + sample_s[w][k], next(counter), _CPU_DONE, w, k))
+
+    def sampled(w: int, k: int, S: int, j: int, now: float) -> None:
+        t_sampled[w][k] = now
+        slot_free[w][j] += 1
+        ft = feat_total[w][k]
+        pol.on_sampled(BatchKey(w, k), BatchInfo(ft, block[w][k], train_s[w][k], feat[w][k], S),
+                       now)
+        Tw, Fw = T[w], F[w]
+        if S != Tw and block[w][k] > 0:
+            flow(_BLOCK, w, k, S, Tw, block[w][k], now)
+        else:
+            t_block[w][k] = now
+        n = 0
+        for m, b in feat[w][k]:
+            if m != Fw and b > 0:
+                flow(_FEAT, w, k, m, Fw, b, now)
+                n += 1
+        pend_feat[w][k] = n
+        if n == 0:
+            feat_at_fetch(w, k, now)
+        dispatch(S, now)
+        try_train(w, now)
+
+    def feat_at_fetch(w: int, k: int, now: float) -> None:
+        t_featF[w][k] = now
+        if F[w] != T[w] and feat_total[w][k] > 0:
+            flow(_RELAY, w, k, F[w], T[w], feat_total[w][k], now)
+        else:
+            t_feat[w][k] = now
+
+    def try_train(w: int, now: float) -> None:
+        k = next_train[w]
+        if k >= K or busy[w] or passed[w] < k:
+            return
+        if t_block[w][k] != t_block[w][k] or t_feat[w][k] != t_feat[w][k]:  # NaN: not yet
+            return
+        busy[w] = True
+        next_train[w] = k + 1
+        t_start[w][k] = now
+        hpush(heap, (now + train_s[w][k], next(counter), _TRAIN_DONE, w, k))
+        if next_disp[w] == k + pf[w]:  # the window just opened
+            ready_since[w] = now
+        for m, _ in inst.samplers[w]:
+            dispatch(m, now)
+
+    def barrier_done(k: int, now: float) -> None:
+        barrier[k] = now
+        nbar[0] = k + 1
+        pol.on_barrier(k, now)
+        for w in range(W):
+            if release is not None and release[w][k] > 0:
+                hpush(heap, (now + release[w][k], next(counter), _RELEASE, w, k))
+            else:
+                passed[w] = k + 1
+                try_train(w, now)
+
+    for S in range(M):
+        if sampler_on[S]:
+            dispatch(S, 0.0)
+
+    now = 0.0
+    while heap:
+        t, _, code, a, b = hpop(heap)
+        if code == _FLOW_DONE:
+            f = net.done(a, b, t)
+            if f is None:
+                continue
+            now = t
+            nevents += 1
+            if latency > 0:
+                hpush(heap, (t + latency, next(counter), _ARRIVE, f, 0))
+            else:
+                code, a = _ARRIVE, f
+        else:
+            now = t
+            nevents += 1
+        if code == _ARRIVE:
+            f = a
+            pol.on_transfer_done(f.tr, now)
+            w, k, kind = f.w, f.k, f.kind
+            if kind == _FEAT:
+                pend_feat[w][k] -= 1
+                if pend_feat[w][k] == 0:
+                    feat_at_fetch(w, k, now)
+                    try_train(w, now)
+            elif kind == _BLOCK:
+                t_block[w][k] = now
+                try_train(w, now)
+            elif kind == _RELAY:
+                t_feat[w][k] = now
+                try_train(w, now)
+            else:
+                pend_struct[w][k] -= 1
+                if pend_struct[w][k] == 0:
+                    j = where[w][k]
+                    sampled(w, k, slot_machine[w][j], j, now)
+        elif code == _CPU_DONE:
+            w, k = a, b
+            j = where[w][k]
+            S = slot_machine[w][j]
+            cores_free[S] += 1
+            t_cpu[w][k] = now
+            cpu_busy[S] += sample_s[w][k]
+            if spans is not None:
+                spans.append(Span(f"cpu:{names[S]}", t_sample[w][k], now, "sample", w, k))
+            n = 0
+            for m, nb in struct[w][k]:
+                if m != S and nb > 0:
+                    flow(_STRUCT, w, k, m, S, nb, now)
+                    n += 1
+            pend_struct[w][k] = n
+            if n == 0:
+                sampled(w, k, S, j, now)
+            else:
+                dispatch(S, now)
+        elif code == _TRAIN_DONE:
+            w, k = a, b
+            busy[w] = False
+            t_end[w][k] = now
+            if spans is not None:
+                spans.append(Span(f"gpu:{names[T[w]]}/{inst.dev[w]}", t_start[w][k], now,
+                                  "train", w, k))
+            pol.on_trained(BatchKey(w, k), now)
+            trained[k] += 1
+            if trained[k] == W:
+                if A > 0:
+                    ar_start[k] = now
+                    for m, g in grad.items():
+                        net.set_cap(m, caps[m] - g)
+                        net.set_cap(M + m, caps[M + m] - g)
+                    hpush(heap, (now + A, next(counter), _AR_DONE, k, 0))
+                else:
+                    barrier_done(k, now)
+        elif code == _RELEASE:
+            w, k = a, b
+            passed[w] = k + 1
+            try_train(w, now)
+        elif code == _AR_DONE:
+            k = a
+            for m, g in grad.items():
+                net.set_cap(m, caps[m])
+                net.set_cap(M + m, caps[M + m])
+                bytes_out[m] += g * A
+                bytes_in[m] += g * A
+                if spans is not None:
+                    spans.append(Span(f"egress:{names[m]}", ar_start[k], now, "allreduce", -1,
+                                      k, g))
+                    spans.append(Span(f"ingress:{names[m]}", ar_start[k], now, "allreduce",
+                                      -1, k, g))
+            if spans is not None:
+                for w in range(W):
+                    spans.append(Span(f"gpu:{names[T[w]]}/{inst.dev[w]}", ar_start[k], now,
+                                      "allreduce", w, k))
+            barrier_done(k, now)
+        if net.dirty and (not heap or heap[0][0] > now):
+            net.commit(now)
+
+    if nbar[0] < K:
+        raise RuntimeError(f"simulation stalled at iteration {nbar[0]} of {K} "
+                           "(a transfer with no bandwidth?)")
+    wall = time.perf_counter() - wall0
+    times = {n: np.array(v) for n, v in (
+        ("sample_start", t_sample), ("cpu_end", t_cpu), ("sampled", t_sampled),
+        ("block", t_block), ("feat_at_fetch", t_featF), ("ready_feat", t_feat),
+        ("train_start", t_start), ("train_end", t_end))}
+    return _result(inst, pol, pf, np.array(barrier), times, spans, nevents, wall,
+                   bytes_out, bytes_in, cpu_busy)
+
+
+# ------------------------------------------------------------------------------ results
+
+
+def _result(inst: Instance, pol: Policy, pf: list[int], barrier: np.ndarray,
+            times: dict[str, np.ndarray], spans: list[Span] | None, nevents: int, wall: float,
+            bytes_out: list[float], bytes_in: list[float], cpu_busy: list[float]) -> SimResult:
+    W, K, M = inst.W, inst.K, inst.M
+    makespan = float(barrier[-1])
+    warm = min(K - 1, max(1, max(pf) + 1, K // 10))
+    if K - warm >= 1 and K > 1:
+        it = float((barrier[-1] - barrier[warm - 1]) / (K - warm))
+    else:
+        it = makespan / K
+    extrapolated = K < inst.full_iterations
+    epoch = makespan + (inst.full_iterations - K) * it if extrapolated else makespan
+    left = _left(inst, barrier)  # [W][K]: when each trainer left each all-reduce
+    prev = np.concatenate([np.zeros((W, 1)), left[:, :-1]], axis=1)
+    ts, te = times["train_start"], times["train_end"]
+    ready = np.maximum(times["block"], times["ready_feat"])
+    stages = []
+    for w in range(W):
+        stages.append({
+            "sample": float(np.sum(times["sampled"][w] - times["sample_start"][w])),
+            "fetch": float(np.sum(ready[w] - times["sampled"][w])),
+            "train": float(np.sum(te[w] - ts[w])),
+            "stall": float(np.sum(ts[w] - prev[w])),
+            "barrier": float(np.sum(left[w] - te[w])),
+        })
+    names = inst.names
+    util: dict[str, float] = {}
+    cap: dict[str, float] = {}
+    span = max(makespan, 1e-300)
+    for m in range(M):
+        cap[f"egress:{names[m]}"] = inst.egress[m]
+        cap[f"ingress:{names[m]}"] = inst.ingress[m]
+        cap[f"cpu:{names[m]}"] = float(inst.cores[m])
+        if bytes_out[m] > 0:
+            util[f"egress:{names[m]}"] = bytes_out[m] / inst.egress[m] / span
+        if bytes_in[m] > 0:
+            util[f"ingress:{names[m]}"] = bytes_in[m] / inst.ingress[m] / span
+        if cpu_busy[m] > 0:
+            util[f"cpu:{names[m]}"] = cpu_busy[m] / inst.cores[m] / span
+    for w in range(W):
+        key = f"gpu:{names[inst.T[w]]}/{inst.dev[w]}"
+        cap[key] = 1.0
+        util[key] = float(np.sum(te[w] - ts[w])) / span
+    path = critical_path(inst, barrier, times, pf)
+    share: dict[str, float] = {}
+    for s in path:
+        share[s.stage] = share.get(s.stage, 0.0) + (s.end - s.start)
+    bound = instance_bound(inst)
+    lower = bound.epoch_s * (inst.full_iterations / K if extrapolated else 1.0)
+    return SimResult(pol.name, epoch, it, K, lower, barrier, times, util, stages, path,
+                     share, cap, spans, nevents, wall, extrapolated,
+                     {"bottleneck": bound.bottleneck, "sharing": pol.sharing,
+                      "prefetch": max(pf), "nic_window_s": inst.nic_window_s})
+
+
+def _left(inst: Instance, barrier: np.ndarray) -> np.ndarray:
+    """[W][K] seconds at which each trainer left each all-reduce (``Instance.release``); the
+    last one ends the run, so every trainer's stages add up to the makespan."""
+    out = np.tile(np.asarray(barrier, dtype=float), (inst.W, 1))
+    if inst.release is not None:
+        out[:, :-1] += np.asarray(inst.release, dtype=float)[:, :out.shape[1] - 1]
+    return out
+
+
+def critical_path(inst: Instance, barrier: np.ndarray, times: dict[str, np.ndarray],
+                  pf: list[int]) -> list[Segment]:
+    """Walk back from the last barrier along whatever each step waited for."""
+    eps = 1e-9 * max(float(barrier[-1]), 1e-9)
+    A = inst.allreduce_s
+    left = _left(inst, barrier)
+    ts, te = times["train_start"], times["train_end"]
+    out: list[Segment] = []
+    k = inst.K - 1
+    w = int(np.argmax(te[:, k]))
+    if A > 0:
+        out.append(Segment("allreduce", -1, k, float(barrier[k] - A), float(barrier[k])))
+    with_train = True  # False: we arrived at batch k because its training *started*
+    guard = 0
+    while guard < 4 * inst.K * inst.W + 8:
+        guard += 1
+        s0 = float(ts[w, k])
+        if with_train:
+            out.append(Segment("train", w, k, s0, float(te[w, k])))
+        with_train = True
+        if k > 0 and s0 <= left[w, k - 1] + eps:
+            if left[w, k - 1] > barrier[k - 1] + eps:  # this trainer left the all-reduce late
+                out.append(Segment("allreduce", w, k - 1, float(barrier[k - 1]),
+                                   float(left[w, k - 1])))
+            k -= 1
+            w = int(np.argmax(te[:, k]))
+            if A > 0:
+                out.append(Segment("allreduce", -1, k, float(barrier[k] - A),
+                                   float(barrier[k])))
+            continue
+        sampled = float(times["sampled"][w, k])
+        blk, feat = float(times["block"][w, k]), float(times["ready_feat"][w, k])
+        if feat >= blk:
+            fa = float(times["feat_at_fetch"][w, k])
+            if feat > fa:
+                out.append(Segment("relay", w, k, fa, feat))
+            out.append(Segment("feat", w, k, sampled, fa))
+        else:
+            out.append(Segment("block", w, k, sampled, blk))
+        cpu = float(times["cpu_end"][w, k])
+        if sampled > cpu:
+            out.append(Segment("struct", w, k, cpu, sampled))
+        st = float(times["sample_start"][w, k])
+        out.append(Segment("sample", w, k, st, cpu))
+        j = k - pf[w]
+        opened = float(ts[w, j]) if j >= 0 else 0.0
+        if st > opened + eps:
+            out.append(Segment("queue", w, k, opened, st))  # waiting for a core or sampler
+        if j < 0:
+            break
+        k, with_train = j, False  # the buffer was full until batch j started training
+    out.reverse()
+    return out
+
+
+__all__ = ["KINDS", "Segment", "SimResult", "Span", "critical_path", "run", "simulate"]
