@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gnnsched.spec import SpecError, check_synthetic
+from gnnsched.spec import SYNTHETIC_DEFAULTS, SpecError, check_synthetic
 
 from .npz import Graph, load_npz, random_projection
 from .partition import (
@@ -32,7 +32,7 @@ from .partition import (
 from .synthetic import generate
 
 DATA_DIR_ENV = "GNNSCHED_DATA_DIR"
-SYNTHETIC_DEFAULT_NODES = 10_000
+SYNTHETIC_DEFAULT_NODES = SYNTHETIC_DEFAULTS["num_nodes"]
 _REPO_SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 
 __all__ = [

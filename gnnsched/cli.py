@@ -45,7 +45,9 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole CLI; with ``only`` a verb, that verb's flags alone are filled in (the others
+    still list with their one-line help), so a command imports just what it needs."""
     parser = argparse.ArgumentParser(
         prog="gnnsched",
         description="Place and schedule distributed GNN training on limited or uneven clusters.")
@@ -60,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
             continue  # verb not built yet
         p = sub.add_parser(verb, help=mod.HELP, description=mod.__doc__,
                            formatter_class=HelpFormatter)
+        if only is not None and verb != only:
+            continue
         mod.add_arguments(p)
         document_ranges(p)
         p.set_defaults(_run=mod.run)
@@ -107,7 +111,9 @@ def _quiet_stdout() -> None:
 
 
 def _main(argv: list[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    verb = next((w for w in words if not w.startswith("-")), None)
+    args = build_parser(verb if verb in VERBS else None).parse_args(argv)
     stop_cleanly_on_signals()
     try:
         return int(args._run(args) or 0)

@@ -51,11 +51,8 @@ def merge(group: str, registry: dict[str, T], base: type | None = None) -> dict[
             print(f"gnnsched: plug-in {ep.name!r} ({ep.value}) in {group} is not a "
                   f"{base.__name__} subclass; left out", file=sys.stderr)
             continue
-        if getattr(obj, "name", None) in (None, "", "base"):
-            try:
-                obj.name = ep.name
-            except (AttributeError, TypeError):
-                pass
+        if isinstance(obj, type) and "name" not in vars(obj):
+            obj.name = ep.name  # the name users type, not an inherited built-in's
         registry[ep.name] = obj
     return registry
 

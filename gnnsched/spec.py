@@ -502,14 +502,7 @@ class JobSpec:
         """Every parameter of the synthetic graph this job generates, defaults filled in as
         :func:`gnnsched.datasets.load_dataset` fills them (so writing out a default, or the
         job's seed, names the same graph)."""
-        import inspect
-
-        from gnnsched.datasets import SYNTHETIC_DEFAULT_NODES
-        from gnnsched.datasets.synthetic import generate
-
-        params = {k: p.default for k, p in inspect.signature(generate).parameters.items()
-                  if p.default is not inspect.Parameter.empty and k != "name"}
-        params.update(num_nodes=SYNTHETIC_DEFAULT_NODES, seed=self.seed)
+        params = {**SYNTHETIC_DEFAULTS, "seed": self.seed}
         if self.feature_dim is not None:
             params["feature_dim"] = self.feature_dim
         params.update(self.synthetic or {})
@@ -563,6 +556,15 @@ def job_from_dict(data: Any, source: str = "<job>", base: Path | None = None) ->
                    tuple(fanouts), batch_size, epochs, lr, dropout, trainers, seed, split,
                    feature_dim, prefetch, eval_every, synthetic, source)
 
+
+# The synthetic generator's defaults (``datasets.synthetic.generate``'s keyword defaults and
+# ``datasets.SYNTHETIC_DEFAULT_NODES``; a test keeps them equal). They live here, with the
+# job's fields, so the spec needs nothing from the datasets package (which imports the spec).
+SYNTHETIC_DEFAULTS: dict[str, Any] = {
+    "num_nodes": 10_000, "avg_degree": 20, "num_classes": 8, "feature_dim": 128,
+    "homophily": 0.8, "power": 2.5, "feature_noise": 1.0, "train_frac": 0.1, "val_frac": 0.1,
+    "seed": 0,
+}
 
 # ``synthetic:`` keys of a job: the graph generator's (datasets.synthetic.generate) and the
 # synthetic cost profile's (profile.synthetic_profile): (kind, minimum, maximum)

@@ -205,8 +205,12 @@ def test_bad_cost_profile(capsys: pytest.CaptureFixture, files: dict) -> None:
 
 
 def test_unknown_policy_and_bad_fault_spec(capsys: pytest.CaptureFixture, files: dict) -> None:
-    assert "--policy: unknown policy 'fastest' (valid: fifo, gnnsched" in \
-        _train(capsys, files, "--policy", "fastest")
+    with pytest.raises(SystemExit) as exc:  # refused by the parser, naming every choice
+        cli_main(["train", "--cluster", str(files["cluster"]), "--job", str(files["job"]),
+                  "--plan", str(files["plan"]), "--policy", "fastest"])
+    assert exc.value.code == 2
+    assert "argument --policy: invalid choice: 'fastest' (choose from 'fifo', 'gnnsched'" in \
+        capsys.readouterr().err
     assert "--kill-at: cannot parse 'sampler:x'" in _train(capsys, files, "--kill-at",
                                                            "sampler:x")
 

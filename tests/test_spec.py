@@ -203,3 +203,17 @@ def test_synthetic_keys_cover_the_generator() -> None:
     from gnnsched.spec import SYNTHETIC_KEYS
 
     assert set(inspect.signature(generate).parameters) <= set(SYNTHETIC_KEYS)
+
+
+def test_synthetic_defaults_are_the_generators() -> None:
+    """The spec's copy of the generator's defaults (kept there so the spec needs nothing from
+    the datasets package) equals the generator's own keyword defaults."""
+    import inspect
+
+    from gnnsched.datasets import SYNTHETIC_DEFAULT_NODES
+    from gnnsched.datasets.synthetic import generate
+    from gnnsched.spec import SYNTHETIC_DEFAULTS
+
+    own = {k: p.default for k, p in inspect.signature(generate).parameters.items()
+           if p.default is not inspect.Parameter.empty and k != "name"}
+    assert SYNTHETIC_DEFAULTS == {**own, "num_nodes": SYNTHETIC_DEFAULT_NODES}

@@ -26,8 +26,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cost", default=None,
                    help="cost profile from `gnnsched profile` (default: synthetic, for jobs "
                    "on synthetic graphs)")
-    p.add_argument("--placer", default="gnnsched",
-                   help="gnnsched | cpsat | colocation | greedy | random")
+    from gnnsched.placement.placer import placers
+
+    p.add_argument("--placer", default="gnnsched", choices=sorted(placers()),
+                   help="placement algorithm: the built-ins and any installed as a plug-in "
+                        "(entry point group gnnsched.placers)")
     p.add_argument("--budget", type=seconds, default=30.0, help="planning seconds (gnnsched, "
                    "cpsat)")
     p.add_argument("--seed", type=seed_int, default=0, help="seed of search and simulation")

@@ -26,7 +26,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cost profile from `gnnsched profile` (default: the one the plan was made "
                         "with, else synthetic, for jobs "
                    "on synthetic graphs)")
-    p.add_argument("--policy", default="gnnsched", help="online policy (fifo | gnnsched)")
+    from gnnsched.policy import policies
+
+    p.add_argument("--policy", default="gnnsched", choices=sorted(policies()),
+                   help="online policy: the built-ins and any installed as a plug-in (entry "
+                        "point group gnnsched.policies)")
     p.add_argument("--seed", type=seed_int, default=0, help="seed of the mini-batch draws")
     p.add_argument("--iterations", type=positive_int, default=None,
                    help="simulate this many iterations and extrapolate the epoch")

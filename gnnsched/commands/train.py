@@ -52,14 +52,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", required=True, help="cluster file (YAML)")
     p.add_argument("--job", required=True, help="job file (YAML)")
     p.add_argument("--plan", required=True, help="plan.json from `gnnsched plan`")
-    p.add_argument("--launcher", default="local", choices=("local", "netns", "ssh"),
+    from gnnsched.policy import policies
+    from gnnsched.runtime.launcher import launchers
+
+    p.add_argument("--launcher", default="local", choices=sorted(launchers()),
                    help="where the processes run: local = every machine's processes on this "
                         "one, over loopback (no bandwidth limits); netns = each machine in its "
                         "own network namespace with shaped NICs (root; `gnnsched cluster up` "
                         "first); ssh = on the real hosts named by machines[*].ssh in the "
                         "cluster file (see --coordinator-address, --remote-python, "
-                        "--remote-dir) (default: local)")
-    p.add_argument("--policy", default="gnnsched", help="online scheduling policy")
+                        "--remote-dir); or a launcher installed as a plug-in (entry point "
+                        "group gnnsched.launchers) (default: local)")
+    p.add_argument("--policy", default="gnnsched", choices=sorted(policies()),
+                   help="online scheduling policy (built-in or a gnnsched.policies plug-in)")
     p.add_argument("--out", type=output_dir, default=None,
                    help="run directory, new or empty (default: runs/train-TIME); one that "
                         "holds an earlier run is refused unless --force")
