@@ -17,6 +17,25 @@ def cache_root() -> Path:
     return Path(os.environ.get("GNNSCHED_CACHE", Path.home() / ".cache" / "gnnsched"))
 
 
+def check_made_for(job: JobSpec, path: Path, meta: dict) -> None:
+    """A partition directory fixes the job's split (which nodes train, validate, test) and
+    feature width when it is written: a job that asks for others is refused, not silently
+    trained on the directory's."""
+    redo = (f"re-partition: `gnnsched partition {job.dataset} --parts {job.num_parts} "
+            f"--split {job.split}" + (f" --feature-dim {job.feature_dim}"
+                                      if job.feature_dim else "") + f" --out DIR`")
+    held = int(meta.get("split", 0) or 0)
+    if held != job.split:
+        raise SpecError(job.source, "split",
+                        f"is {job.split} but {path} was partitioned with split {held}",
+                        f"split: {held}, or {redo}")
+    width = meta.get("feature_dim")
+    if job.feature_dim is not None and width is not None and int(width) != job.feature_dim:
+        raise SpecError(job.source, "feature_dim",
+                        f"is {job.feature_dim} but {path} holds {width}-d features",
+                        f"feature_dim: {width}, or {redo}")
+
+
 def partitions_for(job: JobSpec, data_dir: str | None = None, *, quiet: bool = False) -> Path:
     """Directory of the job's partitions, partitioning its dataset first if needed."""
     from gnnsched.datasets import load_dataset, open_partitions, partition_graph
@@ -31,6 +50,7 @@ def partitions_for(job: JobSpec, data_dir: str | None = None, *, quiet: bool = F
         if pset.num_parts != job.num_parts:
             raise SpecError(job.source, "num_parts",
                             f"is {job.num_parts} but {path} holds {pset.num_parts} partitions")
+        check_made_for(job, path, pset.meta)
         return path
     key = fingerprint({k: v for k, v in job.to_dict().items()
                        if k in ("dataset", "num_parts", "part_method", "feature_dim", "split",

@@ -1,0 +1,63 @@
+"""A user's own graph, first hour: the job file means what it says."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gnnsched.datasets import load_dataset, open_partitions, partition_graph
+from gnnsched.datasets.cache import partitions_for
+from gnnsched.spec import SpecError, job_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def two_splits(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Cora with a second, reshuffled split: a ``[2, N]`` mask file like the Coauthor ones."""
+    z = dict(np.load(ROOT / "datasets" / "data" / "cora.npz", allow_pickle=False))
+    rng = np.random.default_rng(0)
+    perm = rng.permutation(int(z["num_nodes"]))
+    for key in ("train_mask", "val_mask", "test_mask"):
+        z[key] = np.stack([z[key], z[key][perm]])
+    path = tmp_path_factory.mktemp("own") / "mine.npz"
+    np.savez_compressed(path, **z)
+    return path
+
+
+def _job(dataset: Path, **fields: object):
+    return job_from_dict({"dataset": str(dataset), "num_parts": 2, "trainers": 2,
+                          "batch_size": 64, **fields}, source="job.yaml")
+
+
+def test_split_picks_other_test_nodes(two_splits: Path, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GNNSCHED_CACHE", str(tmp_path / "cache"))
+    a, b = load_dataset(str(two_splits), split=0), load_dataset(str(two_splits), split=1)
+    assert not np.array_equal(a.test_mask, b.test_mask)
+    pa = open_partitions(partitions_for(_job(two_splits, split=0), quiet=True))
+    pb = open_partitions(partitions_for(_job(two_splits, split=1), quiet=True))
+    assert pa.meta["split"] == 0 and pb.meta["split"] == 1
+    tests = [sum(c["test"] for c in p.meta["parts"]) for p in (pa, pb)]
+    assert tests[0] > 0 and tests[1] > 0
+    with pytest.raises(SpecError, match=r"split 5 is out of range"):
+        load_dataset(str(two_splits), split=5)
+
+
+def test_split_of_a_partition_directory_is_enforced(two_splits: Path, tmp_path: Path) -> None:
+    """With ``partitions:`` the directory fixes the split: a job asking for another one is
+    refused, naming the job file, the field and both ways out (it was silently ignored)."""
+    out = tmp_path / "parts"
+    partition_graph(load_dataset(str(two_splits), split=0), 2, out, method="random", seed=0)
+    job = _job(two_splits, partitions=str(out), split=1)
+    with pytest.raises(SpecError) as exc:
+        partitions_for(job, quiet=True)
+    text = str(exc.value)
+    assert "job.yaml" in text and "split" in text and "partitioned with split 0" in text
+    assert "--split 1" in text
+    assert partitions_for(replace(job, split=0), quiet=True) == out
+    with pytest.raises(SpecError, match="holds 1433-d features"):
+        partitions_for(replace(job, split=0, feature_dim=64), quiet=True)
