@@ -23,7 +23,7 @@ def check_made_for(job: JobSpec, path: Path, meta: dict) -> None:
     trained on the directory's."""
     redo = (f"re-partition: `gnnsched partition {job.dataset} --parts {job.num_parts} "
             f"--split {job.split}" + (f" --feature-dim {job.feature_dim}"
-                                      if job.feature_dim else "") + f" --out DIR`")
+                                      if job.feature_dim else "") + " --out DIR`")
     held = int(meta.get("split", 0) or 0)
     if held != job.split:
         raise SpecError(job.source, "split",
