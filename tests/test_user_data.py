@@ -61,3 +61,43 @@ def test_split_of_a_partition_directory_is_enforced(two_splits: Path, tmp_path: 
     assert partitions_for(replace(job, split=0), quiet=True) == out
     with pytest.raises(SpecError, match="holds 1433-d features"):
         partitions_for(replace(job, split=0, feature_dim=64), quiet=True)
+
+
+def test_learning_curve_png_beside_metrics(tmp_path: Path) -> None:
+    import json
+
+    from gnnsched.learning_curve import draw_curve, read_curve
+
+    recs = [{"type": "batch", "phase": "train", "seq": s, "loss": 2.0 / (s + 1)}
+            for s in range(6)]
+    recs += [{"type": "batch", "phase": "val", "seq": 6}]  # not a training loss
+    recs += [{"type": "epoch", "epoch": e, "train_loss": 1.0 / (e + 1), "val_accuracy": 0.5 + e / 10}
+             for e in range(2)] + [{"type": "test", "accuracy": 0.61}]
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("\n".join(json.dumps(r) for r in recs) + '\n{"type": "ba')  # torn tail
+    c = read_curve(metrics)
+    assert c["batch_step"] == list(range(6)) and c["val"] == [0.5, 0.6] and c["test"] == [0.61]
+    png = draw_curve(metrics)
+    assert png == tmp_path / "curve.png" and png.read_bytes()[:4] == b"\x89PNG"
+    empty = tmp_path / "empty" / "metrics.jsonl"
+    empty.parent.mkdir()
+    empty.write_text("")
+    assert draw_curve(empty) is None
+
+
+def test_progress_is_plain_off_a_terminal() -> None:
+    """A pipe or a log file gets the epoch lines, not carriage-return bar updates."""
+    import io
+
+    from gnnsched.commands.train import _Progress
+
+    p = _Progress(quiet=False)
+    p.out = buf = io.StringIO()
+    p("epoch_start", epoch=0, total=3, epochs=1)
+    for _ in range(3):
+        p("batch", seeds=10)
+    p("epoch_end", record={"epoch": 0, "epoch_time_s": 1.0, "throughput_seeds_s": 30.0,
+                           "train_loss": 0.5, "val_accuracy": 0.7, "stages": {}})
+    p.close()
+    text = buf.getvalue()
+    assert "\r" not in text and "epoch 1: 1.000 s" in text

@@ -6,7 +6,7 @@ beat (CP-SAT's proven bound on the most loaded resource, times the iterations of
 and the bottleneck resource. Writes the plan as JSON (``--out``) and optionally a picture.
 The plan records the job fields its placement depends on (``job_key``: batch size, fan-outs,
 model, dataset, trainers, ...): ``gnnsched train`` and ``simulate`` refuse it for a job where
-any of them differs, naming them (``--force`` uses it anyway).
+any of them differs, naming them (``--any-job`` uses it anyway).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def table(problem: Any, plan: Any) -> str:
             continue
         note = ""
         if row.get("colocation_feasible") is False:
-            note = "colocation infeasible here (see notes)"
+            note = "not every store trains on its own data here (see notes)"
         elif row.get("colocation_feasible"):
             note = "every store trains on its own partitions"
         entries.append((name, row["epoch_time_s"], note))

@@ -144,7 +144,9 @@ class _Progress:
         elif kind == "epoch_start":
             if self.bar is not None:  # a recovery restarts an epoch: one bar at a time
                 self.bar.close()
+            # disable=None: a bar on a terminal only; a pipe or log file gets the epoch lines
             self.bar = tqdm(total=kw["total"], desc=f"epoch {kw['epoch'] + 1}/{kw['epochs']}",
+                            disable=None,
                             unit="it", file=self.out, leave=False, dynamic_ncols=True)
             self.t, self.seeds = time.monotonic(), 0
         elif kind == "batch" and self.bar is not None:
@@ -336,11 +338,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"gnnsched train: {how}; all processes stopped", file=sys.stderr)
         return 128 + signum
     progress.close()
+    from gnnsched.learning_curve import draw_curve
+
+    curve = draw_curve(Path(result.run_dir) / "metrics.jsonl")
     out = sys.stderr if args.json else sys.stdout
     print(f"test accuracy {result.test_accuracy:.4f}; epoch time {result.epoch_time_s:.3f} s "
           f"(median after the first); {result.bytes_sent / 1e6:.1f} MB sent "
-          f"({result.network_bytes / 1e6:.1f} MB across machines); run dir {result.run_dir}",
-          file=out)
+          f"({result.network_bytes / 1e6:.1f} MB across machines); run dir {result.run_dir}"
+          + (f"; learning curve {curve}" if curve else ""), file=out)
     for rc in result.recoveries:
         print(f"recovered from: {rc['role']} on {rc['machine']} {rc['how']}; "
               f"{'re-planned' if rc['replanned'] else 'restarted in place'}; replayed "
