@@ -36,6 +36,8 @@ from gnnsched.policy import Transfer
 
 
 class _Flow:
+    """One transfer on the network; slotted because there are hundreds of thousands."""
+
     __slots__ = ("fid", "s", "d", "skey", "rem", "rate", "t0", "ver", "kind", "w", "k", "tr",
                  "nbytes", "tag", "t_arr", "src", "dst", "seen")
 
@@ -252,6 +254,8 @@ class _PriorityNet:
 
 
 class _Group:
+    """The flows of one (class, sender, receiver): they share one rate in :class:`_FairNet`."""
+
     __slots__ = ("s", "d", "n", "wt", "V", "t0", "rate", "heap", "ver", "tchg", "key", "cls",
                  "tail")
 
