@@ -20,7 +20,7 @@ from typing import Any
 
 from gnnsched.spec import SYNTHETIC_DEFAULTS, SpecError, check_synthetic
 
-from .npz import Graph, load_npz, random_projection
+from .npz import Graph, load_npz, random_projection, scale_features
 from .partition import (
     LocalPart,
     PartitionReport,
@@ -88,12 +88,14 @@ def load_dataset(
     feature_dim: int | None = None,
     seed: int = 0,
     synthetic: dict[str, Any] | None = None,
+    normalize: str = "none",
 ) -> Graph:
     """Load a dataset by name or path, or generate a synthetic one (see the module docstring).
 
     ``feature_dim`` projects real features (seeded by ``seed``) or sets the synthetic width;
     ``synthetic`` holds :func:`generate` keyword arguments (``num_nodes`` defaults to
-    10,000; ``seed`` and ``feature_dim`` default to the arguments here).
+    10,000; ``seed`` and ``feature_dim`` default to the arguments here); ``normalize`` is the
+    job's ``features.normalize`` (none, row, standard).
     """
     if name == "synthetic":
         params = dict(synthetic or {})
@@ -107,22 +109,29 @@ def load_dataset(
         if feature_dim is not None:
             params.setdefault("feature_dim", feature_dim)
         try:
-            return generate(**params)
+            graph = generate(**params)
         except (TypeError, ValueError) as exc:
             raise SpecError("synthetic", "", str(exc)) from None
+        if normalize != "none":
+            graph.features = scale_features(graph.features, normalize)
+        graph.meta["normalize"] = normalize
+        return graph
     if synthetic:
         raise SpecError(name, "synthetic", "generator parameters given for a real dataset",
                         "use name='synthetic'")
 
     path = Path(name).expanduser()
     if path.is_file():
-        return load_npz(path, split=split, feature_dim=feature_dim, seed=seed)
+        return load_npz(path, split=split, feature_dim=feature_dim, seed=seed,
+                        normalize=normalize)
     found = available_datasets(data_dir)
     key = path.stem if path.suffix == ".npz" and path.name == name else name
     if key in found:
-        return load_npz(found[key], split=split, feature_dim=feature_dim, seed=seed, name=key)
+        return load_npz(found[key], split=split, feature_dim=feature_dim, seed=seed, name=key,
+                        normalize=normalize)
     if path.suffix == ".npz":  # a path that does not exist: say so, naming the path
-        return load_npz(path, split=split, feature_dim=feature_dim, seed=seed)
+        return load_npz(path, split=split, feature_dim=feature_dim, seed=seed,
+                        normalize=normalize)
     searched = ", ".join(str(d) for d in data_dirs(data_dir)) or "no data directory exists"
     raise SpecError(
         name, "dataset", f"unknown dataset (searched: {searched}; set --data-dir or "

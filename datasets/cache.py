@@ -29,6 +29,12 @@ def check_made_for(job: JobSpec, path: Path, meta: dict) -> None:
         raise SpecError(job.source, "split",
                         f"is {job.split} but {path} was partitioned with split {held}",
                         f"split: {held}, or {redo}")
+    scaled = (meta.get("dataset_meta") or {}).get("normalize", "none")
+    if scaled != job.normalize:
+        raise SpecError(job.source, "features.normalize",
+                        f"is {job.normalize} but {path} holds features normalised {scaled!r}",
+                        f"normalize: {scaled}, or re-partition with --normalize "
+                        f"{job.normalize}")
     width = meta.get("feature_dim")
     if job.feature_dim is not None and width is not None and int(width) != job.feature_dim:
         raise SpecError(job.source, "feature_dim",
@@ -54,7 +60,8 @@ def partitions_for(job: JobSpec, data_dir: str | None = None, *, quiet: bool = F
         return path
     key = fingerprint({k: v for k, v in job.to_dict().items()
                        if k in ("dataset", "num_parts", "part_method", "feature_dim", "split",
-                                "synthetic", "seed")})
+                                "synthetic", "seed")
+                       or (k == "normalize" and v != "none")})  # earlier caches keep their key
     name = Path(job.dataset).stem if job.dataset.endswith(".npz") else job.dataset
     path = cache_root() / "parts" / f"{name}-{job.num_parts}{job.part_method[0]}-{key}"
     if (path / "gnnsched.json").is_file():
@@ -65,6 +72,7 @@ def partitions_for(job: JobSpec, data_dir: str | None = None, *, quiet: bool = F
             pass  # corrupt cache: rebuild below
     try:
         graph = load_dataset(job.dataset, data_dir=data_dir, split=job.split,
+                             normalize=job.normalize,
                              feature_dim=job.feature_dim, seed=job.seed,
                              synthetic=job.synthetic or None)
     except SpecError as exc:  # an unknown name: the job file is what the user must fix

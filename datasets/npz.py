@@ -122,15 +122,48 @@ def _int_array(source: str, key: str, arr: np.ndarray, ndim: int) -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
+def row_normalize(x: sp.csr_matrix | np.ndarray) -> sp.csr_matrix | np.ndarray:
+    """Each row divided by the sum of its absolute values (all-zero rows stay zero): raw
+    bag-of-words counts become frequencies, so long documents do not dominate a layer."""
+    if sp.issparse(x):
+        sums = np.asarray(abs(x).sum(axis=1)).ravel()
+        scale = np.divide(1.0, sums, out=np.zeros_like(sums, dtype=np.float64), where=sums > 0)
+        return sp.diags(scale.astype(np.float32)) @ x
+    sums = np.abs(x).sum(axis=1, keepdims=True)
+    return np.divide(x, sums, out=np.zeros_like(x), where=sums > 0).astype(np.float32)
+
+
+def standardize(x: np.ndarray) -> np.ndarray:
+    """Zero mean, unit variance per column (constant columns become 0)."""
+    mean = x.mean(axis=0, dtype=np.float64)
+    std = x.std(axis=0, dtype=np.float64)
+    out = (x - mean) / np.where(std > 0, std, 1.0)
+    return out.astype(np.float32)
+
+
+def scale_features(features: np.ndarray, normalize: str) -> np.ndarray:
+    """A job's ``features.normalize`` applied to dense features (see :mod:`gnnsched.spec`)."""
+    if normalize == "row":
+        return row_normalize(features)
+    if normalize == "standard":
+        return standardize(features)
+    if normalize != "none":
+        raise SpecError("features", "normalize", f"unknown value {normalize!r}",
+                        "none, row, standard")
+    return features
+
+
 def load_npz(
     path: str | Path, *, split: int = 0, feature_dim: int | None = None, seed: int = 0,
-    name: str | None = None,
+    name: str | None = None, normalize: str = "none",
 ) -> Graph:
     """Load and validate one ``.npz`` graph file.
 
     ``split`` picks the row of ``[S, N]`` masks (must be 0 for single-split files);
     ``feature_dim`` (if given and different from the stored width) projects the sparse
-    features to that width with a Gaussian random projection seeded by ``seed``.
+    features to that width with a Gaussian random projection seeded by ``seed``;
+    ``normalize`` (``none``, ``row``, ``standard``) scales them, rows before a projection
+    (the counts are what needs it) and columns after it.
     """
     path = Path(path)
     source = str(path)
@@ -216,6 +249,8 @@ def load_npz(
 
     x = sp.csr_matrix((values.astype(np.float32, copy=False), indices, indptr),
                       shape=(n, int(shape[1])))
+    if normalize == "row":
+        x = sp.csr_matrix(row_normalize(x))
     if feature_dim is not None and feature_dim != shape[1]:
         if feature_dim < 1:
             raise SpecError(source, "feature_dim", f"must be >= 1, got {feature_dim}")
@@ -224,6 +259,8 @@ def load_npz(
     else:
         features = x.toarray().astype(np.float32, copy=False)
         projected = False
+    if normalize != "row":
+        features = scale_features(features, normalize)
 
     return Graph(
         name=name or path.stem,
@@ -237,5 +274,5 @@ def load_npz(
         test_mask=masks["test_mask"],
         num_classes=int(labels.max()) + 1 if n else 0,
         meta={"source": source, "split": split, "raw_feature_dim": int(shape[1]),
-              "projected": projected, "seed": seed},
+              "projected": projected, "seed": seed, "normalize": normalize},
     )

@@ -472,6 +472,9 @@ class JobSpec:
     eval_every: int = 1
     synthetic: dict[str, Any] = field(default_factory=dict)  # generator args for `synthetic`
     source: str = "<memory>"
+    # features: {normalize: ...}: how input features are scaled when the dataset is loaded
+    # (row: each row sums to 1, for raw counts; standard: zero mean, unit variance per column)
+    normalize: str = "none"
 
     @property
     def layers(self) -> int:
@@ -547,6 +550,11 @@ def job_from_dict(data: Any, source: str = "<job>", base: Path | None = None) ->
     eval_every = r.integer("eval_every", 1, minimum=1)
     syn = r.child("synthetic", None)
     synthetic = _synthetic(syn) if syn is not None else {}
+    feats = r.child("features", None)
+    normalize = "none"
+    if feats is not None:
+        normalize = feats.string("normalize", "none", choices=NORMALIZE)
+        feats.done()
     r.done()
     if trainers > num_parts:
         raise SpecError(source, "trainers", f"{trainers} trainers but only {num_parts} partitions",
@@ -554,8 +562,10 @@ def job_from_dict(data: Any, source: str = "<job>", base: Path | None = None) ->
                         "one or more partitions")
     return JobSpec(name, dataset, partitions, num_parts, part_method, model, hidden,
                    tuple(fanouts), batch_size, epochs, lr, dropout, trainers, seed, split,
-                   feature_dim, prefetch, eval_every, synthetic, source)
+                   feature_dim, prefetch, eval_every, synthetic, source, normalize)
 
+
+NORMALIZE = ("none", "row", "standard")  # a job's features.normalize
 
 # The synthetic generator's defaults (``datasets.synthetic.generate``'s keyword defaults and
 # ``datasets.SYNTHETIC_DEFAULT_NODES``; a test keeps them equal). They live here, with the

@@ -101,3 +101,28 @@ def test_progress_is_plain_off_a_terminal() -> None:
     p.close()
     text = buf.getvalue()
     assert "\r" not in text and "epoch 1: 1.000 s" in text
+
+
+def test_features_normalize_is_a_job_field(two_splits: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``features: {normalize: row | standard | none}``: rows of raw counts sum to 1, columns
+    standardised; the partitions hold what the job asked for, and a mismatch is refused."""
+    monkeypatch.setenv("GNNSCHED_CACHE", str(tmp_path / "cache"))
+    job = _job(two_splits, features={"normalize": "row"})
+    assert job.normalize == "row"
+    raw = load_dataset(str(two_splits))
+    row = load_dataset(str(two_splits), normalize="row")
+    sums = row.features.sum(axis=1)
+    nonzero = raw.features.sum(axis=1) > 0
+    assert np.allclose(sums[nonzero], 1.0, atol=1e-5) and not np.allclose(raw.features, row.features)
+    std = load_dataset(str(two_splits), normalize="standard", feature_dim=32)
+    assert np.allclose(std.features.mean(axis=0), 0, atol=1e-4)
+    assert np.allclose(std.features.std(axis=0), 1, atol=1e-3)
+    parts = partitions_for(job, quiet=True)
+    assert open_partitions(parts).meta["dataset_meta"]["normalize"] == "row"
+    with pytest.raises(SpecError, match="features.normalize: is none but .* normalised 'row'"):
+        partitions_for(_job(two_splits, partitions=str(parts)), quiet=True)
+    with pytest.raises(SpecError, match=r"features.normalize: unknown value 'l2'"):
+        _job(two_splits, features={"normalize": "l2"})
+    with pytest.raises(SpecError, match=r"features.scale: unknown field"):
+        _job(two_splits, features={"scale": 2})
