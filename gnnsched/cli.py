@@ -23,6 +23,7 @@ VERBS = {
     "plan": "gnnsched.commands.plan",
     "simulate": "gnnsched.commands.simulate",
     "train": "gnnsched.commands.train",
+    "reference": "gnnsched.commands.reference",
     "trace": "gnnsched.commands.trace",
     "cluster": "gnnsched.commands.cluster",
     "bench": "gnnsched.commands.bench",

@@ -126,3 +126,23 @@ def test_features_normalize_is_a_job_field(two_splits: Path, tmp_path: Path,
         _job(two_splits, features={"normalize": "l2"})
     with pytest.raises(SpecError, match=r"features.scale: unknown field"):
         _job(two_splits, features={"scale": 2})
+
+
+def test_reference_from_the_cli_on_own_data(two_splits: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture) -> None:
+    import json
+
+    import yaml
+
+    from gnnsched.cli import main as cli_main
+
+    monkeypatch.setenv("GNNSCHED_CACHE", str(tmp_path / "cache"))
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"dataset": str(two_splits), "num_parts": 2, "trainers": 2,
+                                   "batch_size": 128, "epochs": 1, "fanouts": [5, 5],
+                                   "features": {"normalize": "row"}}))
+    assert cli_main(["reference", "--job", str(job), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["trainer_parts"] == [[0], [1]]
+    assert 0.0 < out["test_accuracy"] <= 1.0 and len(out["train_loss"]) == 1
