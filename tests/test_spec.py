@@ -217,3 +217,30 @@ def test_synthetic_defaults_are_the_generators() -> None:
     own = {k: p.default for k, p in inspect.signature(generate).parameters.items()
            if p.default is not inspect.Parameter.empty and k != "name"}
     assert SYNTHETIC_DEFAULTS == {**own, "num_nodes": SYNTHETIC_DEFAULT_NODES}
+
+
+def _accepted(read, data: dict) -> set[str]:  # noqa: ANN001
+    """The keys a reader accepts: those its unknown-field error lists as valid."""
+    from gnnsched.spec import SpecError
+
+    with pytest.raises(SpecError) as exc:
+        read({**data, "zz_unknown": 1})
+    assert "unknown field" in str(exc.value)
+    return set(exc.value.valid.split(", "))
+
+
+def test_field_docs_match_the_readers() -> None:
+    """docs/fields.md names exactly the keys the readers accept, and is gnnsched.fields'
+    output (regenerate: python -m gnnsched.fields > docs/fields.md)."""
+    from gnnsched import fields
+    from gnnsched.spec import SYNTHETIC_KEYS, cluster_from_dict, job_from_dict
+
+    assert _accepted(lambda d: job_from_dict(d, "job"), {}) == {f for f, _, _ in fields.JOB}
+    machine = {"name": "a", "cpus": 1, "memory_gb": 1, "nic_gbps": 1, "partitions": [0]}
+    assert _accepted(lambda d: cluster_from_dict(d, "c"), {"machines": [machine]}) == \
+        {f for f, _, _ in fields.CLUSTER}
+    assert _accepted(lambda d: cluster_from_dict({"machines": [d]}, "c"), machine) == \
+        {f for f, _, _ in fields.MACHINE}
+    assert set(fields.SYNTHETIC_MEANING) == set(SYNTHETIC_KEYS)
+    root = Path(__file__).resolve().parents[1]
+    assert (root / "docs" / "fields.md").read_text() == fields.render()
