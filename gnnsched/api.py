@@ -177,6 +177,7 @@ def train(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path, plan: Pl
     A plan that records another job (:meth:`~gnnsched.plan.Plan.job_differences`) is refused
     unless ``force_plan``, which warns on stderr and trains it anyway.
     """
+    from gnnsched.advisor import PlanAdvisor
     from gnnsched.datasets.cache import partitions_for
     from gnnsched.policy import policies
     from gnnsched.runtime.coordinator import Coordinator
@@ -196,7 +197,8 @@ def train(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path, plan: Pl
     plan.save(run_dir / "plan.json")
     launch = get_launcher(launcher, cluster, **(launcher_options or {}))
     coord = Coordinator(cluster, job, plan, str(parts), launch, run_dir, policy,
-                        options=options, profile=profile, progress=progress)
+                        options=options, profile=profile, progress=progress,
+                        advisor=PlanAdvisor())
     return coord.run()
 
 

@@ -32,6 +32,13 @@ from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.profile import EDGE_BYTES, CostProfile
 from gnnsched.spec import ClusterSpec, JobSpec
 
+# A store's send windows on shaped links, as seconds of its own egress: the total bytes in
+# flight from its NIC, and to any one receiver. The runtime's stores size their send windows
+# with them (``gnnsched.runtime.coordinator``: a window must cover the bandwidth-delay
+# product of *its* NIC), and the simulator's window model (``nic_window_s``) uses the first to
+# queue what the runtime would, so both sides read the same numbers from here.
+NIC_WINDOW_S, PEER_WINDOW_S = 0.15, 0.12
+
 
 def ring_wire_s(volume: float, trainer_machines: list[int], egress: Any, ingress: Any,
                 latency: float) -> float:

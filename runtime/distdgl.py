@@ -39,10 +39,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -51,6 +49,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gnnsched.runtime.procs import Child, start_in_session, stop_groups
 from gnnsched.spec import ClusterSpec, JobSpec, SpecError
 
 LOOPBACK = "127.0.0.1"
@@ -181,40 +180,14 @@ def free_ports(n: int, host: str = LOOPBACK) -> list[int]:
 # Processes
 
 
-@dataclass
-class _Proc:
-    name: str
-    popen: subprocess.Popen
-    log: Path
+def _start(name: str, argv: list[str], env: dict[str, str], log: Path) -> Child:
+    return Child(name, start_in_session(argv, env, log, append=False), log)
 
 
-def _start(name: str, argv: list[str], env: dict[str, str], log: Path) -> _Proc:
-    with open(log, "wb") as fh:  # the child keeps its own descriptor
-        popen = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=fh,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
-    return _Proc(name, popen, log)
-
-
-def _stop(procs: list[_Proc], grace_s: float = 3.0) -> None:
-    """SIGTERM every process group, SIGKILL what is left after ``grace_s``, reap all."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        live = [p for p in procs if p.popen.poll() is None]
-        for p in procs:  # the group too: a leader that exited may leave children behind
-            try:
-                os.killpg(p.popen.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 10.0)
-        for p in live:
-            try:
-                p.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-    for p in procs:
-        try:
-            p.popen.wait(timeout=1.0)
-        except subprocess.TimeoutExpired:
-            pass
+def _stop(procs: list[Child], grace_s: float = 3.0) -> None:
+    """SIGTERM every process group, SIGKILL what is left after ``grace_s``, reap all; the
+    groups of leaders that already exited too (they may leave children behind)."""
+    stop_groups(procs, grace_s, kill_wait=10.0, orphans=True)
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -348,9 +321,9 @@ def run_distdgl(
         prefix = exec_prefix(host) if exec_prefix is not None else []
         return prefix + cmd, {**os.environ, **env_vars}
 
-    procs: list[_Proc] = []
-    servers: list[_Proc] = []
-    trainers: list[_Proc] = []
+    procs: list[Child] = []
+    servers: list[Child] = []
+    trainers: list[Child] = []
     try:
         for p in range(P):
             cmd, env = argv(host_of[p], {"DGL_ROLE": "server", "DGL_SERVER_ID": str(p)},
@@ -407,7 +380,7 @@ def run_distdgl(
     )
 
 
-def _wait(servers: list[_Proc], trainers: list[_Proc], deadline: float,
+def _wait(servers: list[Child], trainers: list[Child], deadline: float,
           timeout_s: float) -> None:
     """Until every trainer exited 0 and the servers shut down; raise on a crash or timeout."""
     while True:

@@ -36,8 +36,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from gnnsched.runtime.procs import Child, start_in_session, stop_groups
 from gnnsched.spec import ClusterSpec, SpecError
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -73,44 +74,12 @@ class RoleLaunch:
         return f"{self.name}/{self.gen}"
 
 
-class Process:
-    """A started role: poll / terminate / kill its whole process group."""
+class Process(Child):
+    """A started role: poll / signal / wait its whole process group (:class:`Child`)."""
 
-    def __init__(self, launch: RoleLaunch, popen: subprocess.Popen, log: IO[Any] | None) -> None:
-        self.launch, self.popen, self._log = launch, popen, log
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def poll(self) -> int | None:
-        return self.popen.poll()
-
-    def signal(self, sig: int) -> None:
-        if self.popen.poll() is not None:
-            return
-        try:
-            os.killpg(self.popen.pid, sig)  # its own session: pgid == pid
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def wait(self, timeout: float) -> int | None:
-        try:
-            return self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def close(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def log_tail(self, lines: int = 15) -> str:
-        try:
-            text = self.launch.log.read_text(errors="replace").splitlines()
-        except OSError:
-            return ""
-        return "\n".join(text[-lines:])
+    def __init__(self, launch: RoleLaunch, popen: subprocess.Popen) -> None:
+        super().__init__(launch.name, popen, launch.log)
+        self.launch = launch
 
 
 class Zygote:
@@ -221,8 +190,8 @@ class ForkedProcess(Process):
     (it is the zygote's child); when the zygote itself is gone, from the pid's existence."""
 
     def __init__(self, launch: RoleLaunch, pid: int, zygote: Zygote) -> None:
-        self.launch, self._pid, self.zygote = launch, pid, zygote
-        self._log = None
+        self.launch, self.name, self.log = launch, launch.name, launch.log
+        self._pid, self.zygote = pid, zygote
         self.code: int | None = None
 
     @property
@@ -243,14 +212,6 @@ class ForkedProcess(Process):
                     pass
         return self.code
 
-    def signal(self, sig: int) -> None:
-        if self.poll() is not None:
-            return
-        try:
-            os.killpg(self._pid, sig)  # its own session: pgid == pid
-        except (ProcessLookupError, PermissionError):
-            pass
-
     def wait(self, timeout: float) -> int | None:
         end = time.monotonic() + timeout
         while self.poll() is None:
@@ -261,9 +222,14 @@ class ForkedProcess(Process):
 
 
 class Launcher:
-    """Base launcher: subclasses say how to reach a machine (prefix, addresses, env)."""
+    """Base launcher: subclasses say how to reach a machine (prefix, addresses, env).
+
+    ``loopback``: every role talks over this box's loopback interface, so links are not
+    shaped and stores send large chunks; a launcher of real or emulated hosts leaves it False
+    (the coordinator then sizes chunks and windows by each NIC's bandwidth)."""
 
     name = "base"
+    loopback = False
 
     def __init__(self, cluster: ClusterSpec, python: str | None = None,
                  fork_server: bool = False) -> None:
@@ -358,11 +324,8 @@ class Launcher:
             proc: Process = ForkedProcess(launch, pid, z)
             self.procs.append(proc)
             return proc
-        log = open(launch.log, "ab")
         env = {**os.environ, **self.role_env(launch)}
-        popen = subprocess.Popen(self.command(launch), env=env, stdin=subprocess.DEVNULL,
-                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        proc = Process(launch, popen, log)
+        proc = Process(launch, start_in_session(self.command(launch), env, launch.log))
         self.procs.append(proc)
         return proc
 
@@ -372,23 +335,13 @@ class Launcher:
         self.zygotes = {}
 
     def stop(self, procs: list[Process], grace: float = 2.0) -> list[str]:
-        """SIGTERM these process groups (SIGCONT first: a frozen one must get it), wait
-        ``grace``, SIGKILL what is left; reap them. Returns the names that were signalled."""
-        live = [p for p in procs if p.poll() is None]
-        for p in live:
-            p.signal(signal.SIGTERM)
-            p.signal(signal.SIGCONT)
-        end = time.monotonic() + grace
-        for p in live:
-            p.wait(max(0.0, end - time.monotonic()))
-        for p in live:
-            if p.poll() is None:
-                p.signal(signal.SIGKILL)
-                p.wait(5.0)
+        """SIGTERM these process groups (with SIGCONT: a frozen one must get it), wait
+        ``grace``, SIGKILL what is left; reap them (:func:`~.procs.stop_groups`). Returns the
+        names that were signalled."""
+        live = stop_groups(procs, grace)
         for p in procs:
             p.wait(0.0)
-            p.close()
-        return [p.launch.name for p in live]
+        return [p.name for p in live]
 
     def stop_all(self, grace: float = 5.0) -> list[str]:
         """SIGTERM every live process group, wait ``grace``, SIGKILL the rest; reap all.
@@ -433,6 +386,7 @@ class LocalLauncher(Launcher):
     (``fork_server=False``: each role a fresh interpreter)."""
 
     name = "local"
+    loopback = True
 
     def __init__(self, cluster: ClusterSpec, python: str | None = None,
                  fork_server: bool = True) -> None:
@@ -456,6 +410,7 @@ class NetnsLauncher(Launcher):
     """Each host's roles inside its network namespace (``gnnsched cluster up`` first)."""
 
     name = "netns"
+    loopback = False
 
     def __init__(self, cluster: ClusterSpec, python: str | None = None,
                  emulated: Any = None, fork_server: bool = True) -> None:
@@ -510,6 +465,7 @@ class SshLauncher(Launcher):
     """
 
     name = "ssh"
+    loopback = False
 
     def __init__(self, cluster: ClusterSpec, python: str | None = None, *,
                  coordinator_address: str | None = None, remote_python: str = "python3",
@@ -582,6 +538,13 @@ class SshLauncher(Launcher):
         return [self.ssh, *self.ssh_options, "-tt", self.destination(launch.machine), remote]
 
 
+def on_loopback(launcher: Any) -> bool:
+    """Whether ``launcher``'s roles talk over loopback (:attr:`Launcher.loopback`). A
+    stand-in object without the attribute (a test's namespace) is judged by its name."""
+    flag = getattr(launcher, "loopback", None)
+    return bool(flag) if flag is not None else getattr(launcher, "name", None) == "local"
+
+
 LAUNCHERS: dict[str, type[Launcher]] = {"local": LocalLauncher, "netns": NetnsLauncher,
                                         "ssh": SshLauncher}
 
@@ -605,5 +568,6 @@ def get_launcher(name: str | Launcher, cluster: ClusterSpec, **kwargs: Any) -> L
     return cls(cluster, **kwargs)
 
 
-__all__ = ["LAUNCHERS", "LaunchError", "Launcher", "LocalLauncher", "NetnsLauncher", "Process",
-           "RoleLaunch", "SshLauncher", "get_launcher", "launchers"]
+__all__ = ["LAUNCHERS", "ForkedProcess", "LaunchError", "Launcher", "LocalLauncher",
+           "NetnsLauncher", "Process", "RoleLaunch", "SshLauncher", "get_launcher", "launchers",
+           "on_loopback"]

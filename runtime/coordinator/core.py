@@ -1,0 +1,584 @@
+"""The coordinator: starts and watches the run, drives the online policy live, collects
+metrics, and recovers from dead processes and machines.
+
+It runs in the ``gnnsched train`` process, binds one ROUTER socket, and every role connects a
+DEALER to it. Start-up: launch all roles -> ``hello`` -> ``config`` (the run's settings) ->
+``ready`` (each role's endpoints; stores also send ``PART_INFO``: their partitions' seeds and
+labels) -> ``start`` (everyone's endpoints). Then, event by event, it plays the part the
+simulator plays for the same :class:`~gnnsched.policy.Policy` object.
+
+Where each part lives (a newcomer reads them in this order):
+
+* :mod:`.options` -- :class:`RuntimeOptions`, :class:`Fault`, errors, :class:`RunResult`;
+* :mod:`.schedule` -- which seeds every trainer trains at every step;
+* this module -- :class:`Coordinator`: set-up, the message loop, epochs and barriers, the
+  result;
+* :mod:`.roles` -- launching, watching (failure detection) and stopping the processes;
+* :mod:`.driver` -- everything that asks the policy: sampling dispatch, NIC order, holds;
+* :mod:`.recovery` -- from a dead role back to training, behind :class:`RecoveryHost`;
+* :mod:`.advisor` -- the planning side the coordinator is given (reference times, re-plans).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zmq
+
+from gnnsched.plan import Plan
+from gnnsched.policy import Policy, get_policy
+from gnnsched.runtime.coordinator.advisor import Advisor
+from gnnsched.runtime.coordinator.driver import PolicyDriver
+from gnnsched.runtime.coordinator.options import (
+    SIGNALS,
+    STAGES,
+    RoleFailure,
+    RunError,
+    RunResult,
+    RuntimeOptions,
+)
+from gnnsched.runtime.coordinator.recovery import Recovery
+from gnnsched.runtime.coordinator.roles import RoleState, RoleTable, SamplerSlot
+from gnnsched.runtime.coordinator.schedule import Item, Schedule, part_counts
+from gnnsched.runtime.launcher import Launcher, LaunchError
+from gnnsched.runtime.role import PHASES
+from gnnsched.runtime.transport import (
+    CONTROL,
+    STATS,
+    Channel,
+    Kind,
+    Message,
+    MessageError,
+    TransportError,
+    bind_port,
+    bind_random,
+    ctrl,
+    ctrl_body,
+    load_keys,
+    make_socket,
+    start_authenticator,
+)
+from gnnsched.spec import ClusterSpec, JobSpec, SpecError
+
+Progress = Callable[..., None]
+
+
+class Coordinator(PolicyDriver, RoleTable):
+    """Runs one training job on a launcher (see the module docstring).
+
+    ``advisor`` answers what needs the cost model or a placer (:class:`~.advisor.Advisor`;
+    ``gnnsched.api.train`` passes :class:`gnnsched.advisor.PlanAdvisor`). Without one the
+    policy's expected costs are always learnt from measurements and a failure that needs a
+    new plan ends the run."""
+
+    def __init__(self, cluster: ClusterSpec, job: JobSpec, plan: Plan, partitions: str,
+                 launcher: Launcher, run_dir: str | Path, policy: str | Policy = "gnnsched",
+                 options: RuntimeOptions | None = None, profile: Any = None,
+                 progress: Progress | None = None, advisor: Advisor | None = None) -> None:
+        from gnnsched.datasets import open_partitions
+
+        self.job = job
+        self.launcher, self.opts = launcher, options or RuntimeOptions()
+        o = self.opts
+        if o.replan not in ("auto", "always", "never"):
+            raise SpecError("runtime options", "replan", f"unknown value {o.replan!r}",
+                            "auto, always, never")
+        for f in o.faults:
+            if f.signal not in SIGNALS:
+                raise SpecError("runtime options", "faults", f"unknown signal {f.signal!r}",
+                                ", ".join(SIGNALS))
+        self.policy = get_policy(policy)
+        self.run_dir = Path(run_dir)
+        (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        for old in (self.run_dir / "checkpoints").glob("*.pt*"):
+            old.unlink()  # an earlier run's: recovery must only ever see this run's
+        self.pset = open_partitions(partitions, verify=False)
+        if self.pset.num_parts != cluster.num_parts:
+            raise SpecError(str(self.pset.root), "num_parts",
+                            f"the partition directory has {self.pset.num_parts} parts, cluster "
+                            f"{cluster.source} stores {cluster.num_parts}",
+                            "partitions made for this job (gnnsched partition)")
+        if o.verify_partitions:
+            from gnnsched.runtime.store import verify_files
+
+            verify_files(str(self.pset.root), None)  # the shared maps; stores check their parts
+        self.keys = None
+        if cluster.curve:
+            if not cluster.keys_dir:
+                raise SpecError(cluster.source, "keys_dir", "is missing: curve: true needs "
+                                "the folder with the cluster's keys",
+                                f"gnnsched keys --cluster {cluster.source}")
+            try:
+                self.keys = load_keys(cluster.keys_dir)
+            except TransportError as exc:
+                raise SpecError(cluster.source, "keys_dir", str(exc)) from None
+        self.partitions = str(self.pset.root.resolve())
+        self.profile, self.advisor = profile, advisor
+        self.progress = progress or (lambda *a, **k: None)
+        self.W = len(plan.trainers)
+        self.trainer_parts = [tuple(t.parts) for t in plan.trainers]
+        self._bind(cluster, plan)
+        counts = part_counts(self.pset.meta)
+        self.schedule = Schedule(job, [list(p) for p in self.trainer_parts], counts,
+                                 o.eval_batch_size)
+        self.items = self.schedule.items
+        self.record_seq = self.schedule.record_seqs()
+        self.recovery = Recovery(self, o, job, self.trainer_parts, advisor, profile, counts,
+                                 self.pset.feature_dim, self.pset.num_classes)
+        self.metrics = open(self.run_dir / "metrics.jsonl", "w")
+        self.logfile = open(self.run_dir / "logs" / "coordinator.log", "a")
+        self.roles: dict[str, RoleState] = {}
+        self.samplers: dict[str, SamplerSlot] = {}
+        self.splits: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+        self.resume: dict[str, Any] | None = None  # the checkpoint roles start from
+        self.fired: set[int] = set()
+        self.training = False
+        self.stale = 0  # messages from replaced incarnations, dropped
+        self.rejected = 0  # malformed messages or unknown peers, dropped
+        self.trained: dict[tuple[int, int], dict[str, Any]] = {}
+        self.epochs: list[dict[str, Any]] = []
+        self.barrier_at = [math.nan] * len(self.items)
+        self.per_edge = [0.0] * self.W
+        self.tseq = 0
+        self.last_barrier = -1
+        self.last_poll: float | None = None
+
+    def _bind(self, cluster: ClusterSpec, plan: Plan) -> None:
+        """Adopt a (new) cluster and plan: machine indices and where trainers run."""
+        self.cluster, self.plan = cluster, plan
+        self.launcher.cluster = cluster
+        self.names = [m.name for m in cluster.machines]
+        idx = cluster.machine_index
+        self.T = [idx(t.machine) for t in plan.trainers]
+        self.F = [idx(t.fetch_at) for t in plan.trainers]
+
+    def log(self, msg: str) -> None:
+        """A line in ``logs/coordinator.log`` and on the user's progress output."""
+        stamp = time.strftime("%H:%M:%S") + f".{int(time.time() * 1000) % 1000:03d}"
+        self.logfile.write(f"[{stamp} coordinator] {msg}\n")
+        self.logfile.flush()
+        self.progress("log", msg=msg)
+
+    def _config(self, resume: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The ``config`` every role gets after ``hello``: the run's settings."""
+        o = self.opts
+        trainers = []
+        for w, t in enumerate(self.plan.trainers):
+            gpus = self.cluster.machine(t.machine).gpus
+            trainers.append({"id": w, "machine": t.machine, "device": t.device,
+                             "speed": gpus[t.device].speed if t.device < len(gpus) else 1.0,
+                             "fetch_at": t.fetch_at, "parts": list(t.parts)})
+        return {
+            "run_dir": str(self.run_dir.resolve()), "partitions": self.partitions,
+            "node_part_file": str(self.pset.root.resolve() / self.pset.meta.get(
+                "node_part", "node_part.npy")),
+            "machines": self.names, "part_store": self.cluster.part_stores,
+            "job": self.job.to_dict(), "feature_dim": self.pset.feature_dim,
+            "num_classes": self.pset.num_classes, "feature_bytes": 4 * self.pset.feature_dim,
+            "sharing": self.policy.sharing, **self._sizes(),
+            "grad_first": o.grad_first and len(set(self.T)) > 1,
+            "request_timeout": o.request_timeout, "emulate_speed": o.emulate_speed,
+            "verify_partitions": o.verify_partitions, "trace": o.trace,
+            "checkpoint_every": o.checkpoint_every, "resume": resume,
+            "trainers": trainers,
+            "items": [[it.seq, it.epoch, it.phase, it.index] for it in self.items],
+        }
+
+    # ------------------------------------------------------------------ messaging
+    def send(self, name: str, msg: Message) -> None:
+        r = self.roles[name]
+        try:
+            self.chan.send(msg, r.launch.ident.encode())
+        except zmq.ZMQError as exc:
+            if r.state not in ("done", "exited", "stopped"):
+                # its connection dropped: an exit status, if one comes, says more
+                end = time.monotonic() + 1.0
+                while time.monotonic() < end:
+                    self._check_roles()
+                    time.sleep(0.02)
+                raise self._failure(r, f"cannot be reached ({exc})") from None
+
+    def event(self, record: dict[str, Any]) -> None:
+        """One record in ``metrics.jsonl``."""
+        self.metrics.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
+        self.metrics.flush()
+
+    def now(self) -> float:
+        """Seconds since the run started (the clock of every record)."""
+        return time.monotonic() - self.t0
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> RunResult:
+        self.t0, self.cpu0 = time.monotonic(), time.process_time()
+        ctx = zmq.Context(io_threads=1)
+        self.auth = start_authenticator(ctx, self.keys) if self.keys else None
+        sock = make_socket(ctx, zmq.ROUTER, CONTROL, curve=self.keys, server=True)
+        self.chan = Channel(sock, "coordinator")
+        ok = False
+        try:
+            host = self.launcher.coordinator_host()
+            try:
+                self.endpoint = bind_port(sock, host, self.opts.coordinator_port) \
+                    if self.opts.coordinator_port else bind_random(sock, host)
+            except TransportError as exc:
+                raise RunError(f"coordinator: {exc}") from None
+            try:
+                self.launcher.preflight(sorted({m for _, _, m in self._role_specs()}))
+            except LaunchError as exc:
+                raise RunError(str(exc)) from None
+            names = [self._add_role(*spec) for spec in self._role_specs()]
+            self._launch(names)
+            self.log(f"started {len(names)} processes ({self.launcher.name} launcher"
+                     + (", CURVE on" if self.keys else "") + f"; coordinator {self.endpoint})")
+            try:
+                self._startup(names, first=True)
+            except RoleFailure as f:  # before training: nothing to recover, say why
+                raise f.fatal("while starting up") from None
+            self._begin_training(0)
+            failure: RoleFailure | None = None
+            while True:
+                try:
+                    if failure is not None:
+                        self.training = False
+                        self.recovery.recover(failure)
+                        failure = None
+                    self._train()
+                    break
+                except RoleFailure as f:
+                    failure = f
+            result = self._finish()
+            ok = True
+            return result
+        finally:
+            if not ok:
+                self._abort()
+            self.metrics.close()
+            self.logfile.close()
+            self.chan.close()
+            if self.auth is not None:
+                self.auth.stop()
+            ctx.destroy(linger=0)
+
+    def _poll(self, timeout_s: float) -> None:
+        """Handle every message that arrives within ``timeout_s``; check processes."""
+        now = time.monotonic()
+        gap = now - (self.last_poll if self.last_poll is not None else now)
+        if gap > 1.0:  # we were busy (re-planning...): silence meanwhile is not the roles'
+            for r in self.roles.values():
+                if r.last_heard is not None:
+                    r.last_heard += gap
+        self._check_roles()
+        if self.chan.sock.poll(int(timeout_s * 1000), zmq.POLLIN):
+            for _ in range(1000):
+                try:
+                    got = self.chan.recv_now()
+                except MessageError as exc:  # malformed: drop it, never trust it
+                    self._reject(str(exc))
+                    continue
+                if got is None:
+                    break
+                ident, msg = got
+                self._dispatch(ident.decode(errors="replace") if ident else "?", msg)
+        self.last_poll = time.monotonic()
+        self._check_roles()
+
+    def _dispatch(self, ident: str, msg: Message) -> None:
+        hb = ident.endswith("/hb")
+        base = ident[:-3] if hb else ident
+        name, _, gen = base.rpartition("/")
+        r = self.roles.get(name)
+        if r is None or gen != str(r.launch.gen):
+            if name.split(":")[0] in ("store", "sampler", "fetcher", "trainer"):
+                self.stale += 1  # a replaced incarnation: whatever it says is void
+            else:
+                self._reject(f"a message from unknown peer {ident!r}")
+            return
+        r.last_heard = time.monotonic()
+        try:
+            if hb:
+                body = ctrl_body(msg, ident) if msg.kind == Kind.CTRL else {}
+                r.doing = str(body.get("doing", r.doing))[:200]
+                try:
+                    self.chan.send(ctrl("hb"), ident.encode())
+                except zmq.ZMQError:
+                    pass
+                return
+            self._handle(name, r, msg)
+        except MessageError as exc:
+            self._reject(f"from {name}: {exc}")
+
+    def _reject(self, what: str) -> None:
+        """Count and log (the first 20) messages dropped as malformed or from strangers."""
+        self.rejected += 1
+        if self.rejected <= 20:
+            self.log(f"rejected {what}" + (" (further rejections are only counted)"
+                                           if self.rejected == 20 else ""))
+
+    def _startup(self, names: list[str], first: bool = False) -> None:
+        """Wait until ``names`` are ready (and every partition's seeds are known), then send
+        them everyone's endpoints."""
+        self.last_poll = time.monotonic()
+        self.cfg = self._config(self.resume)
+        deadline = time.monotonic() + self.opts.start_timeout
+        while any(self.roles[n].state != "ready" for n in names) or \
+                len(self.splits) < self.pset.num_parts:
+            if time.monotonic() > deadline:
+                late = [f"{n} ({self.roles[n].state}: {self.roles[n].doing})" for n in names
+                        if self.roles[n].state != "ready"]
+                raise RunError(f"roles not ready within {self.opts.start_timeout:.0f} s: "
+                               f"{', '.join(late)}")
+            self._poll(0.1)
+        if first:
+            self.schedule.set_nodes(self.splits)
+        stores = {str(self.cluster.machine_index(r.launch.machine)): r.info["endpoint"]
+                  for r in self.roles.values() if r.launch.role == "store"}
+        fetchers = {r.launch.machine: r.info["endpoint"] for r in self.roles.values()
+                    if r.launch.role == "fetcher"}
+        trainers = []
+        cuda = []
+        for w, t in enumerate(self.plan.trainers):
+            info = self.roles[f"trainer:{w}"].info
+            relay = fetchers.get(t.fetch_at) if t.fetch_at != t.machine else None
+            trainers.append({"id": w, "data": info["data"], "relay": relay,
+                             "relay_machine": t.fetch_at if relay else None})
+            cuda.append(info.get("cuda"))
+        backend = "nccl" if all(cuda) and len(set(cuda)) == len(cuda) else "gloo"
+        master = self.roles["trainer:0"].info.get("master_port")
+        start = ctrl("start", stores=stores, trainers=trainers, backend=backend,
+                     master_addr=self.launcher.host_of(self.plan.trainers[0].machine),
+                     master_port=master)
+        if first:
+            self.startup_s = self.now()
+            self.log(f"all {len(names)} roles ready in {self.startup_s:.1f} s "
+                     f"(all-reduce: {backend})")
+        for n in names:
+            self.roles[n].state = "running"
+            self.send(n, start)
+
+    # ------------------------------------------------------------------ training
+    def _begin_training(self, start: int) -> None:
+        """(Re)start the training state at step ``start`` (0, or after a checkpoint)."""
+        W, n = self.W, len(self.items)
+        now = self.now()
+        if start == 0:
+            self.t_train = now
+        self.trained = {k: v for k, v in self.trained.items() if k[1] < start}
+        self.barriers = [W if s < start else 0 for s in range(n)]
+        self.epochs = [e for e in self.epochs if self.record_seq[e["epoch"]] < start]
+        self.test_accuracy = float("nan")  # set again after the test steps
+        self.done_trainers: set[int] = set()
+        self._reset_driver(start, now)
+        self.training = True
+        self.last_progress = time.monotonic()
+        if start < n:
+            it = self.items[start]
+            self.progress("epoch_start", epoch=it.epoch, total=self.schedule.K,
+                          epochs=self.job.epochs)
+        for m in range(len(self.cluster.machines)):
+            self._dispatch_batches(m)
+
+    def resume_training(self, names: list[str], start: int) -> None:
+        """After a recovery: wait for the restarted ``names``, then train from ``start``."""
+        self._startup(names)
+        self._begin_training(start)
+
+    def _train(self) -> None:
+        limit = self.opts.progress_timeout or (2 * self.opts.request_timeout
+                                               + self.opts.dead_after_s)
+        while len(self.done_trainers) < self.W:
+            self._poll(0.05)
+            if time.monotonic() - self.last_progress > limit:
+                doing = "; ".join(f"{n}: {r.doing}" for n, r in self.roles.items())
+                raise RunError(f"no training progress for {limit:.0f} s although every "
+                               f"process is alive; what each was doing: {doing}")
+
+    def _handle(self, name: str, r: RoleState, msg: Message) -> None:
+        if msg.kind == Kind.PART_INFO:
+            if r.launch.role != "store":
+                raise MessageError(f"PART_INFO from {name}, which is not a store")
+            a = msg.arrays
+            self.splits[msg["part"]] = {k: (a[k].copy(), a[f"{k}_labels"].copy())
+                                        for k in PHASES}
+            return
+        if msg.kind != Kind.CTRL:
+            raise MessageError(f"coordinator: unexpected {msg.kind.name} from {name}")
+        body = ctrl_body(msg, name)
+        op = body.pop("op")
+        handler = getattr(self, f"_on_{op}", None)
+        if handler is None:
+            raise MessageError(f"coordinator: unknown op {op!r} from {name}")
+        handler(name, r, body)
+
+    # ----- start-up
+    def _on_hello(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
+        r.state = "hello"
+        r.info["pid"] = body.get("pid")
+        self.send(name, ctrl("config", **self.cfg))
+
+    def _on_ready(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
+        r.state = "ready"
+        r.info.update(body)
+
+    def _on_hb(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
+        r.doing = str(body.get("doing", r.doing))[:200]
+
+    def _on_error(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
+        """A role reports an exception. If another role just died, that death is the cause
+        (recover from it); otherwise the error is the run's (it would recur on replay)."""
+        r.state = "error"
+        r.info["error"] = str(body.get("error"))
+        said = f"{name} on machine {r.launch.machine} failed: {body.get('error')}"
+        if self.training:
+            end = time.monotonic() + min(2.0, self.opts.dead_after_s)
+            while True:
+                try:
+                    self._check_roles()
+                except RoleFailure as f:
+                    f.collateral.append(said)
+                    raise
+                except RunError:  # another role's own error: ours is reported below
+                    break
+                if time.monotonic() > end:
+                    break
+                time.sleep(0.05)
+        raise RunError(f"{said}\n{body.get('traceback', '')}")
+
+    def _on_stats(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
+        r.stats = body
+        r.state = "done"
+
+    # ----- training
+    def _on_checkpointed(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
+        self.recovery.checkpointed(int(body["seq"]), int(body["epoch"]), str(body["path"]))
+        self.event({"type": "checkpoint", **body, "time": self.now()})
+
+    def _on_trained(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
+        w, seq = int(body["trainer"]), int(body["seq"])
+        key = (w, seq)
+        r.doing = f"finished step {seq}, waiting for the next mini-batch"
+        if key in self.trained:
+            raise RunError(f"trainer {w} trained batch {seq} twice")
+        if body["seeds"] != self.expected.pop(key, None):
+            raise RunError(f"trainer {w} trained batch {seq} with other seeds than assigned")
+        now = self.now()
+        body["time"] = now
+        body["attempt"] = self.recovery.attempt
+        self.trained[key] = body
+        self.last_progress = time.monotonic()
+        item = self.items[seq]
+        self.event({"type": "batch", **body})
+        self._policy_trained(w, seq, item, body, now)
+        self.barriers[seq] += 1
+        if self.barriers[seq] == self.W:
+            self.barrier_at[seq] = now
+            self.last_barrier = max(self.last_barrier, seq)
+            self.policy.on_barrier(seq, now)
+            self._after_barrier(item, now)
+            self.recovery.barrier(seq, now)
+
+    def _after_barrier(self, item: Item, now: float) -> None:
+        K = self.schedule.K
+        if item.phase == 0:
+            self.progress("batch", epoch=item.epoch, done=item.index + 1, total=K,
+                          seeds=sum(self.trained[(w, item.seq)]["n"] for w in range(self.W)))
+        last = item.seq + 1 == len(self.items) or self.items[item.seq + 1].epoch != item.epoch \
+            or (self.items[item.seq + 1].phase == 2 and item.phase != 2)
+        if not last:
+            return
+        if item.phase == 2:
+            correct, total = self._accuracy(2, item.epoch)
+            self.test_accuracy = correct / total if total else float("nan")
+            self.event({"type": "test", "accuracy": self.test_accuracy, "nodes": total,
+                        "time": now})
+            return
+        self._epoch_record(item.epoch, now)
+
+    def _accuracy(self, phase: int, epoch: int) -> tuple[int, int]:
+        recs = [b for (w, s), b in self.trained.items()
+                if self.items[s].phase == phase and self.items[s].epoch == epoch]
+        return sum(b["correct"] for b in recs), sum(b["n"] for b in recs)
+
+    def _epoch_record(self, e: int, now: float) -> None:
+        train = [it for it in self.items if it.epoch == e and it.phase == 0]
+        first, lastk = train[0].seq, train[-1].seq
+        begin = self.t_train if first == 0 else self.barrier_at[first - 1]
+        end = self.barrier_at[lastk]
+        recs = [self.trained[(w, it.seq)] for it in train for w in range(self.W)]
+        seeds = sum(b["n"] for b in recs)
+        stages = {str(w): {s: float(np.mean([self.trained[(w, it.seq)][s] for it in train]))
+                           for s in STAGES} for w in range(self.W)}
+        assigned = np.concatenate([self.schedule.batch(w, it)[0] for it in train
+                                   for w in range(self.W)])
+        correct, total = self._accuracy(1, e)
+        rec = {"type": "epoch", "epoch": e, "epoch_time_s": end - begin,
+               "train_loss": float(np.mean([b["loss"] for b in recs])),
+               "val_accuracy": correct / total if total else None,
+               "throughput_seeds_s": seeds / max(end - begin, 1e-9),
+               "batches": len(recs), "seeds": seeds,
+               "unique_seeds": int(len(np.unique(assigned))),
+               "train_nodes": int(sum(len(n["train"][0]) for n in self.schedule.nodes)),
+               "recovered": any(rc["epoch"] == e for rc in self.recovery.records),
+               "attempt": self.recovery.attempt,
+               "stages": stages, "time": now}
+        self.epochs.append(rec)
+        self.event(rec)
+        self.progress("epoch_end", record=rec)
+        if e + 1 < self.job.epochs:
+            self.progress("epoch_start", epoch=e + 1, total=self.schedule.K,
+                          epochs=self.job.epochs)
+
+    def _on_done(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
+        self.done_trainers.add(int(body["trainer"]))
+
+    # ------------------------------------------------------------------ the end
+    def _finish(self) -> RunResult:
+        self.training = False
+        self._stop_roles(self.opts.stop_grace_s)
+        leftover = self.launcher.stop_all(grace=2.0)
+        if leftover:
+            self.log(f"had to terminate: {', '.join(leftover)}")
+        self.recovery.close(self.now())  # ended before catching up (failure in the last steps)
+        wall = self.now()
+        by_proc = {n: int((r.stats or {}).get("bytes_sent", 0)) for n, r in self.roles.items()}
+        by_proc["coordinator"] = STATS.total
+        network = sum(int((r.stats or {}).get("network_bytes", 0)) for r in self.roles.values())
+        allreduce = sum(int((r.stats or {}).get("allreduce_bytes", 0))
+                        for r in self.roles.values())
+        times = [e["epoch_time_s"] for e in self.epochs]
+        median = statistics.median(times[1:]) if len(times) > 1 else (times[0] if times else 0.0)
+        steady = self.epochs[1:] or self.epochs  # the first epoch includes warm-up
+        stages = {str(w): {s: float(np.mean([e["stages"][str(w)][s] for e in steady]))
+                           for s in STAGES} for w in range(self.W)}
+        result = RunResult(
+            run_dir=str(self.run_dir), policy=self.policy.name, placer=self.plan.placer,
+            launcher=self.launcher.name, epochs=self.epochs, epoch_time_s=float(median),
+            val_accuracy=[e["val_accuracy"] for e in self.epochs if e["val_accuracy"] is not None],
+            test_accuracy=float(self.test_accuracy),
+            bytes_sent=int(sum(by_proc.values())), network_bytes=network,
+            allreduce_bytes=allreduce, bytes_by_process=by_proc, stages=stages,
+            startup_s=self.startup_s, wall_s=wall, iterations_per_epoch=self.schedule.K,
+            processes={n: {"machine": r.launch.machine, "pid": r.info.get("pid"),
+                           "generation": r.launch.gen,
+                           **{k: v for k, v in (r.stats or {}).items() if k != "op"}}
+                       for n, r in self.roles.items()},
+            recoveries=[{k: v for k, v in rc.items() if k != "type"}
+                        for rc in self.recovery.records],
+            checkpoints=self.recovery.written)
+        cpu = {n: round(float(r.stats["cpu_s"]), 3) for n, r in self.roles.items()
+               if r.stats and "cpu_s" in r.stats}
+        cpu["coordinator"] = round(time.process_time() - self.cpu0, 3)  # this process, all threads
+        self.event({"type": "run", **{k: v for k, v in result.to_dict().items()
+                                      if k not in ("epochs", "processes")},
+                    "cpu_s_by_process": cpu,
+                    "stale_messages": self.stale, "rejected_messages": self.rejected})
+        return result
+
+
+__all__ = ["Coordinator"]

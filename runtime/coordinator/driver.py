@@ -1,0 +1,419 @@
+"""The policy driver: the coordinator's half that plays the simulator's part for a Policy.
+
+Event by event it asks the same :class:`~gnnsched.policy.Policy` object the simulator drives:
+
+* **which mini-batch a free sampler builds** -- each machine runs at most ``cpus`` sampling
+  tasks at once; when a core is free and several trainers' samplers there are idle with an
+  open prefetch window, :func:`~gnnsched.policy.choose_sampling` (``pick_batch``) chooses (a
+  trainer's batches go in order); the coordinator sends that sampler a ``BATCH`` with the
+  seeds;
+* **the prefetch window** -- batch ``k`` of a trainer may start once batch
+  ``k - prefetch(trainer)`` started training (trainers report ``started``);
+* **the order of every store NIC** -- stores report ``queued`` transfers; the coordinator asks
+  ``priority`` once per transfer and sends the keys (``prio``), and the store's
+  :class:`~gnnsched.runtime.store.NicQueue` sends in that order (``sharing: priority``) or
+  round robin (``fair``);
+* **gradients first** -- while trainers' gradients are on the wire, stores and relays that
+  would share a NIC with them hold later traffic (``hold``);
+* **events** -- ``on_sampled`` (with the batch's measured sizes), ``on_transfer_done`` (store
+  reports ``sent``), ``on_trained``; the core reports ``on_barrier``.
+
+Expected costs in the policy's context come from the :class:`~.advisor.Advisor` when the run
+has a cost profile (exactly what the simulator uses); otherwise they are learnt during the
+run (moving averages of the measured train time per edge and fetch time per trainer).
+
+:class:`PolicyDriver` is a mixin of :class:`~.core.Coordinator`: its handlers share the
+coordinator's state (listed below), which tests set directly on a bare instance.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from gnnsched.plan import Plan
+from gnnsched.policy import (
+    BatchInfo,
+    BatchKey,
+    Policy,
+    PolicyContext,
+    Transfer,
+    choose_sampling,
+    gradient_contenders,
+)
+from gnnsched.runtime.coordinator.options import (
+    NIC_CHUNK_S,
+    NIC_WINDOW_S,
+    PEER_WINDOW_S,
+    RuntimeOptions,
+)
+from gnnsched.runtime.coordinator.schedule import Item, Schedule
+from gnnsched.runtime.launcher import on_loopback
+from gnnsched.runtime.role import seeds_hash
+from gnnsched.runtime.store import CHUNK_BYTES, PEER_WINDOW_BYTES, WINDOW_BYTES
+from gnnsched.runtime.transport import Kind, Message, MessageError, ctrl
+from gnnsched.spec import ClusterSpec, JobSpec
+from gnnsched.workload import ring_wire_s
+
+if TYPE_CHECKING:
+    from gnnsched.runtime.coordinator.advisor import Advisor
+    from gnnsched.runtime.coordinator.roles import RoleState, SamplerSlot
+    from gnnsched.runtime.launcher import Launcher
+
+LEARN_RATE = 0.3  # weight of the newest measurement in the learnt stage times
+
+
+class PolicyDriver:
+    """Dispatches sampling, ranks transfers and holds NICs for gradients (module docstring)."""
+
+    # the coordinator's state this mixin reads (set by the core or by a test)
+    cluster: ClusterSpec
+    plan: Plan
+    job: JobSpec
+    opts: RuntimeOptions
+    launcher: Launcher
+    policy: Policy
+    advisor: Advisor | None
+    profile: Any
+    schedule: Schedule
+    items: list[Item]
+    roles: dict[str, RoleState]
+    samplers: dict[str, SamplerSlot]
+    W: int
+    T: list[int]  # trainer -> machine index
+    F: list[int]  # trainer -> machine index of its feature gathering
+
+    per_edge: list[float]  # learnt train seconds per sampled edge, per trainer
+    tseq: int  # transfers ranked so far (the policy's tie-break order)
+
+    if TYPE_CHECKING:  # the core's; declared here so the mixin reads on its own
+        def send(self, name: str, msg: Message) -> None: ...
+        def event(self, record: dict[str, Any]) -> None: ...
+        def now(self) -> float: ...
+        def _fire_faults(self, seq: int) -> None: ...
+
+    # ------------------------------------------------------------------ set-up
+    def _sizes(self) -> dict[str, Any]:
+        """Chunk and window sizes. On real or shaped links (netns, ssh) each store's chunk is
+        ~8 ms of its own egress (16..256 KiB, ``nic_chunk_bytes``) and its windows cover
+        150 / 120 ms of it (``nic_windows``); on loopback (local) large chunks keep the CPU
+        cost low. ``chunk_bytes`` (~2 ms of the slowest NIC when shaped) is the fallback for
+        a sender with no entry of its own."""
+        o = self.opts
+        if o.chunk_bytes:
+            chunk = int(o.chunk_bytes)
+        elif on_loopback(self.launcher):
+            chunk = CHUNK_BYTES
+        else:
+            slowest = min(min(m.egress, m.ingress) for m in self.cluster.machines)
+            chunk = int(min(CHUNK_BYTES, max(16 << 10, slowest * 0.002)))
+        out: dict[str, Any] = {
+            "chunk_bytes": chunk,
+            "window_bytes": int(o.window_bytes or (WINDOW_BYTES if chunk == CHUNK_BYTES
+                                                   else 4 * chunk)),
+            "peer_window_bytes": int(o.peer_window_bytes or (
+                PEER_WINDOW_BYTES if chunk == CHUNK_BYTES else 2 * chunk))}
+        if chunk != CHUNK_BYTES:
+            # Shaped links: a window must cover the bandwidth-delay product of *its* NIC, or an
+            # acknowledgement round trip through busy processes and the receiver's own queued
+            # egress caps a sender below its rate. Per store: 150 ms (total) / 120 ms (per
+            # receiver) of its egress, never less than the chunk-based floor. With 40 / 30 ms
+            # a 50 Mbit/s store waited for acks ~60% of a hetero/Cora run (its ``waits_s``
+            # stats) and the run was 11% slower than simulated; with 150 / 120 ms it never
+            # waits and a priority transfer still overtakes within ~150 ms of that NIC.
+            #
+            # A store's chunk is ~8 ms of its own egress (16..256 KiB): each chunk costs the
+            # sender and receiver a message, an ack and a scheduling decision in Python, so
+            # chunks sized by the *slowest* NIC (16 KiB) kept a 50 Mbit/s store sending ~380
+            # chunks a second, 3-4 s of its CPU per ~20 s hetero/Physics run (its ``waits_s``
+            # "send"; ~1.6 s with 8 ms chunks), and a 200 Mbit/s one four times as many.
+            # Priority and holds act at window granularity anyway.
+            chunks = {} if o.chunk_bytes else {
+                m.name: int(min(CHUNK_BYTES, max(16 << 10, m.egress * NIC_CHUNK_S)))
+                for m in self.cluster.machines if m.partitions}
+            out["nic_chunk_bytes"] = chunks
+            out["nic_windows"] = {
+                m.name: [max(out["window_bytes"], 4 * chunks.get(m.name, chunk),
+                             int(m.egress * NIC_WINDOW_S)),
+                         max(out["peer_window_bytes"], 2 * chunks.get(m.name, chunk),
+                             int(m.egress * PEER_WINDOW_S))]
+                for m in self.cluster.machines if m.partitions}
+        return out
+
+    def _context(self) -> PolicyContext:
+        """The policy's view of the run: the advisor's expected stage times when there is a
+        cost profile, else zeros that :meth:`_learn` fills from measurements."""
+        cl = self.cluster
+        ctx = PolicyContext(
+            trainers=self.W, iterations=len(self.items), prefetch=self.job.prefetch,
+            egress=[m.egress for m in cl.machines], ingress=[m.ingress for m in cl.machines],
+            trainer_machine=list(self.T), fetch_machine=list(self.F))
+        if self.profile is not None and self.advisor is not None:
+            ctx.train_s, ctx.fetch_s, ctx.sample_s, ctx.buffer_batches = \
+                self.advisor.reference(cl, self.job, self.plan, self.profile)
+            self.learn = False
+        else:  # learnt online from measurements
+            ctx.train_s, ctx.fetch_s, ctx.sample_s = [0.0] * self.W, [0.0] * self.W, \
+                [0.0] * self.W
+            self.learn = True
+        return ctx
+
+    def _reset_driver(self, start: int, now: float) -> None:
+        """Fresh driver state for training from step ``start``: every core free, no transfer
+        known, the policy reset with a new context and its prefetch depths read."""
+        W = self.W
+        self.cores_free = [m.cpus for m in self.cluster.machines]
+        self.next_disp = [start] * W
+        self.started = [start] * W
+        self.ready_since = [now] * W
+        self.expected: dict[tuple[int, int], str] = {}
+        self.queues: dict[int, dict[int, Transfer]] = defaultdict(dict)
+        self.stores = {self.cluster.machine_index(r.launch.machine): name
+                       for name, r in self.roles.items() if r.launch.role == "store"}
+        self.fetchers = [name for name, r in self.roles.items() if r.launch.role == "fetcher"]
+        self.ranked: dict[tuple[int, int, int, str], list] = {}
+        self.reducing: dict[int, int] = defaultdict(int)  # machine -> trainers all-reducing
+        self.entered: dict[int, int] = defaultdict(int)  # step -> trainers in its all-reduce
+        self.grad_bytes: dict[int, int] = defaultdict(int)  # step -> largest ring volume
+        self.holding: set[int] = set()  # machines the stores hold traffic into
+        self.contending = self._contending()
+        self.sampled_info: dict[tuple[int, int], dict[str, Any]] = {}
+        # --trace: half-known sampler / relay transfers, (trainer, seq, kind) -> what is known
+        self.handoffs: dict[tuple[int, int, str], dict[str, Any]] = {}
+        for s in self.samplers.values():
+            s.busy = False
+        self.policy.reset(self._context())
+        self.pf = [max(1, int(self.policy.prefetch(w))) for w in range(self.W)]
+
+    # ------------------------------------------------------------------ sampling
+    def _dispatch_batches(self, m: int) -> None:
+        """Start sampling tasks on machine ``m`` while it has a free core (policy picks)."""
+        n = len(self.items)
+        while self.cores_free[m] > 0:
+            cands = []
+            seen = set()
+            for s in self.samplers.values():
+                w = s.trainer
+                if s.machine != m or s.busy or w in seen:
+                    continue
+                nd = self.next_disp[w]
+                if nd < n and nd < self.started[w] + self.pf[w]:
+                    cands.append((self.ready_since[w], w))
+                    seen.add(w)
+            if not cands:
+                return
+            w = choose_sampling(cands, self.next_disp, self.policy, self.now())
+            seq = self.next_disp[w]
+            self.next_disp[w] = seq + 1
+            self.ready_since[w] = self.now()
+            s = next(s for s in self.samplers.values()
+                     if s.machine == m and s.trainer == w and not s.busy)
+            s.busy = True
+            self.cores_free[m] -= 1
+            item = self.items[seq]
+            self.roles[s.name].doing = f"sampling trainer {w} step {seq} (epoch {item.epoch})"
+            seeds, labels = self.schedule.batch(w, item)
+            self.expected[(w, seq)] = seeds_hash(seeds)
+            self._rank(w, seq, "struct", [(st, m, 0.0) for st in self.stores if st != m])
+            if self.opts.trace:
+                self.event({"type": "dispatch", "trainer": w, "seq": seq, "t": self.now(),
+                            "machine": self.cluster.machines[m].name})
+            self.send(s.name, Message(Kind.BATCH, {"trainer": w, "seq": seq,
+                                                   "epoch": item.epoch, "phase": item.phase,
+                                                   "index": item.index},
+                                      {"seeds": seeds, "labels": labels}))
+
+    def _on_sampled(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
+        s = self.samplers[name]
+        w, seq = int(body["trainer"]), int(body["seq"])
+        self.sampled_info[(w, seq)] = body
+        train_s = self.per_edge[w] * body["edges"] if self.learn else \
+            self.policy.ctx.train_s[w]
+        info = BatchInfo(float(body["feat_bytes"]), float(body["block_bytes"]), float(train_s),
+                         tuple((int(m), float(b)) for m, b in body["feat_from"]), s.machine)
+        self.policy.on_sampled(BatchKey(w, seq), info, self.now())
+        if self.opts.trace:
+            self.event({"type": "sampled", "trainer": w, "seq": seq, "t": self.now(),
+                        "feat_bytes": info.feat_bytes})
+            if s.machine != self.T[w]:  # the sampler sends BLOCK right after this report
+                self._handoff(w, seq, "block", src=s.machine, queued=self.now())
+        self._rank(w, seq, "feat", [(m, self.F[w], b) for m, b in info.feat_from
+                                    if m != self.F[w]])
+        s.busy = False
+        r.doing = f"idle (sampled trainer {w} step {seq})"
+        self.cores_free[s.machine] += 1
+        self._dispatch_batches(s.machine)
+
+    def _on_started(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
+        """A trainer started a step: its prefetch window moves on (and faults may fire)."""
+        w, seq = int(body["trainer"]), int(body["seq"])
+        r.doing = f"training step {seq} (epoch {self.items[seq].epoch})"
+        self.started[w] = seq + 1
+        if self.next_disp[w] == self.started[w] - 1 + self.pf[w]:
+            self.ready_since[w] = self.now()  # the window just opened
+        for m in {s.machine for s in self.samplers.values() if s.trainer == w}:
+            self._dispatch_batches(m)
+        self._fire_faults(seq)
+
+    # ------------------------------------------------------------------ NICs
+    def _rank(self, w: int, seq: int, kind: str, flows: list[tuple[int, int, float]]) -> None:
+        """Send stores the priority of a batch's transfers before they are queued (the
+        simulator asks ``priority`` when the flow starts; here it is asked as soon as the
+        transfer is known, so the store can rank it the moment the request arrives)."""
+        if self.policy.sharing != "priority":
+            return
+        now = self.now()
+        for src, dst, nbytes in flows:
+            self.tseq += 1
+            tr = Transfer(BatchKey(w, seq), kind, src, dst, nbytes, now, self.tseq)
+            key = list(self.policy.priority(tr))
+            self.ranked[(src, w, seq, kind)] = key
+            self.send(self.stores[src], ctrl("rank", ranks=[[w, seq, kind, key]]))
+
+    def _on_queued(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
+        m = int(body["machine"])
+        now = self.now()
+        keys = []
+        for tid, trainer, seq, kind, dst, nbytes, ranked in body["transfers"]:
+            self.tseq += 1
+            tr = Transfer(BatchKey(int(trainer), int(seq)), str(kind), m, int(dst),
+                          float(nbytes), now, self.tseq)
+            self.queues[m][int(tid)] = tr
+            if self.policy.sharing == "priority" and not ranked:
+                key = self.ranked.get((m, int(trainer), int(seq), str(kind)))
+                keys.append([int(tid), key if key is not None else
+                             list(self.policy.priority(tr))])
+        if keys:
+            self.send(name, ctrl("prio", keys=keys))
+
+    def _on_sent(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
+        m = int(body["machine"])
+        now = self.now()
+        for tid in body["tids"]:
+            tr = self.queues[m].pop(int(tid), None)
+            if tr is not None:
+                self.policy.on_transfer_done(tr, now)
+                if self.opts.trace:
+                    self.event({"type": "transfer", "trainer": tr.batch.trainer,
+                                "seq": tr.batch.iteration, "kind": tr.kind,
+                                "src": self.cluster.machines[tr.src].name,
+                                "dst": self.cluster.machines[tr.dst].name,
+                                "bytes": tr.nbytes, "queued": tr.created, "done": now})
+
+    def _on_allreduce(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
+        """Gradients first, as in the cost model: once *every* trainer has entered all-reduce
+        ``k`` (gradients are on the wire; before that a trainer only waits at the barrier),
+        a store or relay that would share a NIC with the gradients sends the reducing
+        machines nothing of later iterations until their all-reduce ends. What any trainer
+        needs for barrier ``k`` is never held."""
+        m, seq = self.T[int(body["trainer"])], int(body["seq"])
+        r.doing = f"{'all-reducing' if body['on'] else 'stepping'} step {seq}"
+        extra: dict[str, Any] = {}
+        if body["on"]:
+            self.reducing[m] += 1
+            self.entered[seq] += 1
+            self.grad_bytes[seq] = max(self.grad_bytes[seq], int(body.get("bytes", 0)))
+            if self.entered[seq] < self.W:
+                return
+            del self.entered[seq]
+            volume = self.grad_bytes.pop(seq)
+            if volume > 0:  # the gradients' time on the wire; the rest of the call is not
+                extra["for_s"] = self.gradient_wire_s(volume)
+            hold = [mm for mm, n in self.reducing.items() if n > 0 and mm not in self.holding]
+            on = True
+        else:
+            self.reducing[m] -= 1
+            if self.reducing[m] > 0 or m not in self.holding:
+                return
+            hold, on = [m], False
+        for mm in hold:
+            (self.holding.add if on else self.holding.discard)(mm)
+            for peer in self.contending[mm]:
+                self.send(peer, ctrl("hold", machine=mm, seq=seq, on=on, **extra))
+
+    def gradient_wire_s(self, volume: float) -> float:
+        """The gradients' time on the wire (:func:`gnnsched.workload.ring_wire_s`), without
+        the all-reduce's fixed overhead, during which the cost model's NICs carry other
+        traffic."""
+        ms = self.cluster.machines
+        return ring_wire_s(volume, list(self.T), [m.egress for m in ms],
+                           [m.ingress for m in ms], self.cluster.latency)
+
+    def _contending(self) -> dict[int, list[str]]:
+        """Per trainer machine, the stores and relays whose traffic into it would slow its
+        gradients (:func:`gnnsched.policy.gradient_contenders`). Fixed by the plan, so
+        computed once per (re)start."""
+        ms = self.cluster.machines
+        senders = [*((n, i) for i, n in self.stores.items()),
+                   *((n, self.cluster.machine_index(self.roles[n].launch.machine))
+                     for n in self.fetchers)]
+        rule = gradient_contenders([x.egress for x in ms], [x.ingress for x in ms], self.T,
+                                   {at for _, at in senders})
+        return {m: [peer for peer, at in senders if at in cont] for m, cont in rule.items()}
+
+    # ------------------------------------------------------------------ --trace handoffs
+    def _on_fetched(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
+        # the trainer reports the fetch time with the batch; a relay reports this when a
+        # gathered batch enters its send queue (a gradient hold may keep it there, as in a
+        # store's NIC queue): for --trace, the queued time of that relay transfer
+        if self.opts.trace:
+            w, m = int(body["trainer"]), self.cluster.machine_index(r.launch.machine)
+            if m != self.T[w]:
+                self._handoff(w, int(body["seq"]), "relay", src=m, queued=self.now())
+
+    def _on_arrived(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
+        """--trace: a trainer received a BLOCK (kind ``block``) or FEATS (``relay``)."""
+        w, kind = int(body["trainer"]), str(body["kind"])
+        if kind not in ("block", "relay") or name != f"trainer:{w}":
+            raise MessageError(f"coordinator: bad arrival report {body!r} from {name}")
+        self._handoff(w, int(body["seq"]), kind, done=self.now(), bytes=int(body["bytes"]))
+
+    def _handoff(self, w: int, seq: int, kind: str, **known: Any) -> None:
+        """A ``transfer`` record of a sampler's or relay's push once both halves are known:
+        when the sender handed it over (its report) and when the trainer had it (its
+        report), both on this clock as the stores' transfers are. The two reports travel on
+        different connections: should the receipt come first, the transfer took no
+        measurable time (``done = queued``). Receipts of same-machine BLOCKs never pair and
+        are dropped when the step is trained."""
+        key = (w, seq, kind)
+        h = self.handoffs.setdefault(key, {})
+        h.update(known)
+        if "queued" not in h or "done" not in h:
+            return
+        del self.handoffs[key]
+        self.event({"type": "transfer", "trainer": w, "seq": seq, "kind": kind,
+                    "src": self.cluster.machines[h["src"]].name,
+                    "dst": self.cluster.machines[self.T[w]].name, "bytes": h["bytes"],
+                    "queued": h["queued"], "done": max(h["done"], h["queued"])})
+
+    # ------------------------------------------------------------------ trained
+    def _policy_trained(self, w: int, seq: int, item: Item, body: dict[str, Any],
+                        now: float) -> None:
+        """Tell the policy ``(w, seq)`` is trained, learn from its times, forget the batch."""
+        key = (w, seq)
+        self.policy.on_trained(BatchKey(w, seq), now)
+        if self.learn and item.phase == 0:
+            self._learn(w, self.sampled_info.get(key, {}).get("edges", 0), body)
+        self.sampled_info.pop(key, None)
+        for k in [k for k in self.ranked if k[1] == w and k[2] == seq]:
+            del self.ranked[k]
+        for kind in ("block", "relay"):  # a same-machine BLOCK's receipt (--trace)
+            self.handoffs.pop((w, seq, kind), None)
+
+    def _learn(self, w: int, edges: int, body: dict[str, Any]) -> None:
+        """Without a profile: moving averages of trainer ``w``'s measured stage times (and
+        train time per sampled edge, which prices the next batch once its size is known)."""
+        a = LEARN_RATE
+        ctx = self.policy.ctx
+        if edges:
+            self.per_edge[w] = (1 - a) * self.per_edge[w] + a * body["train_s"] / edges \
+                if self.per_edge[w] else body["train_s"] / edges
+        ctx.train_s[w] = (1 - a) * ctx.train_s[w] + a * body["train_s"] \
+            if ctx.train_s[w] else body["train_s"]
+        ctx.fetch_s[w] = (1 - a) * ctx.fetch_s[w] + a * body["fetch_s"] \
+            if ctx.fetch_s[w] else body["fetch_s"]
+        ctx.sample_s[w] = (1 - a) * ctx.sample_s[w] + a * body["sample_s"] \
+            if ctx.sample_s[w] else body["sample_s"]
+
+
+__all__ = ["PolicyDriver"]

@@ -1,0 +1,101 @@
+"""What is trained when: the run's steps and each trainer's seeds per step.
+
+Every trainer runs ``K = ceil(train seeds / (W * batch))`` iterations per epoch; trainer
+``t``'s seeds (the training nodes of its plan's parts) are shuffled per epoch with seed (job
+seed, epoch, t) and split into ``K`` near-equal batches, so each seed is trained exactly once
+per epoch and nobody waits at epoch end (a trainer with fewer seeds gets smaller, possibly
+empty, batches). Validation batches follow each ``eval_every``-th epoch and test batches the
+last one, equally many per trainer. The single-process reference
+(:mod:`gnnsched.runtime.reference`) uses the same :class:`Schedule`, which is why the two agree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gnnsched.runtime.role import PHASES, seed_of
+from gnnsched.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class Item:
+    """One step of every trainer: ``phase`` 0 train, 1 validation, 2 test."""
+
+    seq: int
+    epoch: int
+    phase: int
+    index: int
+
+
+class Schedule:
+    """The run's sequence of steps and each trainer's seeds (identical in the reference)."""
+
+    def __init__(self, job: JobSpec, trainer_parts: list[list[int]],
+                 part_counts: list[dict[str, int]], eval_batch_size: int = 256) -> None:
+        self.job, self.W = job, len(trainer_parts)
+        self.trainer_parts = [list(p) for p in trainer_parts]
+        total = sum(c["train"] for c in part_counts)
+        self.K = max(1, math.ceil(total / (self.W * job.batch_size)))
+
+        def steps(name: str) -> int:
+            most = max(sum(part_counts[p][name] for p in ps) for ps in trainer_parts)
+            return max(1, math.ceil(most / eval_batch_size)) if most else 0
+
+        self.n_val, self.n_test = steps("val"), steps("test")
+        items: list[Item] = []
+        for e in range(job.epochs):
+            items += [Item(len(items) + k, e, 0, k) for k in range(self.K)]
+            if self.n_val and ((e + 1) % job.eval_every == 0 or e == job.epochs - 1):
+                items += [Item(len(items) + k, e, 1, k) for k in range(self.n_val)]
+        items += [Item(len(items) + k, job.epochs - 1, 2, k) for k in range(self.n_test)]
+        self.items = items
+        self.nodes: list[dict[str, tuple[np.ndarray, np.ndarray]]] = []
+        self._perm: dict[tuple[int, int], list[np.ndarray]] = {}
+
+    def set_nodes(self, splits: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]]) -> None:
+        """Per part ``{train|val|test: (ids, labels)}`` -> per trainer, sorted by node id."""
+        self.nodes = []
+        for ps in self.trainer_parts:
+            mine = {}
+            for name in PHASES:
+                ids = np.concatenate([splits[p][name][0] for p in ps]).astype(np.int64)
+                lab = np.concatenate([splits[p][name][1] for p in ps]).astype(np.int64)
+                order = np.argsort(ids, kind="stable")
+                mine[name] = (ids[order], lab[order])
+            self.nodes.append(mine)
+
+    def batch(self, trainer: int, item: Item) -> tuple[np.ndarray, np.ndarray]:
+        """(seeds, labels) of ``trainer`` at ``item``."""
+        ids, lab = self.nodes[trainer][PHASES[item.phase]]
+        if item.phase == 0:
+            key = (trainer, item.epoch)
+            if key not in self._perm:
+                rng = np.random.default_rng(seed_of(self.job.seed, item.epoch, trainer))
+                self._perm = {k: v for k, v in self._perm.items() if k[1] >= item.epoch - 1}
+                self._perm[key] = np.array_split(rng.permutation(len(ids)), self.K)
+            sel = self._perm[key][item.index]
+        else:
+            n = self.n_val if item.phase == 1 else self.n_test
+            sel = np.array_split(np.arange(len(ids)), n)[item.index]
+        return ids[sel], lab[sel]
+
+    def record_seqs(self) -> dict[int, int]:
+        """Epoch -> the step after whose barrier its record (and validation) is complete."""
+        out = {}
+        for i, it in enumerate(self.items):
+            nxt = self.items[i + 1] if i + 1 < len(self.items) else None
+            if it.phase != 2 and (nxt is None or nxt.epoch != it.epoch or nxt.phase == 2):
+                out[it.epoch] = it.seq
+        return out
+
+
+def part_counts(meta: dict[str, Any]) -> list[dict[str, int]]:
+    """Per part, its train / val / test node counts from a partition set's metadata."""
+    return [{k: int(p.get(k, 0)) for k in PHASES} for p in meta["parts"]]
+
+
+__all__ = ["Item", "Schedule", "part_counts"]
