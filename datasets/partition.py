@@ -24,6 +24,7 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -418,24 +419,42 @@ class PartitionSet:
 
     def verify(self) -> None:
         """Re-hash every file listed in ``gnnsched.json``; SpecError naming the first bad one."""
-        _verify_checksums(self.root, self.meta)
+        verify_checksums(self.root, self.meta)
 
 
-def _verify_checksums(root: Path, meta: dict[str, Any]) -> None:
+def verify_checksums(root: str | Path, meta: dict[str, Any] | None = None, *,
+                     parts: Collection[int] | None = None, shared: bool = True) -> int:
+    """Re-hash partition files against the sha256 sums in ``gnnsched.json`` before trusting
+    them; a SpecError names the first missing or corrupted file (in path order).
+
+    ``parts``: only the files of these parts (``partN/...``), None: of every part; ``shared``:
+    also the files outside the part folders (node map, DGL config). A store checks only what
+    it loads, so the cost is spread over the stores. ``meta``: the already-read
+    ``gnnsched.json``. Returns the bytes hashed."""
+    root = Path(root)
+    if meta is None:
+        meta = json.loads((root / META_FILE).read_text())
     sums = meta.get("sha256")
     if not isinstance(sums, dict) or not sums:
         raise SpecError(str(root / META_FILE), "sha256", "is missing or empty",
                         "re-run gnnsched partition")
-    for rel, expected in sums.items():
+    folders = None if parts is None else {f"part{p}" for p in parts}
+    hashed = 0
+    for rel, expected in sorted(sums.items()):
+        top = rel.split("/", 1)[0] if "/" in rel else None
+        if not (shared if top is None else folders is None or top in folders):
+            continue
         path = root / rel
         if not path.is_file():
             raise SpecError(str(path), "", "partition file is missing",
-                            f"listed in {META_FILE}; re-run gnnsched partition or restore it")
+                            f"listed in {META_FILE}; restore it or re-run gnnsched partition")
         actual = sha256_file(path)
         if actual != expected:
             raise SpecError(str(path), "sha256", f"checksum mismatch: expected "
                             f"{expected[:16]}..., got {actual[:16]}... (corrupted or changed "
                             "after partitioning)", "re-run gnnsched partition")
+        hashed += path.stat().st_size
+    return hashed
 
 
 def open_partitions(path: str | Path, *, verify: bool = True) -> PartitionSet:
@@ -462,7 +481,7 @@ def open_partitions(path: str | Path, *, verify: bool = True) -> PartitionSet:
         if key not in meta:
             raise SpecError(str(meta_path), key, "is missing (required)")
     if verify:
-        _verify_checksums(root, meta)
+        verify_checksums(root, meta)
     config = root / str(meta["dgl_config"])
     if not config.is_file():
         raise SpecError(str(config), "", "DGL partition config is missing")

@@ -23,8 +23,9 @@ import torch
 
 from gnnsched.runtime.coordinator import Schedule, part_counts
 from gnnsched.runtime.model import Block, build_model
-from gnnsched.runtime.role import PHASES, pin_threads, seed_of
+from gnnsched.runtime.role import PHASES, pin_threads
 from gnnsched.runtime.sampler import local_sampler, sample_blocks
+from gnnsched.runtime.step import count_correct, evaluate, flat_grads, forward_backward, set_grads
 from gnnsched.runtime.store import PartGraph, load_parts
 from gnnsched.spec import JobSpec
 
@@ -94,30 +95,19 @@ def reference_train(job: JobSpec, partitions: str, trainer_parts: list[list[int]
                 x = torch.from_numpy(_gather(parts, node_part, b.input_nodes))
                 y = torch.from_numpy(labels)
                 if item.phase == 0:
-                    model.train()
-                    torch.manual_seed(seed_of(job.seed, 1, w, item.seq))
-                    out = model(blocks, x)
-                    loss = loss_fn(out, y) if len(y) else out.sum() * 0.0
-                    opt.zero_grad()
-                    loss.backward()
-                    flat = torch.cat([p.grad.reshape(-1) for p in params])
+                    _, loss = forward_backward(model, blocks, x, y, opt, loss_fn, job.seed, w,
+                                               item.seq)
+                    flat = flat_grads(params)
                     acc = flat if acc is None else acc + flat
                     losses.setdefault(item.epoch, []).append(float(loss.detach()))
                 else:
-                    model.eval()
-                    with torch.no_grad():
-                        out = model(blocks, x)
+                    out = evaluate(model, blocks, x)
                     c = correct.setdefault((item.epoch, item.phase), [0, 0])
-                    c[0] += int((out.argmax(1) == y).sum())
+                    c[0] += count_correct(out, y)
                     c[1] += len(y)
             if item.phase == 0:
                 assert acc is not None
-                acc = acc / W
-                off = 0
-                for p in params:
-                    n = p.numel()
-                    p.grad.copy_(acc[off:off + n].view_as(p))
-                    off += n
+                set_grads(params, acc / W)  # what the trainers' all-reduce computes
                 opt.step()
                 if item.index == sched.K - 1:
                     epoch_times.append(time.monotonic() - epoch_start[item.epoch])

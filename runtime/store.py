@@ -40,13 +40,11 @@ node ids; samplers on a store's machine use it for local hops.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -143,37 +141,19 @@ class PartGraph:
 
 
 def verify_files(partitions: str, parts: list[int] | None) -> int:
-    """Check the sha256 of partition files against ``gnnsched.json`` before trusting them.
+    """Check the sha256 of partition files against ``gnnsched.json`` before trusting them
+    (:func:`gnnsched.datasets.partition.verify_checksums`).
 
     ``parts``: verify the files of these parts (``partN/...``); ``None``: the shared files
     only (node map, DGL config). Each store verifies what it loads, so the cost is spread over
     the stores and equals one extra read of the data. Returns the bytes hashed; raises
     :class:`~gnnsched.spec.SpecError` naming the missing or corrupted file.
     """
-    from gnnsched.datasets.partition import META_FILE, sha256_file
-    from gnnsched.spec import SpecError
+    from gnnsched.datasets.partition import verify_checksums
 
-    root = Path(partitions)
-    meta = json.loads((root / META_FILE).read_text())
-    sums = meta.get("sha256")
-    if not isinstance(sums, dict) or not sums:
-        raise SpecError(str(root / META_FILE), "sha256", "is missing or empty",
-                        "re-run gnnsched partition")
-    want = {f"part{p}" for p in parts} if parts is not None else None
-    hashed = 0
-    for rel, expected in sorted(sums.items()):
-        top = rel.split("/", 1)[0] if "/" in rel else None
-        if (want is None and top is not None) or (want is not None and top not in want):
-            continue
-        path = root / rel
-        if not path.is_file():
-            raise SpecError(str(path), "", "partition file is missing",
-                            f"listed in {META_FILE}; restore it or re-run gnnsched partition")
-        if sha256_file(path) != expected:
-            raise SpecError(str(path), "sha256", "checksum mismatch: the file is corrupted or "
-                            "changed after partitioning", "re-run gnnsched partition")
-        hashed += path.stat().st_size
-    return hashed
+    if parts is None:
+        return verify_checksums(partitions, parts=(), shared=True)
+    return verify_checksums(partitions, parts=parts, shared=False)
 
 
 def load_parts(partitions: str, parts: list[int], keep_features: bool = True,

@@ -55,7 +55,8 @@ import zmq
 
 from gnnsched.runtime.fetcher import Gather
 from gnnsched.runtime.model import Block, build_model
-from gnnsched.runtime.role import PHASES, Role, seed_of, seeds_hash
+from gnnsched.runtime.role import PHASES, Role, seeds_hash
+from gnnsched.runtime.step import count_correct, evaluate, flat_grads, forward_backward, set_grads
 from gnnsched.runtime.store import StoreClient
 from gnnsched.runtime.transport import BULK, Channel, Kind, Message, MessageError, ctrl
 
@@ -348,17 +349,13 @@ class Trainer(Role):
             return
         import torch.distributed as dist
 
-        grads = [p.grad for p in model.parameters()]
-        flat = torch.cat([g.reshape(-1) for g in grads])
+        params = list(model.parameters())
+        flat = flat_grads(params)
         dist.all_reduce(flat)
         # what a ring all-reduce sends from this trainer (gloo/NCCL traffic is not ours to count)
         self.allreduce_bytes += self.grad_volume(model)
         flat.div_(self.world)
-        off = 0
-        for g in grads:
-            n = g.numel()
-            g.copy_(flat[off:off + n].view_as(g))
-            off += n
+        set_grads(params, flat)
 
     # ---------------------------------------------------------------- the loop
     def run(self) -> None:
@@ -421,12 +418,8 @@ class Trainer(Role):
                                    "input_nodes": int(batch.feats.shape[0])}
             t1, cpu1 = time.monotonic(), time.process_time()
             if phase == 0:
-                model.train()
-                torch.manual_seed(seed_of(int(job["seed"]), 1, self.rank, seq))
-                out = model(blocks, x)
-                loss = loss_fn(out, y) if len(y) else out.sum() * 0.0
-                opt.zero_grad()
-                loss.backward()
+                out, loss = forward_backward(model, blocks, x, y, opt, loss_fn,
+                                             int(job["seed"]), self.rank, seq)
                 self.sync()
                 self.stretch(time.process_time() - cpu1)
                 t2, reached = time.monotonic(), time.time()
@@ -444,13 +437,11 @@ class Trainer(Role):
                 rec.update(loss=float(loss.detach()), allreduce_s=t3 - t2, barrier_at=reached,
                            train_s=(t2 - t1) + (time.monotonic() - t3))
             else:
-                model.eval()
-                with torch.no_grad():
-                    out = model(blocks, x)
+                out = evaluate(model, blocks, x)
                 self.sync()
                 self.stretch(time.process_time() - cpu1)
                 rec.update(train_s=time.monotonic() - t1, allreduce_s=0.0)
-            rec["correct"] = int((out.argmax(1) == y).sum()) if len(y) else 0
+            rec["correct"] = count_correct(out, y)
             epoch_end = seq == last_train.get(epoch)
             if phase == 0 and self.rank == 0 and (epoch_end or (every and (index + 1) % every
                                                                 == 0)):
