@@ -72,7 +72,7 @@ def _setup(tmp: Path, epochs: int) -> tuple[Any, Any, Any, Path]:
 
 def _run(cluster: Any, job: Any, plan: Any, parts: Path, out: Path, opts: Any,
          cold: bool = False) -> tuple[Any, float]:
-    from gnnsched.commands.train import train
+    from gnnsched.api import train
     from gnnsched.runtime.launcher import LocalLauncher
 
     t0 = time.perf_counter()

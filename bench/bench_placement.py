@@ -40,15 +40,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from gnnsched.placement import Problem, get_placer  # noqa: E402
-from gnnsched.placement.cpsat import barrier_chain_bound, plan_floor  # noqa: E402
-from gnnsched.placement.placer import default_scorer, split_of  # noqa: E402
-from gnnsched.placement.search import Evaluator, plan_and_compare  # noqa: E402
-from gnnsched.profile import CostProfile, profile_for, synthetic_profile  # noqa: E402
-from gnnsched.spec import (  # noqa: E402
+from gnnsched.placement import Problem, get_placer
+from gnnsched.placement.cpsat import barrier_chain_bound, plan_floor
+from gnnsched.placement.placer import default_scorer, split_of
+from gnnsched.placement.search import Evaluator, plan_and_compare
+from gnnsched.profile import CostProfile, profile_for, synthetic_profile
+from gnnsched.spec import (
     ClusterSpec,
     JobSpec,
     cluster_from_dict,
@@ -56,6 +53,8 @@ from gnnsched.spec import (  # noqa: E402
     load_cluster,
     load_job,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 PLACERS = ("gnnsched", "cpsat", "greedy", "random", "colocation")
 GPU = {"a100": (4.0, 40), "v100": (2.0, 32), "t4": (1.0, 16), "k80": (0.5, 12)}

@@ -26,15 +26,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+from gnnsched.evaluation import config as be
+from gnnsched.evaluation.context import Context
+from gnnsched.evaluation.measure import runtime_options
 
-import bench_eval as be  # noqa: E402 - the evaluation's shapes, jobs, profiles and plans
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from gnnsched.api import train
     from gnnsched.commands.bench import add_arguments
-    from gnnsched.commands.train import train
     from gnnsched.placement import get_placer
     from gnnsched.policy import get_policy
 
@@ -49,11 +50,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     st = be.resolve(ap.parse_args(["--work", str(work), "--out", str(work / "out"),
                                    "--shapes", args.shape, "--datasets", args.dataset,
                                    "--launcher", args.launcher, "--epochs", str(args.epochs)]))
-    ctx = be.Context(st)
+    ctx = Context(st)
     ctx.prepare(args.dataset)
     cluster = be.load_shape(args.shape)
     prof = ctx.profiles[args.dataset]
-    job0 = be.make_job(args.dataset, st.epochs, st.seed)
+    job0 = st.job(args.dataset)
     plan = be.canonical(get_placer(args.placer).place(
         cluster, job0, prof, seed=st.seed, budget=st.budget if args.placer == "gnnsched" else None))
     be.say(f"plan ({args.placer}): {be.plan_rows(plan)}")
@@ -64,11 +65,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         net = EmulatedCluster(cluster, payload_rates=True).up()
     times: dict[str, list[float]] = {p: [] for p in policies}
     runs: dict[str, list[Any]] = {p: [] for p in policies}
-    opts = replace(be.runtime_options(), trace=args.trace)
+    opts = replace(runtime_options(), trace=args.trace)
     t0 = time.time()
     try:
         for rep in range(args.repeats):
-            job = be.make_job(args.dataset, st.epochs, st.seed + rep)
+            job = st.job(args.dataset, st.seed + rep)
             for p in policies:
                 res = train(cluster, job, plan, policy=p, launcher=st.launcher,
                             out_dir=work / f"{args.shape}-{args.dataset}-{p}-{rep}",
@@ -100,22 +101,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def timelines(runs: list[Any], policy: str, cluster: Any, job: Any, plan: Any, prof: Any,
               seed: int) -> dict[str, Any]:
     """The median run's traced timeline beside the simulator's, calibrated on that run the
-    way the evaluation calibrates (:func:`bench_eval.insitu_profile`): does the simulator
-    predict the epoch *and* the transfers, or the epoch for other reasons?"""
-    from gnnsched.simulator import simulate
+    way the evaluation calibrates (:func:`gnnsched.calibrate.insitu_profile`, here from the
+    run directory as ``gnnsched profile --from-run`` does): does the simulator predict the
+    epoch *and* the transfers, or the epoch for other reasons?"""
+    from gnnsched.calibrate import from_run
+    from gnnsched.evaluation.predict import steady_epoch
     from gnnsched.trace import load, summarize, summarize_sim
 
     times = [r.epoch_time_s for r in runs]
     res = runs[times.index(sorted(times)[len(times) // 2])]
-    from gnnsched.runtime.coordinator import NIC_WINDOW_S
-
-    cal, _ = be.run_profile(prof, plan, cluster, job, res.stages, be.steady_steps(res.run_dir))
-    K = prof.iterations_per_epoch(job.trainers, job.batch_size)
-    sim = simulate(cluster, job, plan, cal, policy, seed=seed, iterations=3 * K, record=True,
-                   nic_window_s=NIC_WINDOW_S)
+    cal = from_run(res.run_dir, prof, cluster=cluster, job=job)
+    steady, _, sim = steady_epoch(cluster, job, plan, cal, policy, seed, record=True)
     return {"run_dir": str(res.run_dir), "measured_s": float(res.epoch_time_s),
-            "simulated_s": float(sim.barriers[2 * K - 1] - sim.barriers[K - 1]),
-            "measured": summarize(load(res.run_dir)), "simulated": summarize_sim(sim)}
+            "simulated_s": steady, "measured": summarize(load(res.run_dir)),
+            "simulated": summarize_sim(sim)}
 
 
 def _timeline_table(doc: dict[str, Any]) -> None:
@@ -141,7 +140,8 @@ def _timeline_table(doc: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--shape", default="mixedgen", choices=list(be.SHAPES),
-                    help="cluster shape from bench/shapes (default: mixedgen)")
+                    help="cluster shape of the evaluation (gnnsched/evaluation/shapes; "
+                         "default: mixedgen)")
     ap.add_argument("--dataset", default="cora", choices=list(be.DATASETS),
                     help="dataset of the evaluation (default: cora)")
     ap.add_argument("--policies", default="fifo,gnnsched",

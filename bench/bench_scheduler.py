@@ -31,16 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from gnnsched.bounds import exact_schedule, instance_bound, small_instance
+from gnnsched.plan import Plan, TrainerPlan
+from gnnsched.profile import synthetic_profile
+from gnnsched.simulator import Instance, run, workload_for
+from gnnsched.spec import GB, GBIT, GPU, ClusterSpec, JobSpec, Machine
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-
-from gnnsched.bounds import exact_schedule, instance_bound, small_instance  # noqa: E402
-from gnnsched.plan import Plan, TrainerPlan  # noqa: E402
-from gnnsched.profile import synthetic_profile  # noqa: E402
-from gnnsched.simulator import Instance, run, workload_for  # noqa: E402
-from gnnsched.spec import GB, GBIT, GPU, ClusterSpec, JobSpec, Machine  # noqa: E402
 
 POLICIES = ("fifo", "gnnsched")
 KINDS = {"a100": 4.0, "v100": 2.0, "t4": 1.0}

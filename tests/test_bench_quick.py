@@ -17,11 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gnnsched.commands.bench import add_arguments, load_bench
+from gnnsched import calibrate
+from gnnsched.commands.bench import add_arguments
+from gnnsched.evaluation import config, driver, judging, measure, report, scaling
+from gnnsched.evaluation.context import Context
+from gnnsched.placement.placer import split_of
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.profile import synthetic_profile
-
-bench = load_bench()
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -35,33 +37,34 @@ def test_shapes_load_and_fit_the_jobs() -> None:
     from gnnsched.spec import check_compatible
 
     have = available_datasets()
-    for name in bench.SHAPES:
-        cluster = bench.load_shape(name)
+    for name in config.SHAPES:
+        cluster = config.load_shape(name)
         assert len(cluster.machines) == 4 and cluster.num_parts == 4
-        for ds in bench.DATASETS:
+        for ds in config.DATASETS:
             if ds in have:  # the shared datasets sit beside a checkout, not in the package
-                check_compatible(cluster, bench.make_job(ds, 3))
+                check_compatible(cluster, config.make_job(ds, 3))
     # DistDGL's feasibility is part of each shape's definition
     from gnnsched.runtime.distdgl import infeasible_reason
 
-    assert not infeasible_reason(bench.load_shape("plentiful"))
-    assert infeasible_reason(bench.load_shape("gpuless"))
-    assert not infeasible_reason(bench.load_shape("hetero"))
+    assert not infeasible_reason(config.load_shape("plentiful"))
+    assert infeasible_reason(config.load_shape("gpuless"))
+    assert not infeasible_reason(config.load_shape("hetero"))
 
 
 def test_canonical_orders_trainers_by_lowest_part() -> None:
     plan = Plan("x", "c", "", (TrainerPlan(0, "b", 0, (3, 2), (("b", 1),), "b"),
                                TrainerPlan(1, "a", 0, (1, 0), (("a", 1),), "a")))
-    c = bench.canonical(plan)
+    c = config.canonical(plan)
     assert [t.machine for t in c.trainers] == ["a", "b"]
     assert [t.id for t in c.trainers] == [0, 1]
-    assert bench.split_of(c) == [[0, 1], [2, 3]]
+    assert split_of(c) == ((0, 1), (2, 3))
+    assert config.seed_split(c) == [[0, 1], [2, 3]]
 
 
 def test_scale_profile_keeps_measured_batches_with_ring_owners() -> None:
     base = synthetic_profile(4, seeds_per_part=30, batch_size=8, samples=5, seed=3)
-    job = replace(bench.make_job("cora", 2), num_parts=16, trainers=8)
-    prof = bench.scale_profile(base, job)
+    job = replace(config.make_job("cora", 2), num_parts=16, trainers=8)
+    prof = scaling.scale_profile(base, job)
     assert prof.num_parts == 16 and len(prof.parts) == 16
     prof.check_job(job)
     for p in (0, 5, 15):
@@ -74,12 +77,12 @@ def test_scale_profile_keeps_measured_batches_with_ring_owners() -> None:
             offsets = {((q - p + 8) % 16) - 8 for q in new.input_parts[i].tolist()}
             assert offsets <= {-1, 0, 1, 2}
     # the replicated cluster stores exactly those partitions
-    cluster = bench.replicate(bench.load_shape("gpuless"), 4)
+    cluster = scaling.replicate(config.load_shape("gpuless"), 4)
     assert len(cluster.machines) == 16 and cluster.num_parts == 16
 
 
 def test_bytes_per_epoch_uses_steady_epochs() -> None:
-    t = bench.Tracker("x", None)
+    t = measure.Tracker("x", None)
     assert t.bytes_per_epoch(5) == (None, "")
 
     class Fake:
@@ -89,7 +92,7 @@ def test_bytes_per_epoch_uses_steady_epochs() -> None:
             self.n += 100
             return {"h": self.n}
 
-    t = bench.Tracker("x", Fake())  # type: ignore[arg-type]
+    t = measure.Tracker("x", Fake())  # type: ignore[arg-type]
     t("epoch_start", epoch=0)
     for e in range(5):
         t("batch", epoch=e, done=9, total=9)
@@ -107,14 +110,14 @@ def test_barrier_release_splits_the_all_reduce_from_waiting_and_skew(tmp_path: P
                          "trainer": trainer, "seq": 10 * epoch, "train_s": 0.01,
                          "sample_s": 0.02, "barrier_at": 100.0 + epoch + at, "allreduce_s": ar})
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    steps = bench.steady_steps(tmp_path)  # epochs 1 and 2: arrivals 0 / 0.05 after the first
-    own, skew = bench.barrier_release(steps)
+    steps = calibrate.steady_steps(tmp_path)  # epochs 1 and 2: arrivals 0 / 0.05 after the first
+    own, skew = calibrate.barrier_release(steps)
     assert own == pytest.approx(0.05)  # departures 0.1 and 0.13: first 0.1, last arrival 0.05
     assert skew == [pytest.approx((0.0, 0.03))] * 2  # per iteration, in trainer order
-    assert bench.allreduce_last_s(steps) == pytest.approx(0.08)  # last arrival own: skew in
+    assert calibrate.allreduce_last_s(steps) == pytest.approx(0.08)  # last arrival own: skew in
     for got in steps.values():
         got.pop("barrier_at")
-    assert bench.barrier_release(steps) is None  # runs from before trainers recorded it
+    assert calibrate.barrier_release(steps) is None  # runs from before trainers recorded it
 
 
 def test_step_spread_keeps_means_and_batch_order(tmp_path: Path) -> None:
@@ -124,24 +127,24 @@ def test_step_spread_keeps_means_and_batch_order(tmp_path: Path) -> None:
             for e in (0, 1) for t in (0, 1) for i in range(8)]
     rows.append({"type": "batch", "phase": "val", "epoch": 1, "trainer": 0, "train_s": 9.0})
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    steps = bench.step_costs(bench.steady_steps(tmp_path))
+    steps = calibrate.step_costs(calibrate.steady_steps(tmp_path))
     assert sorted(steps) == ["0", "1"] and len(steps["0"]["train_s"]) == 8  # epoch 1, train
     assert max(steps["0"]["train_s"]) == pytest.approx(0.04)
     profiled = np.array([3.0, 1.0, 2.0, 5.0])
-    got = bench._spread(profiled, steps["1"]["train_s"], mean=2.0)
+    got = calibrate._spread(profiled, steps["1"]["train_s"], mean=2.0)
     assert got.mean() == pytest.approx(2.0)
     assert list(np.argsort(got)) == list(np.argsort(profiled))  # bigger batch, bigger cost
     assert got.max() / got.min() == pytest.approx(steps["1"]["train_s"][3] /
                                                   steps["1"]["train_s"][0], rel=0.3)
-    flat = bench._spread(profiled, [0.5, 0.5, 0.5], mean=2.0)  # no spread measured
+    flat = calibrate._spread(profiled, [0.5, 0.5, 0.5], mean=2.0)  # no spread measured
     assert np.allclose(flat, 2.0)
-    assert np.allclose(bench._spread(profiled, [], mean=2.0), profiled * 2.0 / profiled.mean())
+    assert np.allclose(calibrate._spread(profiled, [], mean=2.0), profiled * 2.0 / profiled.mean())
 
 
 def test_accuracy_invariants_pair_runs_by_job_seed() -> None:
     """Repeats train with job seeds seed + r: runs of one split are compared seed by seed, the
     system's accuracy is their mean, and DistDGL (other mini-batches) is never in a group."""
-    st = bench.resolve(_args("--repeats", "2", "--launcher", "local"))
+    st = config.resolve(_args("--repeats", "2", "--launcher", "local"))
     run = {"ok": True, "split": [[0, 2], [1, 3]], "epoch_time_s": 1.0, "sim": {"epoch_time_s": 1},
            "placer": "colocation"}
     colo = {**run, "repeat_test_accuracy": [0.80, 0.76], "repeat_job_seeds": [0, 1],
@@ -150,56 +153,56 @@ def test_accuracy_invariants_pair_runs_by_job_seed() -> None:
     dd = {"ok": True, "feasible": True, "epoch_time_s": 1.0, "seed_split": [[0, 2], [1, 3]],
           "repeat_test_accuracy": [0.70, 0.70], "repeat_job_seeds": [0, 1]}
     for r in (colo, same, dd):
-        r["test_accuracy"] = bench.mean_accuracy(r["repeat_test_accuracy"])
+        r["test_accuracy"] = config.mean_accuracy(r["repeat_test_accuracy"])
     assert colo["test_accuracy"] == pytest.approx(0.78)
     cfg = {"shape": "s", "dataset": "d", "systems": {"colocation+fifo": colo,
                                                      "gnnsched+fifo": same, "distdgl": dd}}
-    ok = {i["name"]: i for i in bench.invariants([cfg], [], st)}
+    ok = {i["name"]: i for i in judging.invariants([cfg], [], st)}
     assert all(i["ok"] for i in ok.values()), ok
     assert "2 groups" in ok["systems training the same mini-batches agree within 1 point"][
         "detail"]
     # the means agree (0.78 vs 0.789) but seed 1's runs do not: caught
     same["repeat_test_accuracy"] = [0.80, 0.778]
-    bad = {i["name"]: i for i in bench.invariants([cfg], [], st)}
+    bad = {i["name"]: i for i in judging.invariants([cfg], [], st)}
     assert not bad["systems training the same mini-batches agree within 1 point"]["ok"]
     assert "job seed 1" in bad["systems training the same mini-batches agree within 1 point"][
         "detail"]
     assert not bad["every run matches single-process training of its seed split within 1 "
                    "point"]["ok"]
-    assert bench.mean_accuracy([None, float("nan")]) is None
+    assert config.mean_accuracy([None, float("nan")]) is None
 
 
 def test_accuracy_target_compares_the_studys_means_when_it_has_the_split() -> None:
     """The accuracy target compares the accuracy study's means over its seeds where the study
     has gnnsched's seed split and DistDGL's runs, else the timed runs' means; the report lists
     the study and every target row says which basis it used."""
-    st = bench.resolve(_args("--launcher", "local"))
-    ctx = bench.Context(st)
+    st = config.resolve(_args("--launcher", "local"))
+    ctx = Context(st)
     me = {"ok": True, "split": [[0, 2, 3], [1]], "epoch_time_s": 1.0,
           "repeat_test_accuracy": [0.80, 0.79, 0.80], "speedup_vs_distdgl": 2.0}
-    me["test_accuracy"] = bench.mean_accuracy(me["repeat_test_accuracy"])
+    me["test_accuracy"] = config.mean_accuracy(me["repeat_test_accuracy"])
     dd = {"ok": True, "feasible": True, "epoch_time_s": 2.0, "seed_split": [[0, 2], [1, 3]],
           "test_accuracy": 0.78}
     cfg = {"shape": "hetero", "dataset": "cora", "limited": False,
-           "systems": {bench.HEADLINE: me, "distdgl": dd}}
+           "systems": {config.HEADLINE: me, "distdgl": dd}}
 
     def acc_target() -> dict:
-        return next(t for t in bench.targets([cfg], ctx) if "accuracy" in t["target"])
+        return next(t for t in judging.targets([cfg], ctx) if "accuracy" in t["target"])
 
     timed = acc_target()  # no study: the timed means, 1.7 points apart
     assert timed["value"] == pytest.approx(0.0167, abs=1e-3) and timed["met"] is False
     assert "DistDGL shuffles" in timed["why"]
     ctx.studies["cora"] = {
         "seeds": list(range(10)), "ran": "now",
-        "distdgl": {"split": [[0, 2], [1, 3]], **bench.accuracy_stats([0.78, 0.79] * 5)},
-        "splits": [{"split": [[0, 2, 3], [1]], **bench.accuracy_stats([0.785, 0.79] * 5)}]}
+        "distdgl": {"split": [[0, 2], [1, 3]], **config.accuracy_stats([0.78, 0.79] * 5)},
+        "splits": [{"split": [[0, 2, 3], [1]], **config.accuracy_stats([0.785, 0.79] * 5)}]}
     t = acc_target()
     assert t["value"] == pytest.approx(0.0025) and t["met"] is True
     assert "job seeds 0..9" in t["why"] and "+1.7 pt" in t["why"]
     ctx.studies["cora"]["splits"][0]["split"] = [[0, 1], [2, 3]]  # not gnnsched's split
     assert acc_target()["value"] == pytest.approx(timed["value"])
     doc = {"accuracy_study": ctx.studies, "datasets": {"cora": {"label": "Cora"}}}
-    lines = "\n".join(bench._study_lines(doc))
+    lines = "\n".join(report.study_lines(doc))
     assert "job seeds 0..9" in lines and "| Cora | DistDGL | [[0, 2], [1, 3]] | 0.785 ± " \
         in lines and "+0.2 pt" in lines
 
@@ -214,17 +217,17 @@ def test_local_processes_judge_accuracy_but_not_speed_or_fidelity() -> None:
     dd = {"ok": True, "feasible": True, "epoch_time_s": 2.0, "seed_split": [[0, 2], [1, 3]],
           "test_accuracy": 0.80}
     cfg = {"shape": "hetero", "dataset": "cora", "limited": False,
-           "systems": {bench.HEADLINE: me, "distdgl": dd}}
-    st = bench.resolve(_args("--launcher", "local"))
-    ctx = bench.Context(st)
+           "systems": {config.HEADLINE: me, "distdgl": dd}}
+    st = config.resolve(_args("--launcher", "local"))
+    ctx = Context(st)
     ctx.info["cora"] = {"profile": {}}
-    local = {t["target"]: t for t in bench.targets([cfg], ctx)}
+    local = {t["target"]: t for t in judging.targets([cfg], ctx)}
     assert local["gnnsched >= 1.2x DistDGL"]["met"] is None
-    assert local["gnnsched >= 1.2x DistDGL"]["why"] == bench.LOCAL_NA
+    assert local["gnnsched >= 1.2x DistDGL"]["why"] == config.LOCAL_NA
     assert local["simulated epoch within 10% of measured"]["met"] is None
     assert local["accuracy within 1 point of DistDGL"]["met"] is True
     ctx.st = replace(st, launcher="netns")
-    judged = {t["target"]: t for t in bench.targets([cfg], ctx)}
+    judged = {t["target"]: t for t in judging.targets([cfg], ctx)}
     assert judged["gnnsched >= 1.2x DistDGL"]["met"] is True
     assert judged["simulated epoch within 10% of measured"]["met"] is False
 
@@ -232,21 +235,21 @@ def test_local_processes_judge_accuracy_but_not_speed_or_fidelity() -> None:
 def test_reproduce_keeps_a_relative_out_and_drops_an_absolute_one() -> None:
     keep = ["bench", "--repeats", "3", "--nic-bands", "--out", "docs/results-bands",
             "--work=runs/bench-bands"]
-    assert bench.reproduce_flags(keep) == ["bench", "--repeats", "3", "--nic-bands", "--out",
+    assert driver.reproduce_flags(keep) == ["bench", "--repeats", "3", "--nic-bands", "--out",
                                            "docs/results-bands", "--work", "runs/bench-bands"]
-    assert bench.reproduce_flags(["bench", "--out", "/tmp/x", "--work=/tmp/w", "--quick"]) == [
+    assert driver.reproduce_flags(["bench", "--out", "/tmp/x", "--work=/tmp/w", "--quick"]) == [
         "bench", "--quick"]
 
 
 def test_defaults_by_mode() -> None:
-    q = bench.resolve(_args("--quick", "--launcher", "local"))
+    q = config.resolve(_args("--quick", "--launcher", "local"))
     assert q.quick and q.datasets == ["cora"] and q.shapes == ["gpuless"] and q.epochs == 2
     assert q.launcher == "local" and "local" in q.launcher_reason
-    full = bench.resolve(_args("--launcher", "local"))
+    full = config.resolve(_args("--launcher", "local"))
     assert full.datasets == ["cora", "physics"] and len(full.shapes) == 4
     assert full.epochs >= 4 and full.sizes[-1] == 256
     with pytest.raises(SystemExit):
-        bench.resolve(_args("--shapes", "nope", "--launcher", "local"))
+        config.resolve(_args("--shapes", "nope", "--launcher", "local"))
 
 
 @pytest.mark.slow
@@ -266,7 +269,7 @@ def test_bench_quick(tmp_path: Path) -> None:
     for c in doc["configs"]:
         dd = c["systems"]["distdgl"]
         assert dd["feasible"] is False and "GPU" in dd["reason"]
-        for name in bench.RUNTIME_SYSTEMS:
+        for name in config.RUNTIME_SYSTEMS:
             r = c["systems"][name]
             assert r["ok"] and r["epoch_time_s"] > 0 and r["sim"]["epoch_time_s"] > 0
             assert 0.5 < r["test_accuracy"] <= 1.0
@@ -283,13 +286,13 @@ def test_bench_quick(tmp_path: Path) -> None:
     assert "## Headline" in (out / "report.md").read_text()
     # --resimulate re-derives the same predictions from the stored measurements
     before = {(c["shape"], n): c["systems"][n]["sim"]["epoch_time_s"]
-              for c in doc["configs"] for n in bench.RUNTIME_SYSTEMS}
+              for c in doc["configs"] for n in config.RUNTIME_SYSTEMS}
     assert main(["bench", "--quick", "--resimulate", "--out", str(out), "--work",
                  str(work)]) == 0
     again = json.loads((out / "results.json").read_text())
     assert again["resimulated"] and {
         (c["shape"], n): c["systems"][n]["sim"]["epoch_time_s"]
-        for c in again["configs"] for n in bench.RUNTIME_SYSTEMS} == pytest.approx(before)
+        for c in again["configs"] for n in config.RUNTIME_SYSTEMS} == pytest.approx(before)
     assert "--resimulate" in (out / "report.md").read_text()
     # --accuracy-study adds the study on the stored seed splits (the timed runs' references
     # are reused; DistDGL cannot run on this shape, so the targets keep their basis)
@@ -297,7 +300,7 @@ def test_bench_quick(tmp_path: Path) -> None:
                  str(out), "--work", str(work)]) == 0
     study = json.loads((out / "results.json").read_text())["accuracy_study"]["cora"]
     splits = {json.dumps(c["systems"][n]["split"]) for c in doc["configs"]
-              for n in bench.RUNTIME_SYSTEMS}
+              for n in config.RUNTIME_SYSTEMS}
     assert study["seeds"] == [0, 1] and "distdgl" not in study
     assert {json.dumps(x["split"]) for x in study["splits"]} == splits
     assert all(len(x["test_accuracy"]) == 2 for x in study["splits"])

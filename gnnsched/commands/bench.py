@@ -9,19 +9,17 @@ mini-batches agree on accuracy within 1 point, each run matches single-process t
 exits 1 when one fails. The full mode exits 1 only when a configuration produced no number;
 missed performance targets are reported, by how much and why.
 
-The work is in ``bench/bench_eval.py`` of the repository checkout (next to the package).
+The work is in :mod:`gnnsched.evaluation` (installed with the package); the datasets come
+from ``--data-dir``, ``$GNNSCHED_DATA_DIR`` or a checkout's ``../shared/datasets``.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 
 from gnnsched.commands import (
     epochs_int,
+    input_dir,
     milliseconds,
     nonneg_int,
     output_dir,
@@ -38,9 +36,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
                    help="CI mode: Cora, one shape, 2 epochs, small sweep; checks invariants")
     p.add_argument("--out", type=output_dir, default=None,
-                   help="results folder (default: docs/results; --quick: runs/bench-quick)")
+                   help="results folder (default: docs/results under the current directory; "
+                        "--quick: runs/bench-quick)")
     p.add_argument("--work", type=output_dir, default=None,
-                   help="run directories, logs, plans (default: runs/bench[-quick])")
+                   help="run directories, logs, plans (default: runs/bench[-quick] under the "
+                        "current directory)")
+    p.add_argument("--data-dir", type=input_dir, default=None,
+                   help="folder of the .npz graphs (default: $GNNSCHED_DATA_DIR, else a "
+                        "checkout's ../shared/datasets; Cora also ships with the package)")
     p.add_argument("--launcher", default="auto", choices=("auto", "netns", "local"),
                    help="auto: network namespaces when root, else local processes")
     p.add_argument("--datasets", nargs="+", default=None,
@@ -92,34 +95,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "its in-situ calibration")
 
 
-def bench_script() -> Path:
-    """``bench/bench_eval.py`` of the checkout this package runs from."""
-    here = Path(__file__).resolve().parents[2] / "bench" / "bench_eval.py"
-    if not here.is_file():
-        raise FileNotFoundError(
-            f"{here} not found: `gnnsched bench` runs the evaluation scripts of a repository "
-            "checkout (pip install -e . from the repository)")
-    return here
-
-
-def load_bench() -> ModuleType:
-    """Import ``bench/bench_eval.py`` as a module (it is not part of the installed package)."""
-    path = bench_script()
-    name = "gnnsched_bench_eval"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def run(args: argparse.Namespace) -> int:
-    try:
-        mod = load_bench()
-    except FileNotFoundError as exc:
-        print(f"gnnsched bench: error: {exc}", file=sys.stderr)
-        return 2
-    return int(mod.evaluate(args))
+    from gnnsched.evaluation import evaluate
+
+    return int(evaluate(args))

@@ -1,0 +1,337 @@
+"""Calibration: the cost profile a measured run implies, so a user can re-plan from what their
+cluster really did (``gnnsched profile --from-run RUN``, :func:`gnnsched.api.calibrate`).
+
+The profiler measures each task alone in one quiet process. A real run differs: processes
+share cores, a mini-batch's sampling is a round of requests per layer through busy
+processes, and the collective library's all-reduce takes longer than bytes / bandwidth.
+:func:`insitu_profile` puts what a run measured in place of the profiler's numbers; the
+simulator then still predicts the rest (sampling hops, feature traffic, NIC sharing, the
+pipeline, the barrier waits). :func:`from_run` does it for a finished run directory
+(``metrics.jsonl`` and ``plan.json``); the evaluation does it for every run it makes.
+
+Also here: :func:`summarize`, what a profile says in a few numbers (the ``gnnsched profile``
+table and the evaluation's report both print it).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gnnsched.plan import Plan
+from gnnsched.profile import CostProfile, profile_for
+from gnnsched.spec import ClusterSpec, JobSpec, SpecError, load_cluster, load_job
+
+# per trainer (its id as a string): columns of its steady training steps (see steady_steps)
+Steps = dict[str, dict[str, list[float]]]
+STAGES = ("sample_s", "fetch_s", "wait_s", "train_s", "allreduce_s")
+
+
+# ------------------------------------------------------------------------------ a run's steps
+
+
+def steady_train_batches(run_dir: str | Path) -> list[dict[str, Any]]:
+    """A run's per-batch records of its training steps after the first epoch (the steady
+    ones), from its ``metrics.jsonl``; empty if there is none."""
+    from gnnsched.trace import load, steady_batches
+
+    if not (Path(run_dir) / "metrics.jsonl").exists():
+        return []
+    return steady_batches(load(run_dir))
+
+
+def steps_of(rows: list[dict[str, Any]]) -> Steps:
+    """Per trainer, columns ``seq``, ``train_s``, ``sample_s``, ``allreduce_s`` and, when the
+    trainers recorded it, ``barrier_at`` (seconds after the first) of steady training steps,
+    rounded to microseconds so that what is stored is what is computed with."""
+    t0 = min((float(r["barrier_at"]) for r in rows if "barrier_at" in r), default=None)
+    out: Steps = {}
+    for r in rows:
+        got = out.setdefault(str(r["trainer"]), {})
+        got.setdefault("seq", []).append(int(r["seq"]))
+        for k in ("train_s", "sample_s", "allreduce_s"):
+            got.setdefault(k, []).append(round(float(r.get(k) or 0.0), 6))
+        if t0 is not None:
+            got.setdefault("barrier_at", []).append(round(float(r.get("barrier_at", t0)) - t0,
+                                                          6))
+    return out
+
+
+def steady_steps(run_dir: str | Path) -> Steps:
+    """:func:`steps_of` a run directory's steady training steps (:func:`steady_train_batches`):
+    the evaluation keeps them in results.json, so ``--resimulate`` needs no run directory."""
+    return steps_of(steady_train_batches(run_dir))
+
+
+def allreduce_last_s(steps: Steps) -> float | None:
+    """The all-reduce's own seconds in a run: per steady iteration, the all-reduce of the
+    trainer that reached it last (the others also waited for it there), averaged. None if
+    the run has no steps."""
+    by_seq: dict[int, list[float]] = {}
+    for got in steps.values():
+        for seq, ar in zip(got["seq"], got["allreduce_s"]):
+            by_seq.setdefault(int(seq), []).append(float(ar))
+    if not by_seq:
+        return None
+    W = max(len(v) for v in by_seq.values())
+    last = [min(v) for v in by_seq.values() if len(v) == W]
+    return float(statistics.fmean(last)) if last else None
+
+
+def barrier_release(steps: Steps) -> tuple[float, list[tuple[float, ...]]] | None:
+    """The all-reduce itself and how apart trainers leave it, from when each trainer reached
+    it (``barrier_at``) and left it (+ ``allreduce_s``), per steady iteration that every
+    trainer recorded: the mean seconds from the last arrival to the first departure, and per
+    iteration every trainer's departure after the first (trainer order). None without
+    ``barrier_at`` (older runs)."""
+    by_seq: dict[int, dict[int, tuple[float, float]]] = {}
+    for w, got in steps.items():
+        if "barrier_at" not in got:
+            return None
+        for seq, at, ar in zip(got["seq"], got["barrier_at"], got["allreduce_s"]):
+            by_seq.setdefault(int(seq), {})[int(w)] = (float(at), float(at) + float(ar))
+    W = len(steps)
+    own, skew = [], []
+    for v in by_seq.values():
+        if len(v) != W or W < 2:
+            continue
+        first = min(e for _, e in v.values())
+        own.append(max(0.0, first - max(a for a, _ in v.values())))
+        skew.append(tuple(v[w][1] - first for w in sorted(v)))
+    return (float(statistics.fmean(own)), skew) if own else None
+
+
+def step_costs(steps: Steps) -> dict[str, dict[str, list[float]]]:
+    """Per trainer, the training and sampling seconds of every steady training step."""
+    return {w: {"train_s": list(got["train_s"]), "sample_s": list(got["sample_s"])}
+            for w, got in steps.items()}
+
+
+# ------------------------------------------------------------------------------ calibration
+
+
+def _spread(profiled: Any, measured: list[float], mean: float) -> Any:
+    """``profiled`` per-batch costs redrawn from the ``measured`` distribution rank for rank
+    (a bigger profiled batch keeps a bigger cost) and scaled to ``mean``; only scaled when
+    fewer than two costs were measured."""
+
+    def scaled(a: Any) -> Any:
+        return a * (mean / a.mean()) if len(a) and a.mean() > 0 else a
+
+    if len(profiled) and len(measured) >= 2:
+        ranks = np.argsort(np.argsort(profiled, kind="stable"), kind="stable")
+        q = np.quantile(np.asarray(measured, dtype=float), (ranks + 0.5) / len(profiled))
+        if q.mean() > 0:
+            return scaled(q)
+    return scaled(profiled)
+
+
+def insitu_profile(prof: CostProfile, plan: Plan, cluster: ClusterSpec, job: JobSpec,
+                   by_trainer: dict[str, dict[str, float]],
+                   allreduce_s: float | None = None,
+                   steps: dict[str, dict[str, list[float]]] | None = None,
+                   barrier_skew: list[tuple[float, ...]] | None = None,
+                   ) -> tuple[CostProfile, dict[str, Any]]:
+    """The profile with the costs this run measured in place of the profiler's.
+
+    On a loaded box many processes share few cores, so every CPU step takes several times
+    what the profiler measured in one quiet process, a mini-batch's sampling is a round of
+    requests per layer through busy processes, and gloo's all-reduce over TCP takes longer
+    than bytes / bandwidth. All measured in the run: ``cpu`` (median over trainers of a
+    training step's seconds, times its device speed — training is stretched to emulate
+    slower devices — over the profile's mean for its parts; training steps are pure compute)
+    scales every ``train_s``; each trainer's mean sampling seconds per mini-batch over the
+    profile's mean for its parts scales those parts' ``sample_s`` (at least by ``cpu``);
+    ``allreduce_overhead_s`` (the all-reduce's own seconds -- :func:`barrier_release`'s last
+    arrival to first departure, in older runs :func:`allreduce_last_s`, else the fastest
+    trainer's mean -- minus the cost model's ring time, at least 0) is added to every
+    all-reduce as time in which the NICs are *not* busy: the gradient bytes stay what they
+    are, so the simulator reserves no more NIC time for them than they take (scaling the
+    bytes instead would block every trainer NIC for the library's overhead too). With
+    ``steps`` (:func:`step_costs`) each part's per-batch training and sampling costs also take
+    the spread its trainer's steps had in the run (a loaded box's scheduling jitter, which
+    decides how far apart trainers reach the barrier), at the same means; ``barrier_skew``
+    (:func:`barrier_release`: how long after the first each trainer left an all-reduce)
+    becomes the profile's ``barrier_skew_s``, from which the simulator draws when each trainer
+    starts its next step. Returns the profile and the factors applied."""
+    from gnnsched.workload import Workload
+
+    def mean(t: Any, key: str) -> float:
+        return float(np.mean(np.concatenate([getattr(prof.parts[q], key) for q in t.parts])))
+
+    cpu, ar, sample = [], [], {}
+    for t in plan.trainers:
+        got = by_trainer.get(str(t.id)) or {}
+        speed = cluster.machine(t.machine).gpus[t.device].speed
+        p_train, p_sample = mean(t, "train_s"), mean(t, "sample_s")
+        if got.get("train_s") and p_train > 0:
+            cpu.append(got["train_s"] * speed / p_train)
+        if got.get("allreduce_s"):
+            ar.append(got["allreduce_s"])
+        if got.get("sample_s") and p_sample > 0:
+            sample.update(dict.fromkeys(t.parts, got["sample_s"] / p_sample))
+    f_cpu = float(np.median(cpu)) if cpu else 1.0
+    model_ar = Workload(cluster, job, prof).allreduce_s(plan)
+    if allreduce_s:
+        ar = [allreduce_s]
+    extra = max(0.0, min(ar) - model_ar) if ar and model_ar > 0 else 0.0
+    f_sample = {q: max(f_cpu, sample.get(q, f_cpu)) for q in range(len(prof.parts))}
+    parts = [replace(pp, sample_s=pp.sample_s * f_sample[q], train_s=pp.train_s * f_cpu)
+             for q, pp in enumerate(prof.parts)]
+    for t in plan.trainers if steps else ():
+        got = steps.get(str(t.id)) or {}
+        for q in t.parts:
+            pp, base = parts[q], prof.parts[q]
+            parts[q] = replace(pp, train_s=_spread(base.train_s, got.get("train_s", []),
+                                                   float(pp.train_s.mean())),
+                               sample_s=_spread(base.sample_s, got.get("sample_s", []),
+                                                float(pp.sample_s.mean())))
+    skew = tuple(tuple(round(x, 6) for x in row) for row in barrier_skew or ())
+    return (replace(prof, parts=parts, allreduce_overhead_s=prof.allreduce_overhead_s + extra,
+                    barrier_skew_s=skew),
+            {"cpu": f_cpu, "sample": [f_sample[q] for q in range(len(prof.parts))],
+             "allreduce": (min(ar) / model_ar) if ar and model_ar > 0 else 1.0,
+             "allreduce_overhead_s": extra,
+             "allreduce_measured_s": float(min(ar)) if ar else None,
+             "allreduce_model_s": float(model_ar),
+             # mean seconds from the first to the last trainer leaving an all-reduce
+             "last_departure_s": float(np.mean([max(r) for r in skew])) if skew else 0.0})
+
+
+def run_profile(prof: CostProfile, plan: Plan, cluster: ClusterSpec, job: JobSpec,
+                by_trainer: dict[str, dict[str, float]], steps: Steps,
+                allreduce_last: float | None = None) -> tuple[CostProfile, dict[str, Any]]:
+    """:func:`insitu_profile` from what a run measured: its mean stages per trainer and its
+    steady steps (:func:`steady_steps`), whose barrier times give the all-reduce and the
+    skew (:func:`barrier_release`; runs from before trainers recorded them fall back to
+    :func:`allreduce_last_s`)."""
+    rel = barrier_release(steps)
+    if rel is not None:
+        return insitu_profile(prof, plan, cluster, job, by_trainer, rel[0],
+                              step_costs(steps), rel[1])
+    return insitu_profile(prof, plan, cluster, job, by_trainer,
+                          allreduce_last or allreduce_last_s(steps), step_costs(steps))
+
+
+# ------------------------------------------------------------------------------ a run directory
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """What a finished run directory recorded about its costs."""
+
+    run_dir: Path
+    plan: Plan
+    stages: dict[str, dict[str, float]]  # trainer -> stage -> mean seconds per steady step
+    steps: Steps  # the steady training steps (:func:`steps_of`)
+
+
+def read_run(run_dir: str | Path) -> MeasuredRun:
+    """A run directory of ``gnnsched train``: its ``plan.json``, the run's mean stages per
+    trainer (the ``run`` record of ``metrics.jsonl``; for a run that did not finish, the mean
+    over its epochs after the first, as the run itself computes them) and its steady steps."""
+    from gnnsched.trace import load, steady_batches
+
+    run_dir = Path(run_dir)
+    plan_file = run_dir / "plan.json"
+    if not plan_file.is_file():
+        raise SpecError(str(plan_file), "", "not found",
+                        "a run directory of `gnnsched train`, which copies its plan there")
+    records = load(run_dir)
+    plan = Plan.load(plan_file)
+    stages = next((r["stages"] for r in reversed(records)
+                   if r.get("type") == "run" and r.get("stages")), None)
+    if stages is None:
+        epochs = [r for r in records if r.get("type") == "epoch" and r.get("stages")]
+        steady = epochs[1:] or epochs  # the first epoch includes warm-up
+        if not steady:
+            raise SpecError(str(run_dir / "metrics.jsonl"), "", "no training epoch recorded",
+                            "a run that trained at least one epoch")
+        stages = {w: {s: float(np.mean([e["stages"][w][s] for e in steady])) for s in STAGES}
+                  for w in steady[0]["stages"]}
+    return MeasuredRun(run_dir, plan, stages, steps_of(steady_batches(records)))
+
+
+def _recorded(plan: Plan, key: str, source: str, flag: str) -> Path:
+    """The file a plan records it was made with (``predicted.made_for``, else the older
+    ``cluster_file`` / ``job_file``), which must still be there."""
+    made = plan.predicted.get("made_for") or {}
+    path = made.get(key) or plan.predicted.get(f"{key}_file")
+    if not path:
+        raise SpecError(source, f"predicted.made_for.{key}", "the plan does not record its "
+                        f"{key} file", f"pass {flag}")
+    if not Path(path).is_file():
+        raise SpecError(source, f"predicted.made_for.{key}", f"the plan was made with {path}, "
+                        "which is not there (from this folder)", f"pass {flag}")
+    return Path(path)
+
+
+def calibrate_run(run_dir: str | Path, profile: CostProfile | str | Path | None = None, *,
+                  cluster: ClusterSpec | str | Path | None = None,
+                  job: JobSpec | str | Path | None = None) -> tuple[CostProfile, dict[str, Any]]:
+    """:func:`from_run` with the factors it applied (``cpu``, ``sample``, ``allreduce``...)."""
+    run = read_run(run_dir)
+    source = str(run.run_dir / "plan.json")
+    if not isinstance(cluster, ClusterSpec):
+        cluster = load_cluster(cluster or _recorded(run.plan, "cluster", source, "--cluster"))
+    if not isinstance(job, JobSpec):
+        job = load_job(job or _recorded(run.plan, "job", source, "--job"))
+    if isinstance(profile, CostProfile):
+        profile.check_job(job, "profile")
+    else:
+        if profile is None and (run.plan.predicted.get("made_for") or {}).get("cost"):
+            profile = _recorded(run.plan, "cost", source, "--cost")
+        profile = profile_for(job, None if profile is None else str(profile))
+    run.plan.validate(cluster, job, source)
+    return run_profile(profile, run.plan, cluster, job, run.stages, run.steps)
+
+
+def from_run(run_dir: str | Path, profile: CostProfile | str | Path | None = None, *,
+             cluster: ClusterSpec | str | Path | None = None,
+             job: JobSpec | str | Path | None = None) -> CostProfile:
+    """The profile a finished run implies: ``profile`` (the one the plan was made with when
+    not given: ``made_for.cost``, else the job's synthetic one) with the costs the run in
+    ``run_dir`` measured in place of the profiler's (:func:`insitu_profile`). ``cluster`` and
+    ``job`` default to the files the plan records (``gnnsched plan`` writes them)."""
+    return calibrate_run(run_dir, profile, cluster=cluster, job=job)[0]
+
+
+# ------------------------------------------------------------------------------ summary
+
+
+def summarize(prof: CostProfile) -> dict[str, Any]:
+    """What a profile says: per partition (``parts``: median sampling and training ms, edges,
+    input nodes, the share of them local, feature KB) and over all of them (mean seconds,
+    input nodes, feature bytes per mini-batch, local share)."""
+    P = prof.num_parts
+    rows = []
+    for pp in prof.parts:
+        nodes = pp.mean_input_nodes(P)
+        rows.append({"part": pp.part, "train_seeds": pp.train_seeds,
+                     "sample_ms": 1e3 * float(np.median(pp.sample_s)),
+                     "train_ms": 1e3 * float(np.median(pp.train_s)),
+                     "edges": float(pp.edges.mean()),
+                     "input_nodes": float(nodes.sum()),
+                     "local_frac": float(nodes[pp.part] / max(nodes.sum(), 1)),
+                     "feat_kb": float(nodes.sum() * prof.feature_bytes / 1e3)})
+    sample = np.concatenate([p.sample_s for p in prof.parts])
+    train = np.concatenate([p.train_s for p in prof.parts])
+    inputs = [float(sum(c.sum() for c in p.input_nodes) / max(p.n, 1)) for p in prof.parts]
+    local = [float(p.mean_input_nodes(P)[p.part] / max(p.mean_input_nodes(P).sum(), 1e-9))
+             for p in prof.parts]
+    return {"num_parts": P, "feature_bytes": prof.feature_bytes,
+            "grad_bytes": prof.grad_bytes, "reference": prof.reference, "parts": rows,
+            "samples_per_part": int(prof.parts[0].n), "sample_s": float(sample.mean()),
+            "train_s": float(train.mean()), "input_nodes": float(np.mean(inputs)),
+            "feature_bytes_per_batch": float(np.mean(inputs)) * prof.feature_bytes,
+            "local_input_share": float(np.mean(local)), "feature_row_bytes": prof.feature_bytes,
+            "train_seeds": [int(p.train_seeds) for p in prof.parts]}
+
+
+__all__ = ["MeasuredRun", "allreduce_last_s", "barrier_release", "calibrate_run", "from_run",
+           "insitu_profile", "read_run", "run_profile", "steady_steps", "steady_train_batches",
+           "step_costs", "steps_of", "summarize"]

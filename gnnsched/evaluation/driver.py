@@ -1,0 +1,237 @@
+"""Running the evaluation end to end (:func:`evaluate`), and re-deriving a stored one:
+``--resimulate`` (every prediction again from the stored measurements) and
+``--accuracy-study`` (the study alone, then the targets judged again)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from gnnsched.evaluation.config import SYSTEMS, TARGETS, Settings, load_shape, resolve, say
+from gnnsched.evaluation.context import Context
+from gnnsched.evaluation.judging import invariants, targets
+from gnnsched.evaluation.predict import predict_run, replan, simulate_system
+from gnnsched.evaluation.report import render
+from gnnsched.evaluation.runs import describe, run_config, speedups
+from gnnsched.evaluation.scaling import run_scaling
+from gnnsched.plan import Plan
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for mod in ("torch", "dgl", "ortools"):
+        try:
+            from importlib.metadata import version
+
+            out[mod] = version(mod)
+        except Exception:  # noqa: BLE001
+            out[mod] = "?"
+    return out
+
+
+def stored_plan(cfg: dict[str, Any], placer: str, work: Path) -> Plan:
+    """The plan a configuration ran: its file in the work directory, else rebuilt from the
+    rows in results.json (what a fresh clone has)."""
+    from gnnsched.plan import TrainerPlan
+
+    f = work / "runs" / f"{cfg['shape']}-{cfg['dataset']}" / f"plan-{placer}.json"
+    if f.is_file():
+        return Plan.load(f)
+    rows = cfg["plans"][placer]["trainers"]
+    return Plan(placer, cfg["shape"], "", tuple(
+        TrainerPlan(r["trainer"], r["machine"], int(r.get("device", 0)), tuple(r["parts"]),
+                    tuple((m, int(c)) for m, c in (x.rsplit("x", 1) for x in r["samplers"])),
+                    r["fetch_at"]) for r in rows))
+
+
+def _stored(st: Settings, flag: str) -> tuple[Path, dict[str, Any]]:
+    """``OUT/results.json`` of an earlier evaluation, which ``flag`` works from."""
+    path = st.out / "results.json"
+    if not path.is_file():
+        raise SystemExit(f"gnnsched bench {flag}: {path} not found (run the "
+                         "evaluation first)")
+    return path, json.loads(path.read_text())
+
+
+def _rejudge(path: Path, doc: dict[str, Any], ctx: Context) -> int:
+    """Judge the targets again, rewrite ``results.json`` and the report, say the count."""
+    ctx.spreads = doc.get("accuracy_spread", {})
+    doc["targets"] = targets(doc["configs"], ctx)
+    path.write_text(json.dumps(doc, indent=1, default=_json) + "\n")
+    render(doc, ctx.st.out)
+    missed = [t for t in doc["targets"] if t["met"] is False]
+    say(f"targets: {sum(1 for t in doc['targets'] if t['met'])} met, {len(missed)} missed")
+    return 0
+
+
+def resimulate(st: Settings) -> int:
+    """Re-derive every real run's in-situ prediction from ``st.out/results.json`` (the plans
+    and profiles the run used, from ``st.work``) and the scaling sweep (unless ``--no-scale``),
+    and rewrite the report: the numbers are those the full command computes from the same
+    measurements."""
+    path, doc = _stored(st, "--resimulate")
+    old = doc["settings"]
+    st = replace(st, samples=int(old["samples"]), seed=int(old["seed"]),
+                 epochs=int(old["epochs"]), quick=bool(old["quick"]),
+                 datasets=list(old["datasets"]), shapes=list(old["shapes"]),
+                 sizes=list(old["sizes"]), budget=float(old["budget"]),
+                 launcher=str(old.get("launcher", st.launcher)))
+    ctx = Context(st, from_results=True)
+    for c in doc["configs"]:
+        ds, shape = c["dataset"], c["shape"]
+        ctx.prepare(ds)
+        cluster, job, prof = load_shape(shape), st.job(ds), ctx.profiles[ds]
+        for sysname, row in c["systems"].items():
+            s = SYSTEMS[sysname]
+            if s.placer is None or not row.get("epoch_time_s") or "stages_by_trainer" not in row:
+                continue
+            assert s.policy is not None
+            plan = stored_plan(c, s.placer, st.work)
+            predict_run(row, simulate_system(cluster, job, plan, prof, s.policy, st.seed),
+                        cluster, job, plan, prof, s.policy, st.seed)
+            say(f"[{shape}/{ds}] {sysname}: {describe(row)}")
+        if c.get("limited"):
+            plans = {p: stored_plan(c, p, st.work) for p in ("colocation", "gnnsched")
+                     if "trainers" in c["plans"].get(p, {})}
+            replan(c, cluster, job, prof, plans, st, f"{shape}/{ds}")
+        speedups(c)
+    if doc.get("scaling") and st.scale:  # simulated only: re-derived whole
+        doc["scaling"] = run_scaling(ctx)
+    ctx.studies = doc.get("accuracy_study", {})
+    doc["resimulated"] = time.strftime("%Y-%m-%d %H:%M")
+    return _rejudge(path, doc, ctx)
+
+
+def study_only(st: Settings) -> int:
+    """``--accuracy-study``: run the accuracy study for the results in ``OUT/results.json``
+    (their seed splits and DistDGL's), then re-judge the targets and rewrite the report."""
+    if st.accuracy_seeds < 2:
+        raise SystemExit("gnnsched bench --accuracy-study: needs --accuracy-seeds >= 2")
+    path, doc = _stored(st, "--accuracy-study")
+    old = doc["settings"]
+    st = replace(st, samples=int(old["samples"]), seed=int(old["seed"]),
+                 epochs=int(old["epochs"]), datasets=list(old["datasets"]),
+                 launcher=str(old.get("launcher", st.launcher)))  # the timed runs' (no runs here)
+    ctx = Context(st, from_results=True)
+    for ref in doc.get("references", []):  # the timed runs' references: not trained again
+        if "dataset" in ref and ref.get("test_accuracy") is not None:
+            ctx.references[(ref["dataset"], json.dumps(ref["split"]), int(ref["seed"]))] = ref
+    flags = reproduce_flags(sys.argv[1:] if Path(sys.argv[0]).name == "gnnsched" else [])
+    for ds in st.datasets:
+        ctx.prepare(ds)
+        ctx.accuracy_study(ds, doc["configs"])["command"] = " ".join(["gnnsched", *flags]) \
+            if flags[:1] == ["bench"] else "gnnsched bench --accuracy-study"
+    doc["references"] = list(ctx.references.values())
+    doc["accuracy_study"] = ctx.studies
+    doc["settings"]["accuracy_seeds"] = st.accuracy_seeds
+    return _rejudge(path, doc, ctx)
+
+
+def reproduce_flags(argv: list[str]) -> list[str]:
+    """The command line as run, minus an absolute ``--out`` / ``--work`` (a path on this box:
+    the defaults reproduce into the same places). A relative one stays, so a report written
+    to ``docs/results-bands`` reproduces there and not over ``docs/results``."""
+    flags: list[str] = []
+    it = iter(argv)
+    for a in it:
+        name, eq, value = a.partition("=")
+        if name in ("--out", "--work"):
+            value = value if eq else next(it, "")
+            if value and not Path(value).is_absolute():
+                flags += [name, value]
+            continue
+        flags.append(a)
+    return flags
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    """Run the evaluation described by ``args``; 0 when every invariant holds."""
+    st = resolve(args)
+    if getattr(args, "resimulate", False):
+        return resimulate(st)
+    if getattr(args, "accuracy_study", False):
+        return study_only(st)
+    t0 = time.perf_counter()
+    load0 = os.getloadavg()[0]
+    st.out.mkdir(parents=True, exist_ok=True)
+    st.work.mkdir(parents=True, exist_ok=True)
+    say(f"gnnsched bench{' --quick' if st.quick else ''}: shapes {', '.join(st.shapes)}; "
+        f"datasets {', '.join(st.datasets)}; {st.epochs} epochs; launcher {st.launcher} "
+        f"({st.launcher_reason}); results -> {st.out}, runs -> {st.work}")
+    ctx = Context(st)
+    for ds in st.datasets:
+        ctx.prepare(ds)
+    configs = []
+    for ds in st.datasets:
+        for shape in st.shapes:
+            configs.append(run_config(ctx, shape, ds))
+    if st.real and st.reference and not st.quick:
+        for ds in st.datasets:
+            split = next((c["plans"]["colocation"]["split"] for c in configs
+                          if c["dataset"] == ds and "split" in c["plans"].get("colocation", {})),
+                         None)
+            if split:
+                ctx.spread(ds, split)
+    if st.real and st.reference and st.accuracy_seeds:
+        for ds in st.datasets:
+            ctx.accuracy_study(ds, configs)
+    scaling = run_scaling(ctx) if st.scale else []
+    inv = invariants(configs, scaling, st)
+    tg = targets(configs, ctx) if st.real else []
+    flags = reproduce_flags(sys.argv[1:] if Path(sys.argv[0]).name == "gnnsched" else [])
+    reproduce = " ".join(["gnnsched", *flags]) if flags and flags[0] == "bench" else (
+        "gnnsched bench" + (" --quick" if st.quick else "")
+        + (f" --repeats {st.repeats}" if st.repeats > 1 else "")
+        + ("" if st.launcher == "netns" or args.launcher == "auto"
+           else f" --launcher {st.launcher}"))
+    doc = {
+        "bench": "eval", "version": 1, "quick": st.quick, "reproduce": reproduce,
+        "command": st.command, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "wall_s": time.perf_counter() - t0,
+        "host": {"cpus": os.cpu_count(), "load_start": load0, "load_end": os.getloadavg()[0],
+                 "platform": platform.platform(), **_versions()},
+        "launcher": {"name": st.launcher, "reason": st.launcher_reason},
+        "settings": st.to_dict(), "targets_goal": TARGETS, "datasets": ctx.info,
+        "configs": configs, "scaling": scaling,
+        "references": list(ctx.references.values()), "accuracy_spread": ctx.spreads,
+        "accuracy_study": ctx.studies,
+        "invariants": inv, "targets": tg,
+    }
+    doc["started"] = time.strftime("%Y-%m-%d %H:%M", time.localtime(time.time() - doc["wall_s"]))
+    (st.out / "results.json").write_text(json.dumps(doc, indent=1, default=_json) + "\n")
+    plots = render(doc, st.out)
+    say("")
+    say((st.out / "report.md").read_text().split("## Targets")[0].strip())
+    say("")
+    for i in inv:
+        say(f"{'PASS' if i['ok'] else 'FAIL'}: {i['name']}: {i['detail'][:400]}")
+    missed = [t for t in tg if t["met"] is False]
+    say(f"targets: {sum(1 for t in tg if t['met'])} met, {len(missed)} missed (see report)")
+    say(f"wrote {st.out / 'results.json'}, {st.out / 'report.md'}"
+        + (f", {', '.join(plots)}" if plots else "")
+        + f" in {(time.perf_counter() - t0) / 60:.1f} min")
+    if st.quick:
+        return 0 if all(i["ok"] for i in inv) else 1
+    return 0 if inv and inv[0]["ok"] else 1
+
+
+def _json(o: Any) -> Any:
+    try:
+        import numpy as np
+
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+    except ImportError:
+        pass
+    if isinstance(o, Path):
+        return str(o)
+    return str(o)

@@ -1,0 +1,190 @@
+"""The evaluation's plots: speed-ups, per-stage breakdown, scaling, simulator fidelity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gnnsched.evaluation.config import COLOURS, HEADLINE, RUNTIME_SYSTEMS, SHAPES, SYSTEMS, TARGETS
+
+
+def _speedups(doc: dict[str, Any], out: Path, plt: Any) -> str:
+    """speedup.png: speed-up bars over colocation + fifo, measured and simulated."""
+    import numpy as np
+
+    configs = doc["configs"]
+    names = [f"{c['shape']}\n{c['dataset']}" for c in configs]
+    x = np.arange(len(configs))
+    # speed-up bars over colocation + fifo, measured (bars) and simulated (markers)
+    fig, ax = plt.subplots(figsize=(max(6.5, 1.5 * len(configs) + 2), 4.2))
+    systems = ["distdgl", "gnnsched+fifo", HEADLINE]
+    width = 0.8 / len(systems)
+    for i, s in enumerate(systems):
+        xs = x + (i - len(systems) / 2 + 0.5) * width
+        ys = [c["systems"].get(s, {}).get("speedup_vs_colocation") or 0.0 for c in configs]
+        ax.bar(xs, ys, width, label=SYSTEMS[s].label, color=COLOURS[s])
+        sim = [c["systems"].get(s, {}).get("sim_speedup_vs_colocation") for c in configs]
+        ax.scatter([a for a, v in zip(xs, sim) if v], [v for v in sim if v], marker="_",
+                   s=300, color="black", zorder=3,
+                   label="simulated" if i == len(systems) - 1 else None)
+        for a, c in zip(xs, configs):
+            if s == "distdgl" and c["systems"].get(s, {}).get("feasible") is False:
+                ax.text(a, 0.05, "infeasible", rotation=90, ha="center", va="bottom",
+                        fontsize=7)
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.axhline(TARGETS["speedup_vs_colocation_limited"], color="grey", lw=0.8, ls="--",
+               label="1.5x target (limited shapes)")
+    ax.set_xticks(x)
+    ax.set_xticklabels(names, fontsize=8)
+    ax.set_ylabel("speed-up over colocation + fifo (measured)")
+    where = "emulated cluster" if doc["launcher"]["name"] != "local" else "local processes"
+    ax.set_title(f"Epoch-time speed-up over colocation + fifo, {where}", fontsize=10)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=5)
+    fig.tight_layout()
+    fig.savefig(out / "speedup.png", dpi=120)
+    plt.close(fig)
+    return "speedup.png"
+
+
+def _stages(doc: dict[str, Any], out: Path, plt: Any) -> str:
+    """stages.png: input / train / barrier per iteration, measured and simulated."""
+    configs = doc["configs"]
+    names = [f"{c['shape']}\n{c['dataset']}" for c in configs]
+    # per-stage breakdown: stacked input / train / barrier, measured and simulated
+    fig, ax = plt.subplots(figsize=(max(7, 2.2 * len(configs) + 2), 4.4))
+    order = [s for s in SYSTEMS if any(s in c["systems"] for c in configs)]
+    slot = 0.9 / (len(order) * 2)
+    stage_col = {"input": "#90caf9", "train": "#ffb74d", "barrier": "#e57373"}
+    ticks, labels = [], []
+    for ci, c in enumerate(configs):
+        for si, s in enumerate(order):
+            r = c["systems"].get(s, {})
+            for k, (what, stages) in enumerate((("m", r.get("stages")),
+                                                ("s", r.get("sim", {}).get("stages")))):
+                if not stages or (what == "m" and not r.get("ok")):
+                    continue
+                pos = ci + (si * 2 + k - len(order) + 0.5) * slot
+                bottom = 0.0
+                for stg in ("input", "train", "barrier"):
+                    v = 1e3 * stages.get(stg, 0.0)
+                    ax.bar(pos, v, slot * 0.9, bottom=bottom, color=stage_col[stg],
+                           hatch="//" if what == "s" else None, edgecolor="white", lw=0.3)
+                    bottom += v
+                ticks.append(pos)
+                labels.append(("DD" if s == "distdgl" else
+                               {"colocation+fifo": "C", "gnnsched+fifo": "G/f",
+                                HEADLINE: "G"}[s]) + ("*" if what == "s" else ""))
+    ax.set_xticks(ticks)
+    ax.set_xticklabels(labels, fontsize=6)
+    for ci, n in enumerate(names):
+        ax.text(ci, -0.16, n.replace("\n", " / "), transform=ax.get_xaxis_transform(),
+                ha="center", fontsize=8)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=stage_col[k]) for k in stage_col]
+    ax.legend(handles, ["input (wait / sample + fetch)", "train", "barrier (all-reduce)"],
+              fontsize=7, loc="upper left")
+    ax.set_ylabel("ms per iteration")
+    ax.set_title("Per-stage breakdown (DD DistDGL, C colocation+fifo, G/f gnnsched+fifo, "
+                 "G gnnsched; * simulated)", fontsize=9)
+    fig.subplots_adjust(bottom=0.2, top=0.9, left=0.08, right=0.98)
+    fig.savefig(out / "stages.png", dpi=120)
+    plt.close(fig)
+    return "stages.png"
+
+
+def _scaling(doc: dict[str, Any], out: Path, plt: Any) -> str | None:
+    """scaling.png: weak scaling and the speed-up at 16..256 machines (simulated)."""
+    # scaling curve: weak scaling (seeds per partition fixed) and the speed-up
+    sc = [s for s in doc["scaling"] if s.get("ok")]
+    if sc:
+        datasets = sorted({s["dataset"] for s in sc})
+        shapes = [k for k in SHAPES if any(s["shape"] == k for s in sc)]
+        fig, axes = plt.subplots(1, len(datasets) + 1, figsize=(4.4 * (len(datasets) + 1), 4.2))
+        cmap = plt.get_cmap("tab10")
+        for shape in shapes:
+            col = cmap(shapes.index(shape))
+            for di, dsn in enumerate(datasets):
+                rows = sorted((s for s in sc if s["shape"] == shape and s["dataset"] == dsn),
+                              key=lambda s: s["machines"])
+                if not rows:
+                    continue
+                m = [s["machines"] for s in rows]
+                ax = axes[di]
+                for sysname, ls, mk in (("colocation+fifo", "--", "x"), (HEADLINE, "-", "o")):
+                    ax.plot(m, [s["train_seeds"] / s["systems"][sysname]["epoch_time_s"]
+                                for s in rows], ls, marker=mk, color=col,
+                            label=f"{shape}: {SYSTEMS[sysname].label}")
+                axes[-1].plot(m, [s["speedup_vs_colocation"] for s in rows],
+                              "-" if di == 0 else "--", marker="o", color=col,
+                              label=f"{shape} / {dsn}")
+        for di, dsn in enumerate(datasets):
+            ax = axes[di]
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("machines")
+            ax.set_ylabel("training seeds per second (simulated)")
+            ax.set_title(f"Weak scaling, {doc['datasets'][dsn]['label']}", fontsize=10)
+            ax.grid(alpha=0.3, which="both")
+            ax.legend(fontsize=6)
+        a = axes[-1]
+        a.set_xscale("log", base=2)
+        a.set_xlabel("machines")
+        a.axhline(1.0, color="black", lw=0.8)
+        a.set_ylabel("gnnsched speed-up over colocation + fifo")
+        a.set_title("Speed-up at scale (simulated)", fontsize=10)
+        a.grid(alpha=0.3)
+        a.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "scaling.png", dpi=120)
+        plt.close(fig)
+        return "scaling.png"
+    return None
+
+
+def _fidelity(doc: dict[str, Any], out: Path, plt: Any) -> str | None:
+    """fidelity.png: simulated against measured epoch, every real run."""
+    import numpy as np
+
+    configs = doc["configs"]
+    # fidelity scatter
+    pts = [(c, n, r) for c in configs for n, r in c["systems"].items()
+           if r.get("sim_error") is not None]
+    if pts:
+        fig, ax = plt.subplots(figsize=(5.2, 5))
+        for c, n, r in pts:
+            ax.scatter(r["epoch_time_s"], r["sim"]["epoch_time_s"], color=COLOURS[n],
+                       marker={"plentiful": "o", "gpuless": "s", "hetero": "^"}.get(
+                           c["shape"], "o"), s=40)
+        lo = min(min(r["epoch_time_s"], r["sim"]["epoch_time_s"]) for _, _, r in pts) * 0.7
+        hi = max(max(r["epoch_time_s"], r["sim"]["epoch_time_s"]) for _, _, r in pts) * 1.3
+        line = np.array([lo, hi])
+        ax.plot(line, line, color="black", lw=0.8, label="simulated = measured")
+        ax.fill_between(line, line * 0.9, line * 1.1, color="grey", alpha=0.2,
+                        label="within 10%")
+        for n in RUNTIME_SYSTEMS:
+            ax.scatter([], [], color=COLOURS[n], label=SYSTEMS[n].label)
+        for shp, mk in (("plentiful", "o"), ("gpuless", "s"), ("hetero", "^")):
+            ax.scatter([], [], color="grey", marker=mk, label=shp)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel("measured epoch (s)")
+        ax.set_ylabel("simulated epoch (s)")
+        ax.set_title("Simulator fidelity, every real run", fontsize=10)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "fidelity.png", dpi=120)
+        plt.close(fig)
+        return "fidelity.png"
+    return None
+
+
+def plot_all(doc: dict[str, Any], out: Path) -> list[str]:
+    """speedup.png, stages.png, scaling.png, fidelity.png; returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = [plot(doc, out, plt) for plot in (_speedups, _stages, _scaling, _fidelity)]
+    return [f for f in written if f]

@@ -1,0 +1,425 @@
+"""Real runs: plan every system on one shape x dataset, train each for real (the gnnsched
+runtime or DistDGL, on network namespaces or local processes), repeat, and aggregate."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from gnnsched.calibrate import allreduce_last_s, steady_steps
+from gnnsched.evaluation.config import (
+    EVAL_BATCH,
+    SHAPES,
+    SYSTEMS,
+    Settings,
+    canonical,
+    error_text,
+    fmt,
+    job_for_repeat,
+    load_shape,
+    mean_accuracy,
+    plan_rows,
+    say,
+    seed_split,
+)
+from gnnsched.evaluation.context import Context
+from gnnsched.evaluation.measure import NicCounters, Tracker, bytes_between, runtime_options
+from gnnsched.evaluation.predict import predict_run, replan, simulate_system
+from gnnsched.plan import Plan
+from gnnsched.profile import CostProfile
+from gnnsched.spec import ClusterSpec, JobSpec
+
+
+def run_runtime_once(st: Settings, cluster: ClusterSpec, job: JobSpec, plan: Plan,
+                     prof: CostProfile, sysname: str, part_dir: Path, run_dir: Path, net: Any,
+                     counters: NicCounters | None, rep: int) -> dict[str, Any]:
+    """Really train once with the gnnsched runtime; the run's summary plus NIC bytes."""
+    from gnnsched.api import summary, train
+
+    s = SYSTEMS[sysname]
+    lopts = {"emulated": net} if st.launcher == "netns" else None
+    tag = sysname if st.repeats == 1 else f"{sysname} #{rep + 1}"
+    tracker = Tracker(tag, counters)
+    t0 = time.perf_counter()
+    before = counters.read() if counters else None
+    res = train(cluster, job, plan, policy=s.policy, launcher=st.launcher,
+                out_dir=run_dir / (sysname.replace("+", "-") + f"-{rep}"),
+                partitions=part_dir, profile=prof, options=runtime_options(),
+                progress=tracker, launcher_options=lopts)
+    row = summary(res)
+    row["steps"] = steady_steps(res.run_dir)
+    row["allreduce_last_s"] = allreduce_last_s(row["steps"])
+    row["nic_bytes_run"] = bytes_between(before, counters.read()) if counters else None
+    if row.get("recoveries"):
+        say(f"    {tag}: recovered {len(row['recoveries'])} time(s): timing is suspect")
+    row.pop("bytes_by_process", None)
+    # where each store's NIC queue spent the run (idle / window / held / pipe / send seconds):
+    # a NIC the runtime leaves idle shows up as "window" or "held" here
+    row["nic_queue_waits_s"] = {n: p["waits_s"] for n, p in res.processes.items()
+                                if p.get("waits_s")}
+    per_host, note = tracker.bytes_per_epoch(job.epochs)
+    row["nic_bytes_per_epoch"] = per_host
+    row["nic_bytes_note"] = note
+    row["seconds"] = time.perf_counter() - t0
+    return row
+
+
+def _median_rep(reps: list[dict[str, Any]]) -> dict[str, Any]:
+    times = [r["epoch_time_s"] for r in reps]
+    med = statistics.median(times)
+    return reps[min(range(len(reps)), key=lambda i: abs(times[i] - med))]
+
+
+def _repeats(reps: list[dict[str, Any]]) -> dict[str, Any]:
+    """What every system reports over its repetitions: median epoch, mean accuracy, seeds."""
+    times = [r["epoch_time_s"] for r in reps]
+    return {"epoch_time_s": float(statistics.median(times)),
+            "epoch_times_s": _median_rep(reps)["epoch_times_s"], "repeat_epoch_times_s": times,
+            "test_accuracy": mean_accuracy([r["test_accuracy"] for r in reps])}
+
+
+def aggregate_runtime(reps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median epoch time over repetitions; the other numbers from the median repetition."""
+    best = _median_rep(reps)
+    st_ = best["stages"]
+    mean = {k: float(statistics.fmean(v[k] for v in st_.values())) for k in
+            ("sample_s", "fetch_s", "wait_s", "train_s", "allreduce_s")}
+    nic = best["nic_bytes_per_epoch"]
+    return {
+        "ok": True, **_repeats(reps), "val_accuracy": best["val_accuracy"],
+        "repeat_test_accuracy": [r["test_accuracy"] for r in reps],
+        "repeat_job_seeds": [r.get("job_seed") for r in reps],
+        "bytes_per_epoch": float(sum(nic.values())) if nic else None,
+        "bytes_by_host_per_epoch": nic, "bytes_note": best["nic_bytes_note"] or
+        "not measured per epoch (local launcher: no NICs)",
+        "bytes_run": best["nic_bytes_run"],
+        "run_network_bytes": best["network_bytes"], "run_bytes_sent": best["bytes_sent"],
+        "allreduce_bytes": best["allreduce_bytes"],
+        "iterations_per_epoch": best["iterations_per_epoch"],
+        "stages": {"input": mean["wait_s"], "train": mean["train_s"],
+                   "barrier": mean["allreduce_s"], "sample": mean["sample_s"],
+                   "fetch": mean["fetch_s"]},
+        "stages_by_trainer": st_, "startup_s": best["startup_s"], "wall_s": best["wall_s"],
+        "run_dir": best["run_dir"], "allreduce_last_s": best.get("allreduce_last_s"),
+        "steps": best.get("steps", {}),
+        "nic_queue_waits_s": best.get("nic_queue_waits_s"),
+        "seconds": sum(r["seconds"] for r in reps),
+        "recoveries": [rc for r in reps for rc in r.get("recoveries", [])],
+    }
+
+
+def distdgl_split(plan: Plan | None) -> list[list[int]] | None:
+    """Colocation's seed split where DistDGL can train it (trainer t holds partition t, since
+    it sits with partition t's server), else None (DistDGL's own split)."""
+    if plan is None:
+        return None
+    split = seed_split(plan)
+    return split if all(t in g for t, g in enumerate(split)) else None
+
+
+def run_distdgl_once(st: Settings, cluster: ClusterSpec, job: JobSpec, part_dir: Path,
+                     run_dir: Path, net: Any, counters: NicCounters | None, rep: int,
+                     split: list[list[int]] | None = None) -> dict[str, Any]:
+    """One DistDGL run (``feasible: False`` and nothing started where it cannot run)."""
+    from gnnsched.runtime.distdgl import run_distdgl
+
+    kw: dict[str, Any] = {}
+    if st.launcher == "netns":
+        kw = {"exec_prefix": net.exec_prefix,
+              "hosts": {m.name: net.address(m.name) for m in cluster.machines}}
+    t0 = time.perf_counter()
+    before = counters.read() if counters else None
+    r = run_distdgl(cluster, job, part_dir, out_dir=run_dir / f"distdgl-{rep}",
+                    timeout_s=900, eval_fanouts=list(job.fanouts),
+                    eval_batch_size=EVAL_BATCH, split=split, **kw)
+    if not r.feasible:
+        return {"feasible": False, "reason": r.reason}
+    d = r.to_dict()
+    d["nic_bytes_run"] = bytes_between(before, counters.read()) if counters else None
+    d["seconds"] = time.perf_counter() - t0
+    return d
+
+
+def aggregate_distdgl(reps: list[dict[str, Any]], cluster: ClusterSpec,
+                      job: JobSpec) -> dict[str, Any]:
+    if reps and reps[0].get("feasible") is False:
+        return {"ok": True, "feasible": False, "reason": reps[0]["reason"]}
+    best = _median_rep(reps)
+    steps = max(math.ceil(t["train_nodes"] / job.batch_size) for t in best["trainers"])
+    stage = {k: v / max(steps, 1) for k, v in best["stage_s"].items()}
+    bytes_host = best["bytes_sent"]
+    missing = sorted({m.name for m in cluster.machines if m.partitions}
+                     - set(bytes_host or {}))
+    per_epoch = ({h: b / job.epochs for h, b in bytes_host.items()} if bytes_host else None)
+    note = best.get("bytes_note", "")
+    if bytes_host:
+        note = (f"DistDGL's own count: {note}; mean over all {job.epochs} epochs"
+                + (f"; hosts not counted: {', '.join(missing)} (no trainer there)"
+                   if missing else ""))
+    return {
+        "ok": True, "feasible": True, **_repeats(reps),
+        "repeat_test_accuracy": [r["test_accuracy"] for r in reps],
+        "repeat_job_seeds": [r.get("job_seed") for r in reps],
+        "bytes_per_epoch": float(sum(per_epoch.values())) if per_epoch else None,
+        "bytes_by_host_per_epoch": per_epoch, "bytes_note": note or "not measured",
+        "bytes_hosts_missing": missing if bytes_host else None,
+        "bytes_run": best["nic_bytes_run"],
+        "iterations_per_epoch": steps,
+        "stages": {"input": stage.get("sample_s", 0.0) + stage.get("fetch_s", 0.0),
+                   "train": stage.get("train_s", 0.0), "barrier": 0.0,
+                   "sample": stage.get("sample_s", 0.0), "fetch": stage.get("fetch_s", 0.0)},
+        "trainers": best["trainers"], "wall_s": best["wall_s"], "run_dir": best["out_dir"],
+        # not "split": DistDGL trains other mini-batches than a gnnsched run of that split
+        "seed_split": sorted(sorted(t["parts"]) for t in best["trainers"]),
+        "seconds": sum(r["seconds"] for r in reps),
+    }
+
+
+def make_plans(cfg: dict[str, Any], st: Settings, cluster: ClusterSpec, job: JobSpec,
+               prof: CostProfile, run_dir: Path, label: str) -> dict[str, Plan]:
+    """Every placer the systems need, run once (canonical plans, saved in ``run_dir``);
+    ``cfg["plans"]`` gets each plan's rows, notes and prediction, or its error."""
+    from gnnsched.placement import get_placer
+
+    plans: dict[str, Plan] = {}
+    for placer in sorted({SYSTEMS[s].placer for s in st.systems if SYSTEMS[s].placer}):
+        t0 = time.perf_counter()
+        try:
+            plan = get_placer(placer).place(cluster, job, prof, seed=st.seed,
+                                            budget=st.budget if placer == "gnnsched" else None)
+        except Exception as exc:  # noqa: BLE001 - recorded per system below
+            cfg["plans"][placer] = {"error": error_text(exc)}
+            say(f"[{label}] {placer} placement failed: {exc}")
+            continue
+        plan = canonical(plan)
+        plans[placer] = plan
+        plan.save(run_dir / f"plan-{placer}.json")
+        pred = {k: v for k, v in plan.predicted.items() if isinstance(v, (int, float, str, bool))}
+        cfg["plans"][placer] = {"trainers": plan_rows(plan), "notes": list(plan.notes),
+                                "predicted": pred, "split": seed_split(plan),
+                                "planning_s": time.perf_counter() - t0}
+        for note in plan.notes:
+            say(f"[{label}] {placer}: {note}")
+    return plans
+
+
+def _simulated_rows(cfg: dict[str, Any], st: Settings, cluster: ClusterSpec, job: JobSpec,
+                    prof: CostProfile, plans: dict[str, Plan]) -> dict[str, dict[str, Any]]:
+    """One row per system with its plan's split and simulated epoch (no processes)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for sysname in st.systems:
+        s = SYSTEMS[sysname]
+        row: dict[str, Any] = {"label": s.label, "placer": s.placer, "policy": s.policy}
+        rows[sysname] = cfg["systems"][sysname] = row
+        if s.placer is None:
+            if not st.real:
+                from gnnsched.runtime.distdgl import infeasible_reason
+
+                why = infeasible_reason(cluster)
+                row.update(ok=True, feasible=not why, reason=why, skipped="--no-real")
+            continue
+        plan = plans.get(s.placer)
+        if plan is None:
+            row.update(ok=False, error=cfg["plans"][s.placer]["error"])
+            continue
+        row["split"] = seed_split(plan)
+        if s.placer != "colocation" and "colocation" in plans:
+            row["same_plan_as_colocation"] = plan.key() == plans["colocation"].key()
+        try:
+            row["sim"] = simulate_system(cluster, job, plan, prof, s.policy, st.seed)
+        except Exception as exc:  # noqa: BLE001
+            row["sim"] = {"error": error_text(exc)}
+        if not st.real:
+            row.update(ok=True, skipped="--no-real")
+    return rows
+
+
+class _Testbed:
+    """The emulated cluster of one configuration (netns) and its NIC counters, brought up
+    again if another session takes the namespaces down under the evaluation."""
+
+    def __init__(self, st: Settings, cluster: ClusterSpec, cfg: dict[str, Any],
+                 label: str) -> None:
+        self.net: Any = None
+        self.counters: NicCounters | None = None
+        if st.real and st.launcher == "netns":
+            from gnnsched.runtime.netns import EmulatedCluster
+
+            self.net = EmulatedCluster(cluster, payload_rates=True, queue_ms=st.nic_queue_ms,
+                                       bands=st.nic_bands).up()
+            try:
+                self.counters = NicCounters(self.net)
+            except BaseException:
+                self.net.down()
+                raise
+            cfg["nic_queues"] = self.net.queues
+            if st.nic_bands and self.net.queues != "tos bands":
+                say(f"[{label}] NIC queues: {self.net.queues}")
+
+    def ensure_up(self, label: str) -> None:
+        if self.net is not None and not self.net.is_up():
+            # another session took the namespaces down (`cluster down --all`)
+            say(f"[{label}] the emulated cluster went away: bringing it up again")
+            self.net.up()
+            if self.counters is not None:
+                self.counters.close()
+            self.counters = NicCounters(self.net)
+
+    def vanished(self) -> bool:
+        return self.net is not None and not self.net.is_up()
+
+    def close(self) -> None:
+        if self.counters is not None:
+            self.counters.close()
+        if self.net is not None:
+            self.net.down()
+
+
+def run_config(ctx: Context, shape: str, ds: str) -> dict[str, Any]:
+    """Plan, simulate and really run every system on one shape x dataset."""
+    st = ctx.st
+    cluster = load_shape(shape)
+    job = st.job(ds)
+    prof, part_dir = ctx.profiles[ds], ctx.parts[ds]
+    what, limited = SHAPES[shape]
+    label = f"{shape}/{ds}"
+    run_dir = st.work / "runs" / f"{shape}-{ds}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg: dict[str, Any] = {"shape": shape, "dataset": ds, "what": what, "limited": limited,
+                           "machines": len(cluster.machines), "trainers": job.trainers,
+                           "partitions": job.num_parts, "plans": {}, "systems": {}}
+    plans = make_plans(cfg, st, cluster, job, prof, run_dir, label)
+    colo = cfg["plans"].get("colocation", {})
+    cfg["colocation_feasible"] = colo.get("predicted", {}).get("colocation_feasible")
+    gp = cfg["plans"].get("gnnsched", {}).get("predicted", {})
+    cfg["bound_any_placement_s"] = gp.get("lower_bound_s")
+    cfg["bound_scope"] = gp.get("lower_bound_scope")
+
+    bed: _Testbed | None = None
+    try:
+        bed = _Testbed(st, cluster, cfg, label)
+        rows = _simulated_rows(cfg, st, cluster, job, prof, plans)
+        raw: dict[str, list[dict[str, Any]]] = {n: [] for n in rows}
+        failed: set[str] = set()
+        for rep in range(st.repeats if st.real else 0):  # repetitions interleaved
+            # repeat r trains with job seed seed + r in every system: accuracy is compared
+            # as a mean over seeds (one seed's accuracy moves by points on Cora)
+            rep_job = job_for_repeat(ds, st, rep)
+            for sysname, row in rows.items():
+                s = SYSTEMS[sysname]
+                if sysname in failed or (s.placer is not None and s.placer not in plans):
+                    continue
+                if raw[sysname] and raw[sysname][0].get("feasible") is False:
+                    continue
+                t0 = time.perf_counter()
+                one = None
+                for attempt in (0, 1):
+                    bed.ensure_up(label)
+                    try:
+                        if s.placer is None:
+                            one = run_distdgl_once(st, cluster, rep_job, part_dir, run_dir,
+                                                   bed.net, bed.counters, rep,
+                                                   distdgl_split(plans.get("colocation")))
+                        else:
+                            one = run_runtime_once(st, cluster, rep_job, plans[s.placer], prof,
+                                                   sysname, part_dir, run_dir, bed.net,
+                                                   bed.counters, rep)
+                        one["job_seed"] = rep_job.seed
+                        break
+                    except Exception as exc:  # noqa: BLE001 - a failed run is a result too
+                        traceback.print_exc()
+                        if attempt == 0 and bed.vanished():
+                            continue  # the cluster vanished under the run: once more
+                        row.update(ok=False, error=error_text(exc))
+                        failed.add(sysname)
+                        say(f"[{label}] {sysname}: FAILED: {error_text(exc)[:300]}")
+                if one is None:
+                    continue
+                raw[sysname].append(one)
+                if one.get("feasible") is False:
+                    say(f"[{label}] {sysname}: infeasible: {one['reason']}")
+                else:
+                    say(f"[{label}] {sysname}"
+                        + (f" #{rep + 1}" if st.repeats > 1 else "")
+                        + f": epoch {one['epoch_time_s']:.3f} s, acc "
+                        f"{fmt(one.get('test_accuracy'), '.3f')} "
+                        f"({time.perf_counter() - t0:.0f} s)")
+        for sysname, row in rows.items():
+            if sysname in failed or not raw[sysname]:
+                continue
+            _finish_row(ctx, ds, sysname, row, raw[sysname], cluster, job, plans, label)
+        if limited and st.real:
+            replan(cfg, cluster, job, prof, plans, st, label)
+    finally:
+        if bed is not None:
+            bed.close()
+    cfg["distdgl_feasible"] = cfg["systems"].get("distdgl", {}).get("feasible")
+    speedups(cfg)
+    return cfg
+
+
+def _finish_row(ctx: Context, ds: str, sysname: str, row: dict[str, Any],
+                raw: list[dict[str, Any]], cluster: ClusterSpec, job: JobSpec,
+                plans: dict[str, Plan], label: str) -> None:
+    """A system's row from its runs: aggregate, references, in-situ prediction."""
+    st, s = ctx.st, SYSTEMS[sysname]
+    row.update(aggregate_distdgl(raw, cluster, job) if s.placer is None
+               else aggregate_runtime(raw))
+    if s.placer is not None and st.reference:
+        refs = [ctx.reference(ds, st.job(ds, seed), row["split"])
+                for seed in row["repeat_job_seeds"]]
+        row["repeat_reference_accuracy"] = [r.get("test_accuracy") for r in refs]
+        row["reference_accuracy"] = mean_accuracy(row["repeat_reference_accuracy"])
+    sim = row.get("sim", {})
+    if row.get("epoch_time_s") and sim.get("epoch_time_s"):
+        try:
+            assert s.placer is not None and s.policy is not None
+            predict_run(row, sim, cluster, job, plans[s.placer], ctx.profiles[ds], s.policy,
+                        st.seed)
+        except Exception as exc:  # noqa: BLE001 - keep the isolated prediction
+            say(f"[{label}] {sysname}: in-situ simulation failed: {error_text(exc)}")
+    say(f"[{label}] {sysname}: {describe(row)}")
+
+
+def describe(row: dict[str, Any]) -> str:
+    """One system's result in one line."""
+    if not row.get("ok"):
+        return f"FAILED: {row.get('error', '?')[:300]}"
+    if row.get("feasible") is False:
+        return f"infeasible: {row.get('reason')}"
+    parts = []
+    if row.get("epoch_time_s"):
+        parts.append(f"epoch {row['epoch_time_s']:.3f} s")
+    sim = row.get("sim", {})
+    if sim.get("epoch_time_s"):
+        err = row.get("sim_error")
+        parts.append(f"sim {sim['epoch_time_s']:.3f} s"
+                     + (f" ({err:+.1%})" if err is not None else ""))
+    if row.get("test_accuracy") is not None:
+        parts.append(f"acc {row['test_accuracy']:.3f}")
+    if row.get("reference_accuracy") is not None:
+        parts.append(f"ref {row['reference_accuracy']:.3f}")
+    if row.get("bytes_per_epoch"):
+        parts.append(f"{row['bytes_per_epoch'] / 1e6:.1f} MB/epoch")
+    return ", ".join(parts) or "planned only"
+
+
+def speedups(cfg: dict[str, Any]) -> None:
+    """Speed-ups of every system over colocation + fifo and over DistDGL (measured, sim)."""
+    sy = cfg["systems"]
+
+    def t(name: str, sim: bool = False) -> float | None:
+        r = sy.get(name, {})
+        v = r.get("sim", {}).get("epoch_time_s") if sim else r.get("epoch_time_s")
+        return float(v) if v else None
+
+    for name, r in sy.items():
+        me, me_sim = t(name), t(name, sim=True)
+        colo, colo_sim, dd = t("colocation+fifo"), t("colocation+fifo", True), t("distdgl")
+        r["speedup_vs_colocation"] = colo / me if colo and me else None
+        r["sim_speedup_vs_colocation"] = colo_sim / me_sim if colo_sim and me_sim else None
+        r["speedup_vs_distdgl"] = dd / me if dd and me else None
