@@ -84,9 +84,13 @@ NPZ = [
 ]
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")  # a pipe inside a cell would split it
+
+
 def _table(rows: list[tuple[str, str, str]], head: tuple[str, str, str]) -> list[str]:
     out = [f"| {head[0]} | {head[1]} | {head[2]} |", "|---|---|---|"]
-    out += [f"| `{a}` | {b} | {c} |" for a, b, c in rows]
+    out += [f"| `{a}` | {_cell(b)} | {_cell(c)} |" for a, b, c in rows]
     return out
 
 
