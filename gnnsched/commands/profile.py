@@ -1,22 +1,43 @@
-"""Measure a cost profile from real DGL sampling and training on real partitions.
+"""Measure a cost profile from real DGL sampling and training on real partitions, or derive
+one from a finished run (``--from-run``).
 
 Per partition, mini-batches of the job's batch size are sampled with the job's fan-outs; the
 profile records sampling CPU seconds, sampled edges, input nodes owned by each partition (so
 the bytes every (store, trainer) pair moves follow) and a real forward/backward's seconds on
 this machine. The simulator and placer read the resulting cost.json.
+
+``--from-run RUN`` writes the profile a run of ``gnnsched train`` implies instead: the base
+profile (``--cost``, else the one the run's plan was made with) with the costs the run
+measured in place of the profiler's -- training and sampling seconds as the run's processes
+took them on its machines, the all-reduce's own overhead, how far apart trainers left each
+barrier (:func:`gnnsched.calibrate.from_run`). Planning again with it plans for what the
+cluster really did: ``gnnsched plan --cost cost.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 
+from gnnsched.calibrate import summarize
 from gnnsched.commands import input_dir, output_file, positive_int, seed_int
 
-HELP = "profile per-mini-batch costs on real partitions (writes cost.json)"
+HELP = "profile per-mini-batch costs on real partitions, or from a finished run (cost.json)"
+__all__ = ["summarize", "table"]  # summarize is gnnsched.calibrate's, re-exported
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--job", required=True, help="job file (YAML)")
+    p.add_argument("--job", default=None,
+                   help="job file (YAML); required unless --from-run, where it defaults to "
+                        "the job file the run's plan records")
+    p.add_argument("--from-run", type=input_dir, default=None, metavar="RUN",
+                   help="derive the profile from this finished run directory of `gnnsched "
+                        "train` (its metrics.jsonl and plan.json) instead of profiling")
+    p.add_argument("--cluster", default=None,
+                   help="with --from-run: the cluster file (YAML) the run ran on (default: "
+                        "the one its plan records)")
+    p.add_argument("--cost", default=None,
+                   help="with --from-run: the profile to calibrate (default: the one the "
+                        "run's plan was made with)")
     p.add_argument("--partitions", default=None,
                    help="partition directory (default: the job's, or partition it into a cache)")
     p.add_argument("--out", type=output_file, default="cost.json", help="where to write the profile")
@@ -24,23 +45,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", type=input_dir, default=None, help="folder of .npz graphs")
     p.add_argument("--seed", type=seed_int, default=0, help="seed for drawing mini-batches")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
-
-
-def summarize(prof) -> dict:
-    import numpy as np
-
-    rows = []
-    for pp in prof.parts:
-        nodes = pp.mean_input_nodes(prof.num_parts)
-        rows.append({"part": pp.part, "train_seeds": pp.train_seeds,
-                     "sample_ms": 1e3 * float(np.median(pp.sample_s)),
-                     "train_ms": 1e3 * float(np.median(pp.train_s)),
-                     "edges": float(pp.edges.mean()),
-                     "input_nodes": float(nodes.sum()),
-                     "local_frac": float(nodes[pp.part] / max(nodes.sum(), 1)),
-                     "feat_kb": float(nodes.sum() * prof.feature_bytes / 1e3)})
-    return {"num_parts": prof.num_parts, "feature_bytes": prof.feature_bytes,
-            "grad_bytes": prof.grad_bytes, "reference": prof.reference, "parts": rows}
 
 
 def table(summary: dict) -> str:
@@ -64,8 +68,16 @@ def run(args: argparse.Namespace) -> int:
     from gnnsched.datasets import open_partitions
     from gnnsched.datasets.cache import partitions_for
     from gnnsched.runtime.profiler import profile_partitions
-    from gnnsched.spec import load_job
+    from gnnsched.spec import SpecError, load_job
 
+    if args.from_run:
+        return from_run(args)
+    if args.job is None:
+        raise SpecError("--job", "", "is required to profile", "--job JOB.yaml, or "
+                        "--from-run RUN to derive a profile from a finished run")
+    for flag, value in (("--cluster", args.cluster), ("--cost", args.cost)):
+        if value is not None:
+            raise SpecError(flag, "", "only goes with --from-run", "drop it, or add --from-run")
     job = load_job(args.job)
     path = args.partitions or partitions_for(job, args.data_dir, quiet=args.json)
     pset = open_partitions(path)
@@ -79,4 +91,29 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(table(s))
         print(f"wrote {args.out}")
+    return 0
+
+
+def from_run(args: argparse.Namespace) -> int:
+    """``--from-run``: the profile the run implies (:func:`gnnsched.calibrate.calibrate_run`),
+    saved to ``--out``, with the factors it applied."""
+    import json
+
+    from gnnsched.calibrate import calibrate_run
+
+    prof, factors = calibrate_run(args.from_run, args.cost, cluster=args.cluster, job=args.job)
+    prof.save(args.out)
+    s = summarize(prof)
+    if args.json:
+        print(json.dumps({"out": str(args.out), "run": str(args.from_run),
+                          "factors": factors, **s}))
+        return 0
+    print(table(s))
+    ar = factors["allreduce_measured_s"]
+    print(f"calibrated on {args.from_run}: CPU steps x{factors['cpu']:.2f}, sampling x"
+          + "/".join(f"{f:.2f}" for f in factors["sample"]) + " per part, all-reduce "
+          + (f"{1e3 * ar:.0f} ms measured against {1e3 * factors['allreduce_model_s']:.0f} ms "
+             f"for its bytes (+{1e3 * factors['allreduce_overhead_s']:.0f} ms overhead)"
+             if ar is not None else "not measured"))
+    print(f"wrote {args.out}")
     return 0

@@ -1,0 +1,224 @@
+"""gnnsched.calibrate: the profile a finished run implies.
+
+``from_run`` / ``gnnsched profile --from-run`` read a run directory (``metrics.jsonl`` and
+``plan.json``) and must give exactly what the evaluation's in-situ calibration gave before it
+moved into the package: the fingerprints and factors below were computed by
+``bench/bench_eval.py``'s ``run_profile`` (commit 09383ab) on the same recorded run. The
+stored real runs of ``docs/results`` are calibrated again from run directories rebuilt from
+their steps and must give the factors stored beside them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from gnnsched.calibrate import calibrate_run, from_run, read_run
+from gnnsched.cli import main
+from gnnsched.evaluation.config import SYSTEMS, load_shape, make_job
+from gnnsched.evaluation.driver import stored_plan
+from gnnsched.plan import Plan, TrainerPlan
+from gnnsched.profile import CostProfile, synthetic_profile
+from gnnsched.spec import SpecError, job_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = ("sample_s", "fetch_s", "wait_s", "train_s", "allreduce_s")
+
+# bench_eval.run_profile's output before the move, on recorded_run(barrier_at=True / False)
+BEFORE = {
+    True: ("bf702cdc450bc9c7830650030c022190a87a28043ff86367f1a89299a656813f",
+           {"cpu": 257.0406703819448, "sample": [468.3459070428191, 468.3459070428191,
+                                                 587.2672475386418, 587.2672475386418],
+            "allreduce": 5.594635009765626, "allreduce_overhead_s": 0.054200520000000016,
+            "allreduce_measured_s": 0.06599700000000001, "allreduce_model_s": 0.01179648,
+            "last_departure_s": 0.004358722222222222}),
+    False: ("cc5acbc36f3209ca6dfb7efc52ec2e0ee5989ce4be419c5d6f2117d4ee415992",
+            {"cpu": 257.0406703819448, "sample": [468.3459070428191, 468.3459070428191,
+                                                  587.2672475386418, 587.2672475386418],
+             "allreduce": 5.7331744535469715, "allreduce_overhead_s": 0.05583479777777778,
+             "allreduce_measured_s": 0.06763127777777778, "allreduce_model_s": 0.01179648,
+             "last_departure_s": 0.0}),
+}
+
+
+def recorded_run(run_dir: Path, barrier_at: bool = True) -> dict[str, Any]:
+    """A finished run's files: 2 trainers on the GPU-less shape, 3 epochs of 9 steps with
+    seeded costs, the run record's mean stages over the steady epochs, and its plan."""
+    rng = np.random.default_rng(7)
+    rows, t = [], 1000.0
+    for epoch in range(3):
+        for k in range(9):
+            seq = 9 * epoch + k
+            arrive = [t + float(rng.uniform(0.0, 0.03)) for _ in range(2)]
+            first = max(arrive) + float(rng.uniform(0.05, 0.08))
+            leave = [first + float(rng.uniform(0.0, 0.01)) * w for w in range(2)]
+            for w in range(2):
+                rec = {"type": "batch", "phase": "train", "epoch": epoch, "trainer": w,
+                       "seq": seq, "train_s": round(float(rng.uniform(0.02, 0.05)) * (1 + w), 9),
+                       "sample_s": round(float(rng.uniform(0.05, 0.3)) * (1 + w / 2), 9),
+                       "fetch_s": round(float(rng.uniform(0.05, 0.1)), 9),
+                       "wait_s": round(float(rng.uniform(0.0, 0.01)), 9),
+                       "allreduce_s": round(leave[w] - arrive[w], 9)}
+                if barrier_at:
+                    rec["barrier_at"] = round(arrive[w], 9)
+                rows.append(rec)
+            t = max(leave) + 0.01
+    rows.append({"type": "batch", "phase": "val", "epoch": 2, "trainer": 0, "seq": 27,
+                 "train_s": 9.0})
+    steady = [r for r in rows if r["phase"] == "train" and r["epoch"] >= 1]
+    stages = {str(w): {s: float(np.mean([r[s] for r in steady if r["trainer"] == w]))
+                       for s in STAGES} for w in range(2)}
+    rows.append({"type": "run", "stages": stages, "epoch_time_s": 1.0})
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    PLAN.save(run_dir / "plan.json")
+    return stages
+
+
+PLAN = Plan("gnnsched", "gpuless", "", (
+    TrainerPlan(0, "gpu0", 0, (0, 1), (("store0", 1),), "gpu0"),
+    TrainerPlan(1, "gpu1", 0, (2, 3), (("store1", 1), ("gpu1", 1)), "store1")))
+
+
+def base_profile() -> CostProfile:
+    return synthetic_profile(4, seeds_per_part=35, batch_size=8, samples=8, seed=3)
+
+
+def fingerprint(prof: CostProfile) -> str:
+    """sha256 of every per-batch cost, the all-reduce overhead and the barrier skew."""
+    doc = {"parts": [[[float(x) for x in p.sample_s], [float(x) for x in p.train_s]]
+                     for p in prof.parts],
+           "overhead": float(prof.allreduce_overhead_s),
+           "skew": [list(r) for r in prof.barrier_skew_s]}
+    return hashlib.sha256(json.dumps(doc).encode()).hexdigest()
+
+
+@pytest.mark.parametrize("barrier_at", [True, False])
+def test_from_run_gives_what_the_evaluation_gave(tmp_path: Path, barrier_at: bool) -> None:
+    recorded_run(tmp_path, barrier_at)
+    prof, factors = calibrate_run(tmp_path, base_profile(), cluster=load_shape("gpuless"),
+                                  job=make_job("cora", 3))
+    digest, want = BEFORE[barrier_at]
+    assert fingerprint(prof) == digest
+    assert factors == want
+    assert fingerprint(from_run(tmp_path, base_profile(), cluster=load_shape("gpuless"),
+                                job=make_job("cora", 3))) == digest
+
+
+def _job_fields(**over: Any) -> dict[str, Any]:
+    """The evaluation's Cora job as the fields of a job file (``over`` replaced)."""
+    d = {**make_job("cora", 3).to_dict(), **over}
+    return {k: v for k, v in d.items() if k != "normalize"}  # not a job-file field
+
+
+def _files(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """The run's cluster, job and base profile as files."""
+    job, cost = tmp_path / "job.yaml", tmp_path / "base.json"
+    job.write_text(yaml.safe_dump(_job_fields()))
+    base_profile().save(cost)
+    with resources.as_file(resources.files("gnnsched.evaluation") / "shapes"
+                           / "gpuless.yaml") as shape:
+        return Path(shape), job, cost
+
+
+def test_profile_from_run_writes_it(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    run = tmp_path / "run"
+    recorded_run(run)
+    cluster, job, cost = _files(tmp_path)
+    out = tmp_path / "cost.json"
+    assert main(["profile", "--from-run", str(run), "--cluster", str(cluster), "--job",
+                 str(job), "--cost", str(cost), "--out", str(out), "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said["factors"] == BEFORE[True][1] and said["out"] == str(out)
+    assert fingerprint(CostProfile.load(out)) == BEFORE[True][0]
+    # the calibrated profile plans and simulates like any other
+    assert main(["profile", "--from-run", str(run), "--cluster", str(cluster), "--job",
+                 str(job), "--cost", str(cost), "--out", str(out)]) == 0
+    assert "calibrated on" in capsys.readouterr().out
+
+
+def test_from_run_finds_the_files_the_plan_records(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    recorded_run(run)
+    cluster, job, cost = _files(tmp_path)
+    bare = Plan.load(run / "plan.json")
+    with pytest.raises(SpecError, match=r"made_for\.cluster.*--cluster"):
+        from_run(run)
+    made = {"cluster": str(cluster), "job": str(job), "cost": str(cost)}
+    bare.with_prediction(made_for=made).save(run / "plan.json")
+    assert fingerprint(from_run(run)) == BEFORE[True][0]
+    bare.with_prediction(made_for={**made, "cost": str(tmp_path / "gone.json")}).save(
+        run / "plan.json")
+    with pytest.raises(SpecError, match="gone.json.*not there"):
+        from_run(run)
+
+
+def test_read_run_without_a_run_record_uses_its_epochs(tmp_path: Path) -> None:
+    """A run that did not finish has no ``run`` record: the mean stages over its epochs after
+    the first, as the run computes them."""
+    recorded_run(tmp_path)
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    lines = [r for r in lines if r["type"] != "run"]
+    for e, scale in ((0, 9.0), (1, 1.0), (2, 3.0)):
+        lines.append({"type": "epoch", "epoch": e, "stages": {
+            w: dict.fromkeys(STAGES, scale * (1 + int(w))) for w in ("0", "1")}})
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    got = read_run(tmp_path)
+    assert got.stages["0"]["train_s"] == pytest.approx(2.0)
+    assert got.stages["1"]["wait_s"] == pytest.approx(4.0)
+    assert sorted(got.steps) == ["0", "1"] and len(got.steps["0"]["seq"]) == 18
+    (tmp_path / "plan.json").unlink()
+    with pytest.raises(SpecError, match="plan.json"):
+        read_run(tmp_path)
+
+
+def _stored_runs() -> list[tuple[dict[str, Any], str, dict[str, Any]]]:
+    path = ROOT / "docs" / "results" / "results.json"
+    if not path.is_file():
+        return []
+    doc = json.loads(path.read_text())
+    return [(c, name, row) for c in doc["configs"] for name, row in c["systems"].items()
+            if SYSTEMS[name].placer and row.get("steps")
+            and (row.get("sim") or {}).get("insitu_factors")]
+
+
+def _run_dir(tmp_path: Path, row: dict[str, Any], plan: Plan) -> Path:
+    """A run directory holding what the row stored: its steady steps and mean stages."""
+    rows = []
+    for w, got in row["steps"].items():
+        for i, seq in enumerate(got["seq"]):
+            rec = {"type": "batch", "phase": "train", "epoch": 1, "trainer": int(w), "seq": seq,
+                   **{k: got[k][i] for k in ("train_s", "sample_s", "allreduce_s",
+                                              "barrier_at") if k in got}}
+            rows.append(rec)
+    rows.append({"type": "run", "stages": row["stages_by_trainer"]})
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plan.save(tmp_path / "plan.json")
+    return tmp_path
+
+
+@pytest.mark.skipif(not _stored_runs(), reason="no docs/results/results.json with steps")
+def test_stored_real_runs_calibrate_as_recorded(tmp_path: Path) -> None:
+    """Every measured gnnsched-runtime run of the committed evaluation, calibrated again from
+    a run directory, gives the in-situ factors the evaluation stored for it."""
+    profiles = {p.name.split("-")[0]: CostProfile.load(p)
+                for p in (ROOT / "docs" / "results" / "profiles").glob("*.json")}
+    for i, (c, name, row) in enumerate(_stored_runs()):
+        prof = profiles[c["dataset"]]
+        key = prof.job_key
+        job = job_from_dict(_job_fields(dataset=key["dataset"], feature_dim=key["feature_dim"],
+                                        batch_size=key["batch_size"], epochs=8),
+                            source="stored run")
+        plan = stored_plan(c, SYSTEMS[name].placer, tmp_path / "no-work")
+        run = _run_dir(tmp_path / str(i), row, plan)
+        _, factors = calibrate_run(run, replace(prof), cluster=load_shape(c["shape"]), job=job)
+        assert factors == row["sim"]["insitu_factors"], (c["shape"], c["dataset"], name)
