@@ -25,17 +25,8 @@ import yaml
 import zmq
 
 from gnnsched.commands.keys import create_keys
+from gnnsched.runtime import transport as tp
 from gnnsched.runtime.store import StoreClient
-from gnnsched.runtime.transport import (
-    BULK,
-    CONTROL,
-    CurveKeys,
-    Kind,
-    Message,
-    load_keys,
-    make_socket,
-    start_authenticator,
-)
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB4 = ROOT / "examples" / "lab4"
@@ -51,20 +42,20 @@ def cora_parts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> CurveKeys:
+def keys(tmp_path_factory: pytest.TempPathFactory) -> tp.CurveKeys:
     folder = tmp_path_factory.mktemp("keys") / "cluster-keys"
     create_keys(folder)
-    return load_keys(folder)
+    return tp.load_keys(folder)
 
 
 @pytest.fixture()
-def store(cora_parts: Path, keys: CurveKeys) -> Any:
+def store(cora_parts: Path, keys: tp.CurveKeys) -> Any:
     """A real Store with CURVE on, serving in a thread; its coordinator is a stand-in."""
     from gnnsched.runtime.store import Store
 
     ctx = zmq.Context()
-    auth = start_authenticator(ctx, keys)
-    coord = make_socket(ctx, zmq.ROUTER, CONTROL, curve=keys, server=True)
+    auth = tp.start_authenticator(ctx, keys)
+    coord = tp.make_socket(ctx, zmq.ROUTER, tp.CONTROL, curve=keys, server=True)
     port = coord.bind_to_random_port("tcp://127.0.0.1")
     args = argparse.Namespace(id="m0", machine="m0", host="127.0.0.1",
                               coordinator=f"tcp://127.0.0.1:{port}", curve_keys=keys.folder)
@@ -88,7 +79,7 @@ def store(cora_parts: Path, keys: CurveKeys) -> Any:
 def _ask(client: StoreClient, wait: float) -> np.ndarray | None:
     """Request the features of nodes 0..4; the rows, or None if nothing came back."""
     got: dict[str, np.ndarray] = {}
-    client.request(0, Kind.FEAT_REQ, {"trainer": 0, "seq": 0, "src_machine": 1},
+    client.request(0, tp.Kind.FEAT_REQ, {"trainer": 0, "seq": 0, "src_machine": 1},
                    np.arange(5), 5, 5, lambda m: got.update(rows=m.arrays["feats"].copy()))
     end = time.monotonic() + wait
     while "rows" not in got and time.monotonic() < end:
@@ -98,7 +89,7 @@ def _ask(client: StoreClient, wait: float) -> np.ndarray | None:
     return got.get("rows")
 
 
-def test_client_with_the_cluster_keys_is_served(store: Any, keys: CurveKeys,
+def test_client_with_the_cluster_keys_is_served(store: Any, keys: tp.CurveKeys,
                                                 cora_parts: Path) -> None:
     from gnnsched.datasets import open_partitions
 
@@ -120,19 +111,16 @@ def test_client_without_keys_gets_nothing(store: Any) -> None:
     assert s.served["feat"] == 0 and s.rejected == 0  # nothing reached the store's code
 
 
-def test_client_with_other_keys_is_rejected(store: Any, keys: CurveKeys) -> None:
+def test_client_with_other_keys_is_rejected(store: Any, keys: tp.CurveKeys) -> None:
     """CURVE with its own key pair and the store's (public) key: ZAP refuses the client."""
     s, ctx = store
     public, secret = zmq.curve_keypair()
-    sock = make_socket(ctx, zmq.DEALER, BULK, identity=b"impostor")
+    sock = tp.make_socket(ctx, zmq.DEALER, tp.BULK, identity=b"impostor")
     sock.curve_serverkey = keys.public
     sock.curve_publickey, sock.curve_secretkey = public, secret
     sock.connect(s.endpoint)
-    from gnnsched.runtime.transport import encode
-
-    sock.send_multipart(encode(Message(Kind.FEAT_REQ, {"req": 1, "trainer": 0, "seq": 0,
-                                                       "src_machine": 1},
-                                       {"nodes": np.arange(5)})))
+    req = {"req": 1, "trainer": 0, "seq": 0, "src_machine": 1}
+    sock.send_multipart(tp.encode(tp.Message(tp.Kind.FEAT_REQ, req, {"nodes": np.arange(5)})))
     assert not sock.poll(2000)  # nothing comes back
     sock.close(0)
     assert s.served["feat"] == 0
@@ -149,7 +137,7 @@ def test_keys_command_writes_a_private_secret(tmp_path: Path, capsys: Any) -> No
     assert "curve: true" in out and "keys_dir: keys" in out
     secret = tmp_path / "keys" / "cluster.key_secret"
     assert stat.S_IMODE(os.stat(secret).st_mode) == 0o600
-    assert load_keys(tmp_path / "keys").secret
+    assert tp.load_keys(tmp_path / "keys").secret
     with pytest.raises(SpecError, match="keys already exist"):
         create_keys(tmp_path / "keys")
     old = secret.read_bytes()

@@ -8,6 +8,13 @@ from typing import Any
 from gnnsched.evaluation.config import COLOURS, HEADLINE, RUNTIME_SYSTEMS, SHAPES, SYSTEMS, TARGETS
 
 
+def _save(fig: Any, plt: Any, out: Path, name: str) -> str:
+    """Write ``fig`` to ``out/name`` and free it; the name, for the list of files written."""
+    fig.savefig(out / name, dpi=120)
+    plt.close(fig)
+    return name
+
+
 def _speedups(doc: dict[str, Any], out: Path, plt: Any) -> str:
     """speedup.png: speed-up bars over colocation + fifo, measured and simulated."""
     import numpy as np
@@ -41,9 +48,7 @@ def _speedups(doc: dict[str, Any], out: Path, plt: Any) -> str:
     ax.set_title(f"Epoch-time speed-up over colocation + fifo, {where}", fontsize=10)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=5)
     fig.tight_layout()
-    fig.savefig(out / "speedup.png", dpi=120)
-    plt.close(fig)
-    return "speedup.png"
+    return _save(fig, plt, out, "speedup.png")
 
 
 def _stages(doc: dict[str, Any], out: Path, plt: Any) -> str:
@@ -86,9 +91,7 @@ def _stages(doc: dict[str, Any], out: Path, plt: Any) -> str:
     ax.set_title("Per-stage breakdown (DD DistDGL, C colocation+fifo, G/f gnnsched+fifo, "
                  "G gnnsched; * simulated)", fontsize=9)
     fig.subplots_adjust(bottom=0.2, top=0.9, left=0.08, right=0.98)
-    fig.savefig(out / "stages.png", dpi=120)
-    plt.close(fig)
-    return "stages.png"
+    return _save(fig, plt, out, "stages.png")
 
 
 def _scaling(doc: dict[str, Any], out: Path, plt: Any) -> str | None:
@@ -134,9 +137,7 @@ def _scaling(doc: dict[str, Any], out: Path, plt: Any) -> str | None:
         a.grid(alpha=0.3)
         a.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(out / "scaling.png", dpi=120)
-        plt.close(fig)
-        return "scaling.png"
+        return _save(fig, plt, out, "scaling.png")
     return None
 
 
@@ -173,9 +174,7 @@ def _fidelity(doc: dict[str, Any], out: Path, plt: Any) -> str | None:
         ax.set_title("Simulator fidelity, every real run", fontsize=10)
         ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(out / "fidelity.png", dpi=120)
-        plt.close(fig)
-        return "fidelity.png"
+        return _save(fig, plt, out, "fidelity.png")
     return None
 
 
