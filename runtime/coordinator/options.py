@@ -86,7 +86,7 @@ class RuntimeOptions:
     # Gradients still wait behind features already in flight when the hold starts (the
     # windows below cover 150 / 120 ms of a store's egress): gloo's all-reduce of those 1.5 MB
     # takes 123 ms between two idle 100 Mbit/s hosts (bench/bench_netns.py) and ~148 ms in the
-    # run. One-off runs with this file patched (gnnsched placement + policy): holding for the
+    # run. One-off runs with this file patched (the gnnsched placer + policy): holding for the
     # whole call with 30 / 20 ms windows cut it to 135 ms and the epoch 2% (1.588 -> 1.554 s,
     # 3 runs each), but made hetero/Physics 6% slower (colocation + fifo, 1.35 -> 1.43 s,
     # 2 runs each), so neither is the default. Shallower emulated NIC queues are no way out
