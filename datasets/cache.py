@@ -61,7 +61,7 @@ def partitions_for(job: JobSpec, data_dir: str | None = None, *, quiet: bool = F
     key = fingerprint({k: v for k, v in job.to_dict().items()
                        if k in ("dataset", "num_parts", "part_method", "feature_dim", "split",
                                 "synthetic", "seed")
-                       or (k == "normalize" and v != "none")})  # earlier caches keep their key
+                       or k == "features"})  # present only when not "none": old keys stay
     name = Path(job.dataset).stem if job.dataset.endswith(".npz") else job.dataset
     path = cache_root() / "parts" / f"{name}-{job.num_parts}{job.part_method[0]}-{key}"
     if (path / "gnnsched.json").is_file():

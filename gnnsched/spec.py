@@ -484,6 +484,9 @@ class JobSpec:
         d = asdict(self)
         d.pop("source")
         d["fanouts"] = list(self.fanouts)
+        normalize = d.pop("normalize")  # written as the job file says it
+        if normalize != "none":
+            d["features"] = {"normalize": normalize}
         return d
 
     def profile_key(self) -> dict[str, Any]:

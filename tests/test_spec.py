@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,11 @@ def test_field_docs_match_the_readers() -> None:
     assert set(fields.SYNTHETIC_MEANING) == set(SYNTHETIC_KEYS)
     root = Path(__file__).resolve().parents[1]
     assert (root / "docs" / "fields.md").read_text() == fields.render()
+
+
+def test_job_round_trips_through_to_dict() -> None:
+    from gnnsched.spec import job_from_dict
+
+    for extra in ({}, {"features": {"normalize": "row"}}):
+        job = job_from_dict({"dataset": "cora", **extra}, "job")
+        assert job_from_dict(job.to_dict(), "job") == replace(job, source="job")
