@@ -34,9 +34,10 @@ from typing import Any
 import numpy as np
 
 from gnnsched.bounds import exact_schedule, instance_bound, small_instance
+from gnnsched.instance import Instance, workload_for
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.profile import synthetic_profile
-from gnnsched.simulator import Instance, run, workload_for
+from gnnsched.simulator import run
 from gnnsched.spec import GB, GBIT, GPU, ClusterSpec, JobSpec, Machine
 
 ROOT = Path(__file__).resolve().parents[1]

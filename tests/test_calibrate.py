@@ -115,8 +115,7 @@ def test_from_run_gives_what_the_evaluation_gave(tmp_path: Path, barrier_at: boo
 
 def _job_fields(**over: Any) -> dict[str, Any]:
     """The evaluation's Cora job as the fields of a job file (``over`` replaced)."""
-    d = {**make_job("cora", 3).to_dict(), **over}
-    return {k: v for k, v in d.items() if k != "normalize"}  # not a job-file field
+    return {**make_job("cora", 3).to_dict(), **over}
 
 
 def _files(tmp_path: Path) -> tuple[Path, Path, Path]:

@@ -64,7 +64,7 @@ def simulate_system(cluster: ClusterSpec, job: JobSpec, plan: Plan, prof: CostPr
     bound_steady = None
     try:
         from gnnsched.bounds import instance_bound
-        from gnnsched.simulator import Instance, workload_for
+        from gnnsched.instance import Instance, workload_for
 
         inst = Instance(workload_for(cluster, job, prof), plan, seed=seed)
         bound_steady = float(instance_bound(inst).iteration_s) * K
