@@ -10,7 +10,7 @@ this machine. The simulator and placer read the resulting cost.json.
 profile (``--cost``, else the one the run's plan was made with) with the costs the run
 measured in place of the profiler's -- training and sampling seconds as the run's processes
 took them on its machines, the all-reduce's own overhead, how far apart trainers left each
-barrier (:func:`gnnsched.calibrate.from_run`). Planning again with it plans for what the
+barrier (gnnsched.calibrate.from_run). Planning again with it plans for what the
 cluster really did: ``gnnsched plan --cost cost.json``.
 """
 
