@@ -91,13 +91,13 @@ class CostProfile:
     meta: dict[str, Any] = field(default_factory=dict)
     # Seconds an all-reduce takes beyond bytes / bandwidth (the collective library's own
     # overhead, during which the NICs are not busy). The profiler leaves it 0; a profile
-    # calibrated from a real run's measured all-reduce sets it (bench_eval.insitu_profile).
+    # calibrated from a real run's measured all-reduce sets it (gnnsched.calibrate.insitu_profile).
     allreduce_overhead_s: float = 0.0
     # How long after the first trainer each trainer left an all-reduce, one row per measured
     # iteration in trainer order: the simulator draws a row per iteration (a loaded box wakes
     # processes late, which spreads the trainers' next arrivals at the barrier). Empty from
     # the profiler; a profile calibrated from a real run's steps sets it
-    # (bench_eval.insitu_profile).
+    # (gnnsched.calibrate.insitu_profile).
     barrier_skew_s: tuple[tuple[float, ...], ...] = ()
 
     def part(self, p: int) -> PartProfile:

@@ -57,7 +57,7 @@ def load(run_dir: str | Path) -> list[dict[str, Any]]:
     return [rec for _, rec in out]
 
 
-# Per record type, the fields this module (and bench/bench_eval.py) read, by kind: a
+# Per record type, the fields this module (and gnnsched.calibrate) read, by kind: a
 # record may carry more. ``time`` of a batch record is optional (older runs, hand-made
 # files); code that reads it checks for it.
 _INT, _NUM, _STR = "an integer", "a number", "a string"
