@@ -5,7 +5,7 @@ module's output, so the documentation cannot drift from the code."""
 
 from __future__ import annotations
 
-from gnnsched.spec import MODELS, NORMALIZE, ROLES, SYNTHETIC_DEFAULTS, SYNTHETIC_KEYS
+from gnnsched.spec import METRICS, MODELS, NORMALIZE, ROLES, SYNTHETIC_DEFAULTS, SYNTHETIC_KEYS
 
 # (field, default, meaning); "required" where there is no default
 CLUSTER = [
@@ -56,6 +56,9 @@ JOB = [
     ("features", "none", "{normalize: " + " | ".join(NORMALIZE) + "}: row makes raw counts "
      "frequencies (before a projection), standard gives every column zero mean and unit "
      "variance"),
+    ("metric", "auto", " | ".join(METRICS) + ": what validation and test are scored by; "
+     "auto is roc_auc for a binary task, accuracy otherwise (accuracy is always reported "
+     "too, beside the majority-class rate)"),
     ("prefetch", "2", "mini-batches buffered ahead of training, per trainer"),
     ("eval_every", "1", "validate every this many epochs"),
     ("synthetic", "{}", "the generator's and the synthetic profile's parameters (below)"),

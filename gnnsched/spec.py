@@ -475,6 +475,8 @@ class JobSpec:
     # features: {normalize: ...}: how input features are scaled when the dataset is loaded
     # (row: each row sums to 1, for raw counts; standard: zero mean, unit variance per column)
     normalize: str = "none"
+    # metric: what the task is scored by (auto: roc_auc for a binary task, else accuracy)
+    metric: str = "auto"
 
     @property
     def layers(self) -> int:
@@ -558,6 +560,7 @@ def job_from_dict(data: Any, source: str = "<job>", base: Path | None = None) ->
     if feats is not None:
         normalize = feats.string("normalize", "none", choices=NORMALIZE)
         feats.done()
+    metric = r.string("metric", "auto", choices=METRICS)
     r.done()
     if trainers > num_parts:
         raise SpecError(source, "trainers", f"{trainers} trainers but only {num_parts} partitions",
@@ -565,10 +568,11 @@ def job_from_dict(data: Any, source: str = "<job>", base: Path | None = None) ->
                         "one or more partitions")
     return JobSpec(name, dataset, partitions, num_parts, part_method, model, hidden,
                    tuple(fanouts), batch_size, epochs, lr, dropout, trainers, seed, split,
-                   feature_dim, prefetch, eval_every, synthetic, source, normalize)
+                   feature_dim, prefetch, eval_every, synthetic, source, normalize, metric)
 
 
 NORMALIZE = ("none", "row", "standard")  # a job's features.normalize
+METRICS = ("auto", "accuracy", "macro_f1", "roc_auc")  # a job's metric (gnnsched.metrics)
 
 # The synthetic generator's defaults (``datasets.synthetic.generate``'s keyword defaults and
 # ``datasets.SYNTHETIC_DEFAULT_NODES``; a test keeps them equal). They live here, with the

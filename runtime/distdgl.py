@@ -91,6 +91,10 @@ class DistDGLResult:
     epoch_time_s: float | None = None
     test_accuracy: float | None = None
     val_accuracy: list[float | None] = field(default_factory=list)
+    metric: str = "accuracy"  # the job's metric, resolved for the task (gnnsched.metrics)
+    test_metric: float | None = None
+    val_metric: list[float | None] = field(default_factory=list)
+    majority_rate: float | None = None  # test accuracy of always predicting the commonest class
     stage_s: dict[str, float] = field(default_factory=dict)
     bytes_sent: dict[str, int] | None = None
     bytes_note: str = ""
@@ -296,6 +300,7 @@ def run_distdgl(
         "trainers": [asdict(s) for s in slots], "hosts": {h: hosts[h] for h in set(host_of)},
         "split": "node_split" if job.trainers == P else "by_partition",
         "job": {"hidden": job.hidden, "fanouts": list(job.fanouts), "dropout": job.dropout,
+                "metric": job.metric,
                 "lr": job.lr, "batch_size": job.batch_size, "seed": job.seed},
         "epochs": n_epochs, "eval_every": job.eval_every,
         "eval_fanouts": list(eval_fanouts or [-1] * layers),
@@ -374,6 +379,9 @@ def run_distdgl(
         feasible=True, epoch_times_s=per_epoch, epoch_time_s=statistics.median(steady),
         test_accuracy=rows[0]["test_accuracy"],
         val_accuracy=[e.get("val_accuracy") for e in rows[0]["epochs"]],
+        metric=rows[0].get("metric", "accuracy"), test_metric=rows[0].get("test_metric"),
+        val_metric=[e.get("val_metric") for e in rows[0]["epochs"]],
+        majority_rate=rows[0].get("majority_rate"),
         stage_s=stage_s, bytes_sent=bytes_sent, bytes_note=note, wall_s=time.perf_counter() - t_start,
         trainers=[{**asdict(s), "train_nodes": r["train_nodes"]} for s, r in zip(slots, rows)],
         ip_config=ip_lines, out_dir=str(out),

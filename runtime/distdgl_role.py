@@ -168,10 +168,12 @@ class _Stretch:
 
 
 def _run_trainer(cfg: dict[str, Any], rank: int) -> None:
+    import numpy as np
     import torch
     import torch.distributed as tdist
     from torch.nn.parallel import DistributedDataParallel
 
+    from gnnsched import metrics
     from gnnsched.compat import dgl
 
     torch.set_num_threads(1)
@@ -214,9 +216,12 @@ def _run_trainer(cfg: dict[str, Any], rank: int) -> None:
                                                 batch_size=job["batch_size"], shuffle=True,
                                                 drop_last=False)
 
-    def accuracy(ids) -> tuple[float, float]:
-        """(correct, total) summed over trainers: each evaluates its own share of ``ids``."""
-        correct = total = 0
+    metric = metrics.resolve(job.get("metric", "auto"), cfg["num_classes"])
+
+    def evaluation(ids) -> dict[str, Any]:
+        """Accuracy, the job's metric and the majority-class rate over ``ids``: each trainer
+        evaluates its own share, and every trainer scores the gathered whole."""
+        ys, preds, probs = [], [], []
         model.eval()
         if len(ids):
             ev = dgl.dataloading.DistNodeDataLoader(g, ids, eval_sampler,
@@ -225,12 +230,19 @@ def _run_trainer(cfg: dict[str, Any], rank: int) -> None:
             with torch.no_grad():
                 for input_nodes, seeds, blocks in ev:
                     out = model(blocks, g.ndata["feat"][input_nodes].float())
-                    labels = g.ndata["label"][seeds].long()
-                    correct += int((out.argmax(1) == labels).sum())
-                    total += len(seeds)
-        counts = torch.tensor([correct, total], dtype=torch.float64)
-        tdist.all_reduce(counts)
-        return float(counts[0]), float(counts[1])
+                    ys.append(g.ndata["label"][seeds].long().numpy())
+                    preds.append(out.argmax(1).numpy())
+                    if out.shape[1] == 2:
+                        probs.append(torch.softmax(out, 1)[:, 1].numpy())
+        mine = [np.concatenate(a) if a else np.zeros(0) for a in (ys, preds, probs)]
+        every: list[Any] = [None] * tdist.get_world_size()
+        tdist.all_gather_object(every, mine)  # gloo, inside DistDGL's own process group
+        y, pred, prob = (np.concatenate([m[i] for m in every]) for i in range(3))
+        if not len(y):
+            return {"accuracy": None, "value": None, "majority_rate": None, "nodes": 0}
+        return {"accuracy": metrics.score("accuracy", y, pred),
+                "value": metrics.score(metric, y, pred, prob if len(prob) == len(y) else None),
+                "majority_rate": metrics.majority_rate(y), "nodes": int(len(y))}
 
     epochs: list[dict[str, Any]] = []
     for epoch in range(cfg["epochs"]):
@@ -272,14 +284,15 @@ def _run_trainer(cfg: dict[str, Any], rank: int) -> None:
                                "tx_bytes": _net_tx_bytes() - tx}
         last = epoch == cfg["epochs"] - 1
         if cfg["eval_every"] and ((epoch + 1) % cfg["eval_every"] == 0 or last):
-            c, n = accuracy(val_nids)
-            row["val_accuracy"] = c / n if n else None
+            ev = evaluation(val_nids)
+            row["val_accuracy"], row["val_metric"] = ev["accuracy"], ev["value"]
         epochs.append(row)
         print(f"rank {rank} epoch {epoch}: {seconds:.3f}s {steps} steps "
               f"val={row.get('val_accuracy')}", flush=True)
-    c, n = accuracy(test_nids)
+    ev = evaluation(test_nids)
     result = {"rank": rank, "host": slot["host"], "home": slot["home"], "epochs": epochs,
-              "test_accuracy": c / n if n else None, "test_nodes": n,
+              "test_accuracy": ev["accuracy"], "test_nodes": ev["nodes"], "metric": metric,
+              "test_metric": ev["value"], "majority_rate": ev["majority_rate"],
               "train_nodes": int(len(train_nids))}
     out = Path(cfg["out_dir"]) / f"trainer-{rank}.json"
     out.write_text(json.dumps(result, indent=1))

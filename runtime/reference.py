@@ -21,11 +21,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from gnnsched import metrics
 from gnnsched.runtime.coordinator import Schedule, part_counts
 from gnnsched.runtime.model import Block, build_model
 from gnnsched.runtime.role import PHASES, pin_threads
 from gnnsched.runtime.sampler import local_sampler, sample_blocks
-from gnnsched.runtime.step import count_correct, evaluate, flat_grads, forward_backward, set_grads
+from gnnsched.runtime.step import evaluate, flat_grads, forward_backward, predictions, set_grads
 from gnnsched.runtime.store import PartGraph, load_parts
 from gnnsched.spec import JobSpec
 
@@ -37,6 +38,11 @@ class ReferenceResult:
     train_loss: list[float]
     seconds: float
     epoch_time_s: list[float] = field(default_factory=list)
+    metric: str = "accuracy"  # the job's metric, resolved for the task (gnnsched.metrics)
+    test_metric: float = float("nan")
+    val_metric: list[float] = field(default_factory=list)
+    majority_rate: float | None = None  # test accuracy of always predicting the commonest class
+    num_classes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -79,7 +85,7 @@ def reference_train(job: JobSpec, partitions: str, trainer_parts: list[list[int]
         opt = torch.optim.Adam(model.parameters(), lr=job.lr)
         loss_fn = torch.nn.CrossEntropyLoss()
         params = list(model.parameters())
-        correct: dict[tuple[int, int], list[int]] = {}
+        tally = metrics.EvalTally(metrics.resolve(job.metric, pset.num_classes, job.source))
         losses: dict[int, list[float]] = {}
         epoch_start: dict[int, float] = {}
         epoch_times: list[float] = []
@@ -102,9 +108,7 @@ def reference_train(job: JobSpec, partitions: str, trainer_parts: list[list[int]
                     losses.setdefault(item.epoch, []).append(float(loss.detach()))
                 else:
                     out = evaluate(model, blocks, x)
-                    c = correct.setdefault((item.epoch, item.phase), [0, 0])
-                    c[0] += count_correct(out, y)
-                    c[1] += len(y)
+                    tally.add((item.phase, item.epoch), labels, *predictions(out))
             if item.phase == 0:
                 assert acc is not None
                 set_grads(params, acc / W)  # what the trainers' all-reduce computes
@@ -114,11 +118,16 @@ def reference_train(job: JobSpec, partitions: str, trainer_parts: list[list[int]
                     if progress:
                         progress(f"reference epoch {item.epoch}: loss "
                                  f"{np.mean(losses[item.epoch]):.4f}")
-        val = [c / n for (e, ph), (c, n) in sorted(correct.items()) if ph == 1 and n]
-        test = [c / n for (e, ph), (c, n) in correct.items() if ph == 2 and n]
-        return ReferenceResult(val, test[0] if test else float("nan"),
-                               [float(np.mean(losses[e])) for e in sorted(losses)],
-                               time.monotonic() - t0, epoch_times)
+        val = [k for k in sorted(tally.parts) if k[0] == 1 and tally.nodes(k)]
+        test = [k for k in tally.parts if k[0] == 2 and tally.nodes(k)]
+        nan = float("nan")
+        return ReferenceResult(
+            [tally.accuracy(k) for k in val], tally.accuracy(test[0]) if test else nan,
+            [float(np.mean(losses[e])) for e in sorted(losses)], time.monotonic() - t0,
+            epoch_times, metric=tally.metric, test_metric=tally.value(test[0]) if test else nan,
+            val_metric=[tally.value(k) for k in val],
+            majority_rate=metrics.majority_rate(tally.arrays(test[0])[0]) if test else None,
+            num_classes=pset.num_classes)
     finally:
         torch.set_num_threads(threads)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -44,6 +45,14 @@ def count_correct(out: Tensor, y: Tensor) -> int:
     return int((out.argmax(1) == y).sum()) if len(y) else 0
 
 
+def predictions(out: Tensor) -> tuple[np.ndarray, np.ndarray | None]:
+    """The predicted classes and, for a binary task, the positive class's probability (what
+    ROC-AUC ranks): what an evaluation batch reports for :mod:`gnnsched.metrics`."""
+    pred = out.argmax(1).cpu().numpy()
+    prob = torch.softmax(out, 1)[:, 1].cpu().numpy() if out.shape[1] == 2 else None
+    return pred, prob
+
+
 def flat_grads(params: Sequence[nn.Parameter]) -> Tensor:
     """Every parameter's gradient in one flat tensor (one collective, one sum per step)."""
     return torch.cat([p.grad.reshape(-1) for p in params])
@@ -58,4 +67,5 @@ def set_grads(params: Sequence[nn.Parameter], flat: Tensor) -> None:
         off += n
 
 
-__all__ = ["count_correct", "evaluate", "flat_grads", "forward_backward", "set_grads"]
+__all__ = ["count_correct", "evaluate", "flat_grads", "forward_backward", "predictions",
+           "set_grads"]

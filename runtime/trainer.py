@@ -56,7 +56,14 @@ import zmq
 from gnnsched.runtime.fetcher import Gather
 from gnnsched.runtime.model import Block, build_model
 from gnnsched.runtime.role import PHASES, Role, seeds_hash
-from gnnsched.runtime.step import count_correct, evaluate, flat_grads, forward_backward, set_grads
+from gnnsched.runtime.step import (
+    count_correct,
+    evaluate,
+    flat_grads,
+    forward_backward,
+    predictions,
+    set_grads,
+)
 from gnnsched.runtime.store import StoreClient
 from gnnsched.runtime.transport import BULK, Channel, Kind, Message, MessageError, ctrl
 
@@ -441,6 +448,9 @@ class Trainer(Role):
                 self.sync()
                 self.stretch(time.process_time() - cpu1)
                 rec.update(train_s=time.monotonic() - t1, allreduce_s=0.0)
+                pred, prob = predictions(out)  # the coordinator scores the whole phase
+                rec.update(y=batch.labels.tolist(), pred=pred.tolist(),
+                           prob=None if prob is None else prob.tolist())
             rec["correct"] = count_correct(out, y)
             epoch_end = seq == last_train.get(epoch)
             if phase == 0 and self.rank == 0 and (epoch_end or (every and (index + 1) % every

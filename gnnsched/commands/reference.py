@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from gnnsched.datasets.cache import partitions_for
+    from gnnsched.metrics import imbalance_note
     from gnnsched.runtime.reference import reference_train
     from gnnsched.spec import load_job
 
@@ -64,12 +65,17 @@ def run(args: argparse.Namespace) -> int:
     split = trainer_parts(job, parts, args.plan)
     out = sys.stderr if args.json else sys.stdout
     res = reference_train(job, parts, split, progress=lambda msg: print(msg, file=out))
+    note = imbalance_note(res.majority_rate, res.num_classes, res.metric)
+    if note:
+        print(f"gnnsched reference: warning: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps({"job": job.name, "trainer_parts": split, **res.to_dict()},
                          default=float))
     else:
+        from gnnsched.commands.train import metric_line
+
         val = f"{res.val_accuracy[-1]:.4f}" if res.val_accuracy else "-"
-        print(f"test accuracy {res.test_accuracy:.4f}; last validation accuracy {val}; "
+        print(f"{metric_line(res)}; last validation accuracy {val}; "
               f"{len(split)} trainers emulated over partitions {split}; "
               f"{res.seconds:.1f} s")
     return 0

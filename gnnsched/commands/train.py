@@ -160,6 +160,8 @@ class _Progress:
                 self.bar = None
             r = kw["record"]
             val = f"{r['val_accuracy']:.4f}" if r["val_accuracy"] is not None else "-"
+            if r.get("val_metric") is not None and r.get("metric", "accuracy") != "accuracy":
+                val += f", val {r['metric']} {r['val_metric']:.4f}"
             print(f"epoch {r['epoch'] + 1}: {r['epoch_time_s']:.3f} s, "
                   f"{r['throughput_seeds_s']:,.0f} seeds/s, loss {r['train_loss']:.4f}, "
                   f"val acc {val}", file=self.out)
@@ -274,6 +276,18 @@ def check_run_dir(run_dir: str | Path, plan: str | Path | None = None) -> None:
                         "that run")
 
 
+def metric_line(result: Any) -> str:
+    """"test accuracy A (majority-class rate M)[; test METRIC V]": accuracy beside what a
+    constant predictor scores, and the job's metric when it is not accuracy."""
+    line = f"test accuracy {result.test_accuracy:.4f}"
+    if getattr(result, "majority_rate", None) is not None:
+        line += f" (majority-class rate {result.majority_rate:.4f})"
+    metric = getattr(result, "metric", "accuracy")
+    if metric != "accuracy":
+        line += f"; test {metric} {result.test_metric:.4f}"
+    return line
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -342,7 +356,7 @@ def run(args: argparse.Namespace) -> int:
 
     curve = draw_curve(Path(result.run_dir) / "metrics.jsonl")
     out = sys.stderr if args.json else sys.stdout
-    print(f"test accuracy {result.test_accuracy:.4f}; epoch time {result.epoch_time_s:.3f} s "
+    print(f"{metric_line(result)}; epoch time {result.epoch_time_s:.3f} s "
           f"(median after the first); {result.bytes_sent / 1e6:.1f} MB sent "
           f"({result.network_bytes / 1e6:.1f} MB across machines); run dir {result.run_dir}"
           + (f"; learning curve {curve}" if curve else ""), file=out)

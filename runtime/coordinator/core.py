@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from gnnsched import metrics
 from gnnsched.plan import Plan
 from gnnsched.policy import Policy, get_policy
 from gnnsched.runtime.coordinator.advisor import Advisor
@@ -130,6 +131,10 @@ class Coordinator(PolicyDriver, RoleTable):
                                  o.eval_batch_size)
         self.items = self.schedule.items
         self.record_seq = self.schedule.record_seqs()
+        self.metric = metrics.resolve(job.metric, self.pset.num_classes, job.source)
+        # evaluated nodes per (trainer, step): labels, predictions, positive-class probability
+        self.outputs: dict[tuple[int, int], tuple[list, list, list | None]] = {}
+        self.imbalance_checked = False
         self.recovery = Recovery(self, o, job, self.trainer_parts, advisor, profile, counts,
                                  self.pset.feature_dim, self.pset.num_classes)
         self.metrics = open(self.run_dir / "metrics.jsonl", "w")
@@ -370,9 +375,12 @@ class Coordinator(PolicyDriver, RoleTable):
         if start == 0:
             self.t_train = now
         self.trained = {k: v for k, v in self.trained.items() if k[1] < start}
+        self.outputs = {k: v for k, v in self.outputs.items() if k[1] < start}
         self.barriers = [W if s < start else 0 for s in range(n)]
         self.epochs = [e for e in self.epochs if self.record_seq[e["epoch"]] < start]
         self.test_accuracy = float("nan")  # set again after the test steps
+        self.test_metric = float("nan")
+        self.test_majority: float | None = None
         self.done_trainers: set[int] = set()
         self._reset_driver(start, now)
         self.training = True
@@ -470,6 +478,8 @@ class Coordinator(PolicyDriver, RoleTable):
         now = self.now()
         body["time"] = now
         body["attempt"] = self.recovery.attempt
+        if "y" in body:  # an evaluation batch: kept apart, scored per phase
+            self.outputs[key] = (body.pop("y"), body.pop("pred"), body.pop("prob", None))
         self.trained[key] = body
         self.last_progress = time.monotonic()
         item = self.items[seq]
@@ -493,17 +503,35 @@ class Coordinator(PolicyDriver, RoleTable):
         if not last:
             return
         if item.phase == 2:
-            correct, total = self._accuracy(2, item.epoch)
-            self.test_accuracy = correct / total if total else float("nan")
-            self.event({"type": "test", "accuracy": self.test_accuracy, "nodes": total,
-                        "time": now})
+            ev = self._evaluation(2, item.epoch)
+            nan = float("nan")
+            self.test_accuracy = nan if ev["accuracy"] is None else ev["accuracy"]
+            self.test_metric = nan if ev["value"] is None else ev["value"]
+            self.test_majority = ev["majority_rate"]
+            self.event({"type": "test", **ev, "time": now})
             return
         self._epoch_record(item.epoch, now)
 
-    def _accuracy(self, phase: int, epoch: int) -> tuple[int, int]:
-        recs = [b for (w, s), b in self.trained.items()
+    def _evaluation(self, phase: int, epoch: int) -> dict[str, Any]:
+        """Accuracy, the job's metric and the majority-class rate over every node evaluated
+        in ``phase`` of ``epoch`` (all trainers), as scikit-learn computes them."""
+        outs = [o for (w, s), o in sorted(self.outputs.items())
                 if self.items[s].phase == phase and self.items[s].epoch == epoch]
-        return sum(b["correct"] for b in recs), sum(b["n"] for b in recs)
+        y = np.asarray([v for o in outs for v in o[0]], np.int64)
+        pred = np.asarray([v for o in outs for v in o[1]], np.int64)
+        prob = None if any(o[2] is None for o in outs) else \
+            np.asarray([v for o in outs for v in o[2]], np.float64)
+        if not self.imbalance_checked and len(y):
+            self.imbalance_checked = True
+            note = metrics.imbalance_note(metrics.majority_rate(y), self.pset.num_classes,
+                                          self.metric)
+            if note:
+                self.log(f"warning: {note}")
+        return {"accuracy": metrics.score("accuracy", y, pred) if len(y) else None,
+                "metric": self.metric,
+                "value": metrics.score(self.metric, y, pred, prob) if len(y) else None,
+                "majority_rate": metrics.majority_rate(y) if len(y) else None,
+                "nodes": int(len(y))}
 
     def _epoch_record(self, e: int, now: float) -> None:
         train = [it for it in self.items if it.epoch == e and it.phase == 0]
@@ -516,10 +544,10 @@ class Coordinator(PolicyDriver, RoleTable):
                            for s in STAGES} for w in range(self.W)}
         assigned = np.concatenate([self.schedule.batch(w, it)[0] for it in train
                                    for w in range(self.W)])
-        correct, total = self._accuracy(1, e)
+        ev = self._evaluation(1, e)
         rec = {"type": "epoch", "epoch": e, "epoch_time_s": end - begin,
                "train_loss": float(np.mean([b["loss"] for b in recs])),
-               "val_accuracy": correct / total if total else None,
+               "val_accuracy": ev["accuracy"], "metric": self.metric, "val_metric": ev["value"],
                "throughput_seeds_s": seeds / max(end - begin, 1e-9),
                "batches": len(recs), "seeds": seeds,
                "unique_seeds": int(len(np.unique(assigned))),
@@ -561,6 +589,9 @@ class Coordinator(PolicyDriver, RoleTable):
             launcher=self.launcher.name, epochs=self.epochs, epoch_time_s=float(median),
             val_accuracy=[e["val_accuracy"] for e in self.epochs if e["val_accuracy"] is not None],
             test_accuracy=float(self.test_accuracy),
+            metric=self.metric, test_metric=float(self.test_metric),
+            majority_rate=self.test_majority,
+            val_metric=[e["val_metric"] for e in self.epochs if e["val_metric"] is not None],
             bytes_sent=int(sum(by_proc.values())), network_bytes=network,
             allreduce_bytes=allreduce, bytes_by_process=by_proc, stages=stages,
             startup_s=self.startup_s, wall_s=wall, iterations_per_epoch=self.schedule.K,

@@ -150,6 +150,10 @@ class RunResult:
     processes: dict[str, dict[str, Any]] = field(default_factory=dict)
     recoveries: list[dict[str, Any]] = field(default_factory=list)  # one per recovered failure
     checkpoints: int = 0  # checkpoints written
+    metric: str = "accuracy"  # the job's metric (gnnsched.metrics), resolved for the task
+    test_metric: float = float("nan")
+    val_metric: list[float] = field(default_factory=list)
+    majority_rate: float | None = None  # test accuracy of always predicting the commonest class
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
