@@ -9,9 +9,10 @@ from typing import Any
 
 
 def read_curve(metrics: str | Path) -> dict[str, list[Any]]:
-    """Loss per trained batch (by step), loss and validation accuracy per epoch, test result."""
+    """Loss per trained batch (by step), loss and the validation metric per epoch, the test
+    result; ``metric`` names the job's metric (accuracy in runs from before it was recorded)."""
     out: dict[str, list[Any]] = {"batch_step": [], "batch_loss": [], "epoch": [],
-                                 "epoch_loss": [], "val": [], "test": []}
+                                 "epoch_loss": [], "val": [], "test": [], "metric": []}
     with open(metrics) as f:
         for line in f:
             try:
@@ -25,9 +26,10 @@ def read_curve(metrics: str | Path) -> dict[str, list[Any]]:
             elif kind == "epoch":
                 out["epoch"].append(rec["epoch"] + 1)
                 out["epoch_loss"].append(rec.get("train_loss"))
-                out["val"].append(rec.get("val_accuracy"))
+                out["val"].append(rec.get("val_metric", rec.get("val_accuracy")))
+                out["metric"][:] = [rec.get("metric", "accuracy")]
             elif kind == "test":
-                out["test"].append(rec.get("accuracy"))
+                out["test"].append(rec.get("value", rec.get("accuracy")))
     return out
 
 
@@ -71,7 +73,7 @@ def draw_curve(metrics: str | Path, png: str | Path | None = None) -> Path | Non
         ax2.axhline(c["test"][-1], color="C3", ls="--", lw=1,
                     label=f"test {c['test'][-1]:.3f}")
     ax2.set_xlabel("epoch")
-    ax2.set_ylabel("accuracy")
+    ax2.set_ylabel((c["metric"] or ["accuracy"])[0])
     ax2.set_title("metric")
     if val or c["test"]:
         ax2.legend(loc="lower right", fontsize=8)
