@@ -9,8 +9,10 @@ run summary), ``logs/`` (one file per process, ``coordinator.log`` for failures 
 recoveries) and ``checkpoints/``. Ctrl-C stops every process. ``--json`` ends with one JSON
 object: the system's ``epoch_time_s`` (median over epochs after the first), ``test_accuracy``,
 ``bytes_sent``, per-stage times and any recoveries. A run directory that already holds a run
-(``metrics.jsonl``, checkpoints) is refused rather than wiped: choose another ``--out``, or
-``--force`` to replace it.
+(``metrics.jsonl``, checkpoints) is refused rather than wiped: choose another ``--out``,
+``--force`` to replace it, or ``--resume`` to continue it: an interrupted run (Ctrl-C, a
+crash, a lost machine) goes on from its newest complete checkpoint with the same cluster, job
+and plan, and ``metrics.jsonl`` is appended to.
 
 A process or machine that dies does not end the run: it is detected (exit status, or no
 heartbeat for ``--dead-after`` seconds), the plan is kept or re-made around a lost machine,
@@ -67,10 +69,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="online scheduling policy (built-in or a gnnsched.policies plug-in)")
     p.add_argument("--out", type=output_dir, default=None,
                    help="run directory, new or empty (default: runs/train-TIME); one that "
-                        "holds an earlier run is refused unless --force")
+                        "holds an earlier run is refused unless --force or --resume")
     p.add_argument("--force", action="store_true",
                    help="replace the run already in --out (its metrics.jsonl, checkpoints, "
                         "logs and plan copy are deleted; other files stay)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the interrupted run in --out from its newest complete "
+                        "checkpoint (same cluster, job and plan; metrics.jsonl is appended "
+                        "to; the steps after the checkpoint run again)")
     p.add_argument("--any-job", action="store_true",
                    help="use a plan made for a job with other settings (batch size, "
                         "fan-outs, ...; a warning says what differs) instead of refusing it")
@@ -276,6 +282,25 @@ def check_run_dir(run_dir: str | Path, plan: str | Path | None = None) -> None:
                         "that run")
 
 
+def check_resumable(run_dir: str | Path, plan: str | Path, force: bool) -> None:
+    """``--resume`` continues the run in ``run_dir`` with the plan it was started with; a
+    missing folder, another plan or ``--force`` beside it is refused by name (which
+    checkpoint to go on from is the coordinator's to find: :mod:`..coordinator.resume`)."""
+    from gnnsched.spec import SpecError
+
+    d = Path(run_dir)
+    if force:
+        raise SpecError("--resume", "", "cannot be combined with --force (which deletes the "
+                        "run --resume would continue)", "one of them")
+    if not (d / "metrics.jsonl").is_file():
+        raise SpecError("--resume", "", f"{d} holds no earlier run to continue (no "
+                        "metrics.jsonl)", "the --out of the interrupted run, or drop --resume")
+    saved = d / "plan.json"
+    if saved.is_file() and not _same_plan(saved, plan):
+        raise SpecError("--resume", "", f"{d} was trained with another plan ({saved} differs "
+                        f"from {plan})", f"--plan {saved}")
+
+
 def metric_line(result: Any) -> str:
     """"test accuracy A (majority-class rate M)[; test METRIC V]": accuracy beside what a
     constant predictor scores, and the job's metric when it is not accuracy."""
@@ -311,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
             get_placer(args.replan_placer)
         except SpecError as exc:
             raise SpecError("--replan-placer", "", exc.problem, exc.valid) from None
-    opts = RuntimeOptions(threads=args.threads, grad_first=not args.no_grad_first,
+    opts = RuntimeOptions(threads=args.threads, resume=args.resume, grad_first=not args.no_grad_first,
                           emulate_speed=None if args.emulate_speed is None
                           else args.emulate_speed == "on",
                           checkpoint_every=args.checkpoint_every, heartbeat_s=args.heartbeat,
@@ -328,7 +353,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out is None:  # known before the run, so an error can point at its logs
         args.out = f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}"
-    if not args.force:  # before anything is written there; recovery stays inside one run
+    if args.resume:
+        check_resumable(args.out, args.plan, args.force)
+    elif not args.force:  # before anything is written there; recovery stays inside one run
         check_run_dir(args.out, args.plan)
     elif earlier_run(args.out, args.plan):
         clear_run_dir(args.out)

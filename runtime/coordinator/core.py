@@ -46,6 +46,7 @@ from gnnsched.runtime.coordinator.options import (
     RuntimeOptions,
 )
 from gnnsched.runtime.coordinator.recovery import Recovery
+from gnnsched.runtime.coordinator.resume import Earlier, earlier_run
 from gnnsched.runtime.coordinator.roles import RoleState, RoleTable, SamplerSlot
 from gnnsched.runtime.coordinator.schedule import Item, Schedule, part_counts
 from gnnsched.runtime.launcher import Launcher, LaunchError
@@ -99,7 +100,8 @@ class Coordinator(PolicyDriver, RoleTable):
         self.run_dir = Path(run_dir)
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         for old in (self.run_dir / "checkpoints").glob("*.pt*"):
-            old.unlink()  # an earlier run's: recovery must only ever see this run's
+            if not o.resume:  # an earlier run's: recovery must only ever see this run's
+                old.unlink()
         self.pset = open_partitions(partitions, verify=False)
         if self.pset.num_parts != cluster.num_parts:
             raise SpecError(str(self.pset.root), "num_parts",
@@ -137,7 +139,7 @@ class Coordinator(PolicyDriver, RoleTable):
         self.imbalance_checked = False
         self.recovery = Recovery(self, o, job, self.trainer_parts, advisor, profile, counts,
                                  self.pset.feature_dim, self.pset.num_classes)
-        self.metrics = open(self.run_dir / "metrics.jsonl", "w")
+        self.metrics = open(self.run_dir / "metrics.jsonl", "a" if o.resume else "w")
         self.logfile = open(self.run_dir / "logs" / "coordinator.log", "a")
         self.roles: dict[str, RoleState] = {}
         self.samplers: dict[str, SamplerSlot] = {}
@@ -228,6 +230,10 @@ class Coordinator(PolicyDriver, RoleTable):
         self.chan = Channel(sock, "coordinator")
         ok = False
         try:
+            earlier = earlier_run(self.run_dir, self.W, self.record_seq) \
+                if self.opts.resume else None
+            if earlier:  # the trainers load it before their first step
+                self.resume = {"path": earlier.path, "seq": earlier.seq}
             host = self.launcher.coordinator_host()
             try:
                 self.endpoint = bind_port(sock, host, self.opts.coordinator_port) \
@@ -246,7 +252,7 @@ class Coordinator(PolicyDriver, RoleTable):
                 self._startup(names, first=True)
             except RoleFailure as f:  # before training: nothing to recover, say why
                 raise f.fatal("while starting up") from None
-            self._begin_training(0)
+            self._begin_training(self._restore(earlier) if earlier else 0)
             failure: RoleFailure | None = None
             while True:
                 try:
@@ -374,6 +380,7 @@ class Coordinator(PolicyDriver, RoleTable):
         now = self.now()
         if start == 0:
             self.t_train = now
+            self.event({"type": "training", "time": now})
         self.trained = {k: v for k, v in self.trained.items() if k[1] < start}
         self.outputs = {k: v for k, v in self.outputs.items() if k[1] < start}
         self.barriers = [W if s < start else 0 for s in range(n)]
@@ -391,6 +398,26 @@ class Coordinator(PolicyDriver, RoleTable):
                           epochs=self.job.epochs)
         for m in range(len(self.cluster.machines)):
             self._dispatch_batches(m)
+
+    def _restore(self, e: Earlier) -> int:
+        """``--resume``: the state an interrupted run had reached at checkpoint ``e``, the
+        clock continued from that step's barrier; returns the step to train from."""
+        self.trained = dict(e.trained)
+        self.epochs = list(e.epochs)
+        for (_, s), b in e.trained.items():
+            self.barrier_at[s] = max(b["time"], self.barrier_at[s]) \
+                if self.barrier_at[s] == self.barrier_at[s] else b["time"]
+        self.last_barrier = e.seq
+        self.recovery.checkpoints = list(e.checkpoints)
+        startup = self.now()
+        self.t0 = time.monotonic() - e.time  # records read as one run; the pause not counted
+        self.t_train = e.t_train
+        self.log(f"resumed from the checkpoint of step {e.seq} (epoch {e.epoch}, {e.path}); "
+                 f"{len(self.epochs)} epochs done before; training goes on at step {e.seq + 1}"
+                 f" after {startup:.1f} s of start-up")
+        self.event({"type": "resume", "checkpoint_step": e.seq, "epoch": e.epoch,
+                    "path": e.path, "startup_s": startup, "time": self.now()})
+        return e.seq + 1
 
     def resume_training(self, names: list[str], start: int) -> None:
         """After a recovery: wait for the restarted ``names``, then train from ``start``."""

@@ -120,6 +120,9 @@ class RuntimeOptions:
     # per transfer in the coordinator; on, trainers also report each BLOCK and FEATS they
     # receive, so that samplers' and relays' transfers are timed too)
     trace: bool = False
+    # go on from the newest complete checkpoint of the interrupted run in the run folder
+    # (coordinator.resume); its metrics.jsonl is appended to
+    resume: bool = False
 
     def __post_init__(self) -> None:
         if self.kill_at is not None:

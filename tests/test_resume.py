@@ -1,0 +1,101 @@
+"""``gnnsched train --resume``: a run interrupted by Ctrl-C goes on from its last checkpoint
+and ends where an uninterrupted run ends (the runtime is deterministic: the same model as
+single-process training with the same seeds)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gnnsched.plan import Plan, TrainerPlan
+from gnnsched.spec import load_cluster, load_job
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB4 = ROOT / "examples" / "lab4"
+EPOCHS = 4
+
+
+def _cmd(tmp: Path, parts: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "gnnsched", "train", "--cluster", str(LAB4 / "cluster.yaml"),
+            "--job", str(LAB4 / "job.yaml"), "--plan", str(tmp / "plan.json"),
+            "--partitions", str(parts), "--out", str(tmp / "run"), "--epochs", str(EPOCHS),
+            *extra]
+
+
+def _events(run: Path) -> list[dict]:
+    out = []
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+@pytest.mark.slow
+def test_interrupted_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
+    from gnnsched.datasets import load_dataset, partition_graph
+    from gnnsched.runtime.reference import reference_train
+
+    cluster, job = load_cluster(LAB4 / "cluster.yaml"), load_job(LAB4 / "job.yaml")
+    parts = tmp_path / "parts"
+    partition_graph(load_dataset(job.dataset), job.num_parts, parts, method="random", seed=0)
+    plan = Plan("hand", cluster.name, cluster.fingerprint(), (
+        TrainerPlan(0, "gpu0", 0, (0, 1), (("store0", 1),), "store0"),
+        TrainerPlan(1, "gpu1", 0, (2, 3), (("store1", 1),), "gpu1")))
+    plan.save(tmp_path / "plan.json")
+    run = tmp_path / "run"
+
+    proc = subprocess.Popen(_cmd(tmp_path, parts), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            ev = _events(run) if (run / "metrics.jsonl").exists() else []
+            ckpt = {e["seq"] for e in ev if e.get("type") == "checkpoint"}
+            done = [e["seq"] for e in ev if e.get("type") == "batch"]
+            if any(done.count(s) == 2 for s in ckpt):  # both trainers passed that step
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("no checkpoint written")
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT, out[-2000:]
+    before = _events(run)
+    assert not any(e.get("type") == "run" for e in before), "finished before the interrupt"
+
+    # the same folder again without --resume is refused; with --force beside it too
+    again = subprocess.run(_cmd(tmp_path, parts), capture_output=True, text=True, timeout=120)
+    assert again.returncode != 0 and "already holds a run" in again.stderr
+    both = subprocess.run(_cmd(tmp_path, parts, "--resume", "--force"), capture_output=True,
+                          text=True, timeout=120)
+    assert both.returncode != 0 and "cannot be combined with --force" in both.stderr
+
+    res = subprocess.run(_cmd(tmp_path, parts, "--resume", "--json"), capture_output=True,
+                         text=True, timeout=400)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    events = _events(run)
+    resumed = [e for e in events if e.get("type") == "resume"]
+    assert len(resumed) == 1 and resumed[0]["checkpoint_step"] >= 0
+    assert {e["epoch"] for e in events if e.get("type") == "epoch"} == set(range(EPOCHS))
+    assert len(got["epoch_times_s"]) == EPOCHS  # every epoch in the result, earlier ones too
+
+    ref = reference_train(replace(job, epochs=EPOCHS), str(parts), [[0, 1], [2, 3]])
+    assert got["test_accuracy"] == pytest.approx(ref.test_accuracy, abs=1e-9)
+
+    done = subprocess.run(_cmd(tmp_path, parts, "--resume"), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0 and "finished; nothing to resume" in done.stderr
