@@ -3,7 +3,9 @@
 * :func:`plan_bound` — per plan, from mean costs (``Workload.bound``): the most loaded
   resource per iteration and the longest dependency chain. What placers optimise.
 * :func:`instance_bound` — the same two arguments on a drawn :class:`Instance` (the actual
-  mini-batch sizes the simulator runs), so it is a true lower bound of every simulated epoch.
+  mini-batch sizes the simulator runs), so it is a true lower bound of every simulated epoch:
+  :func:`resource_bound` (the most loaded resource) and :func:`chain_bound` (the barrier and
+  prefetch-window chain of every trainer's batches).
 * :func:`isolation_bound` — the per-iteration *upper* bound the ``gnnsched`` policy guarantees
   (see :mod:`gnnsched.policy`).
 * :func:`exact_schedule` — CP-SAT's optimal schedule of a small instance (<= 4 machines,
@@ -48,11 +50,26 @@ def _min_over(choices: list[float]) -> float:
     return min(choices) if choices else 0.0
 
 
-def instance_bound(inst: Instance) -> Bound:
-    """Lower bound of a drawn instance: most loaded resource and the barrier chain.
+def instance_bound(inst: Instance, prefetch: int | None = None) -> Bound:
+    """Lower bound of a drawn instance: most loaded resource and the dependency chain.
 
-    Work whose resource depends on which sampler machine builds a batch (a trainer with
-    samplers on several hosts) is counted at its minimum over those hosts.
+    ``iteration_s`` is the most loaded resource's work (:func:`resource_bound`) per
+    iteration, ``chain_s`` the longest dependency chain (:func:`chain_bound`, with prefetch
+    depth ``prefetch``, default the depths the built-in policies allow), and ``epoch_s`` the
+    larger of the two over the epoch: no simulated epoch of the instance is shorter.
+    """
+    name, res = resource_bound(inst)
+    chain = chain_bound(inst, prefetch)
+    return Bound(res / inst.K, chain, max(res, chain), name if res >= chain else "barrier chain")
+
+
+def resource_bound(inst: Instance) -> tuple[str, float]:
+    """The most loaded resource of a drawn instance and its seconds of work over the epoch.
+
+    Every resource (a NIC direction, a machine's sampling cores, a trainer's samplers, a
+    device) must do its work one unit of capacity at a time, so the epoch lasts at least the
+    largest of these. Work whose resource depends on which sampler machine builds a batch (a
+    trainer with samplers on several hosts) is counted at its minimum over those hosts.
     """
     M, W, K = inst.M, inst.W, inst.K
     out, inn = [0.0] * M, [0.0] * M
@@ -105,11 +122,60 @@ def instance_bound(inst: Instance) -> Bound:
     consider("samplers of one trainer", trainer_cpu)
     for w in range(W):
         consider(f"device of trainer {w}", sum(inst.train_s[w]) + K * A)
-    first = max(_first_data(inst, w) + inst.train_s[w][0] for w in range(W)) + A
-    chain = first + sum(max(inst.train_s[w][k] for w in range(W)) + A for k in range(1, K))
-    res = best[1]
-    return Bound(res / K, chain, max(res, chain),
-                 best[0] if res >= chain else "barrier chain")
+    return best
+
+
+def chain_bound(inst: Instance, prefetch: int | None = None) -> float:
+    """Epoch seconds of the longest dependency chain of a drawn instance.
+
+    Trainer ``w`` trains batch ``k`` only after the barrier ``B_{k-1}`` (every trainer's
+    training of batch ``k - 1`` and the all-reduce), and once the batch was sampled and its
+    block and features arrived, which takes at least :func:`_batch_chain` (every transfer
+    alone at full rate, on its fastest sampler host) from the start of its sampling; with
+    prefetch depth ``d`` that sampling starts only once batch ``k - d`` started training. So
+    ``start[w][k] >= max(B_{k-1}, start[w][k-d] + chain[w][k])`` and
+    ``B_k = max_w(start[w][k] + train[w][k]) + A``: the epoch lasts at least ``B_{K-1}``.
+    ``prefetch`` None takes the depth the built-in policies allow each trainer
+    (:meth:`Instance.prefetch_depths`); a larger depth only weakens the bound.
+    """
+    W, K, A = inst.W, inst.K, inst.allreduce_s
+    depth = inst.prefetch_depths(prefetch)
+    lat = [[_batch_latency(inst, w, k) for k in range(K)] for w in range(W)]
+    start = [[0.0] * K for _ in range(W)]
+    barrier = 0.0
+    for k in range(K):
+        last = 0.0
+        for w in range(W):
+            d = depth[w]
+            ready = lat[w][k] + (start[w][k - d] if k >= d else 0.0)
+            start[w][k] = max(barrier, ready)
+            last = max(last, start[w][k] + inst.train_s[w][k])
+        barrier = last + A
+    return barrier
+
+
+def _batch_latency(inst: Instance, w: int, k: int) -> float:
+    """:func:`_batch_chain`'s time on the trainer's fastest sampler host (no resource list)."""
+    lat = inst.latency
+    Tw, Fw = inst.T[w], inst.F[w]
+    eg, ig = inst.egress, inst.ingress
+    ft = 0.0
+    for m, b in inst.feat[w][k]:
+        if m != Fw and b > 0:
+            ft = max(ft, b / min(eg[m], ig[Fw]) + lat)
+    total = inst.feat_total[w][k]
+    if Fw != Tw and total > 0:
+        ft += total / min(eg[Fw], ig[Tw]) + lat
+    block = inst.block[w][k]
+    best = math.inf
+    for S, _ in inst.samplers[w]:
+        st = 0.0
+        for m, b in inst.struct[w][k]:
+            if m != S and b > 0:
+                st = max(st, b / min(eg[m], ig[S]) + lat)
+        blk = block / min(eg[S], ig[Tw]) + lat if S != Tw and block > 0 else 0.0
+        best = min(best, st + max(blk, ft))
+    return inst.sample_s[w][k] + best
 
 
 def _batch_chain(inst: Instance, w: int, k: int, S: int) -> tuple[float, list[tuple[str, int]]]:
@@ -137,10 +203,6 @@ def _batch_chain(inst: Instance, w: int, k: int, S: int) -> tuple[float, list[tu
         ft += inst.feat_total[w][k] / inst.rate(Fw, Tw) + lat
         res += [("out", Fw), ("in", Tw)]
     return t + max(blk, ft), res
-
-
-def _first_data(inst: Instance, w: int) -> float:
-    return min(_batch_chain(inst, w, 0, S)[0] for S, _ in inst.samplers[w])
 
 
 def iteration_loads(inst: Instance, k: int) -> dict[tuple[str, int], float]:
@@ -225,7 +287,7 @@ def exact_schedule(inst: Instance, *, time_limit: float = 10.0, workers: int = 2
     t0 = time.perf_counter()
     W, K, M = inst.W, inst.K, inst.M
     pf = inst.prefetch_depths(prefetch)
-    lb = instance_bound(inst).epoch_s
+    lb = instance_bound(inst, prefetch).epoch_s
     unit = max(lb, 1e-12) / resolution
 
     def dur(x: float) -> int:
@@ -478,5 +540,5 @@ def small_instance(seed: int, iterations: int = 3, *, max_trainers: int = 2,
                     iterations=min(iterations, max(1, 12 // W)))
 
 
-__all__ = ["ExactResult", "exact_schedule", "instance_bound", "isolation_bound",
-           "iteration_loads", "plan_bound", "small_instance"]
+__all__ = ["ExactResult", "chain_bound", "exact_schedule", "instance_bound", "isolation_bound",
+           "iteration_loads", "plan_bound", "resource_bound", "small_instance"]

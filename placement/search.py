@@ -414,6 +414,35 @@ class GnnschedPlacer(Placer):
 
 # ---------------------------------------------------------------------- plan + compare
 
+
+def iteration_floor(problem: Problem, plan: Plan, seed: int = 0, simulated: bool = True
+                    ) -> dict[str, float | str]:
+    """Why a plan takes the time it does: per-iteration floors of its predicted epoch.
+
+    ``bottleneck`` is the most loaded resource and ``bottleneck_iteration_s`` its work per
+    iteration; ``chain_iteration_s`` is the longest dependency chain (every batch sampled and
+    gathered before it trains, at most ``prefetch`` batches ahead, and the barrier after every
+    iteration) per iteration. With ``simulated`` both are computed on the mini-batches the
+    simulator draws with `seed` (:func:`gnnsched.bounds.resource_bound`,
+    :func:`gnnsched.bounds.chain_bound`), so neither exceeds the simulated epoch's time per
+    iteration; mean costs would not do (a drawn epoch can be lighter than the mean, and a
+    trainer sampling on several hosts need not split its batches as its sampler counts do).
+    Without (a plan scored by the cost model, :func:`~gnnsched.placement.placer.bound_scorer`)
+    they are the cost model's own, which its score never undercuts either.
+    """
+    if simulated:
+        from gnnsched.bounds import chain_bound, resource_bound
+        from gnnsched.instance import Instance
+
+        inst = Instance(problem.wl, plan, seed=seed)
+        name, work = resource_bound(inst)
+        return {"bottleneck": name, "bottleneck_iteration_s": work / inst.K,
+                "chain_iteration_s": chain_bound(inst) / inst.K}
+    per, name = problem.seconds_per_iteration(plan)
+    return {"bottleneck": name, "bottleneck_iteration_s": per,
+            "chain_iteration_s": problem.wl.bound(plan).chain_s / problem.wl.iterations}
+
+
 BASELINES = ("colocation", "greedy", "random")
 
 
@@ -430,6 +459,7 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
 
     if scorer is None:
         scorer, how = default_scorer(problem, seed)
+    simulated = (how or "").startswith("simulator")
     ev = scorer if isinstance(scorer, Evaluator) else Evaluator(scorer)
     t0 = time.perf_counter()
     chosen = get_placer(placer, scorer=ev)
@@ -453,9 +483,8 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
             base[name] = {"error": str(exc)}
             continue
         dt = time.perf_counter() - t1
-        bv, bn = problem.seconds_per_iteration(bp)
-        row = {"epoch_time_s": ev(bp), "planning_s": dt, "bottleneck": bn,
-               "bottleneck_iteration_s": bv}
+        row = {"epoch_time_s": ev(bp), "planning_s": dt,
+               **iteration_floor(problem, bp, seed, simulated)}
         if "colocation_feasible" in bp.predicted:
             row["colocation_feasible"] = bp.predicted["colocation_feasible"]
         if bp.notes:
@@ -467,10 +496,8 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
     pred.update(lower_bound_s=lb * it, lower_bound_iteration_s=lb,
                 lower_bound_scope=outcome.scope())
     epoch = ev(plan)
-    per_iter, name = problem.seconds_per_iteration(plan)
-    pred.update(placer=placer, epoch_time_s=epoch, iterations=it,
-                iteration_s=epoch / it, bottleneck=name, bottleneck_iteration_s=per_iter,
-                baselines=base, scored_by=how or pred.get("scored_by", "caller's scorer"),
+    pred.update(placer=placer, epoch_time_s=epoch, iterations=it, iteration_s=epoch / it,
+                **iteration_floor(problem, plan, seed, simulated), baselines=base, scored_by=how or pred.get("scored_by", "caller's scorer"),
                 planning_s=pred.get("planning_s", planning))
     colo = base.get("colocation", {}).get("epoch_time_s")
     if colo:
@@ -479,5 +506,5 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
     return replace(plan, predicted=pred, notes=notes)
 
 
-__all__ = ["BASELINES", "Evaluator", "GnnschedPlacer", "SearchStats", "plan_and_compare",
-           "repair", "search"]
+__all__ = ["BASELINES", "Evaluator", "GnnschedPlacer", "SearchStats", "iteration_floor",
+           "plan_and_compare", "repair", "search"]

@@ -98,11 +98,7 @@ def table(problem: Any, plan: Any) -> str:
         lines.append(f"  {'lower bound':<12} {_secs(lb):>12}  CP-SAT bound ({status.lower()}) "
                      f"over {scope}; this plan is {ep / lb:.2f}x it")
     lines.append("")
-    per = ep / max(pr.get("iterations", 1), 1)
-    lines.append(f"why: the most loaded resource is {pr.get('bottleneck')} with "
-                 f"{_ms(pr.get('bottleneck_iteration_s', 0.0))} of work per iteration; "
-                 f"simulated iteration {_ms(per)} (the rest is pipeline fill, barrier waits "
-                 "and contention)")
+    lines.append(why(pr, job.prefetch))
     notes = [f"{plan.placer}: {n}" for n in plan.notes[:12]]
     if len(plan.notes) > 12:
         notes.append(f"{plan.placer}: ... {len(plan.notes) - 12} more in the plan file")
@@ -113,6 +109,23 @@ def table(problem: Any, plan: Any) -> str:
         lines.append("notes:")
         lines.extend(f"  - {n}" for n in notes)
     return "\n".join(lines)
+
+
+def why(pr: dict[str, Any], prefetch: int) -> str:
+    """The "why" line: the plan's two per-iteration floors (both at most its predicted
+    iteration, :func:`gnnsched.placement.search.iteration_floor`) next to that iteration."""
+    per = pr["epoch_time_s"] / max(pr.get("iterations", 1), 1)
+    res = pr.get("bottleneck_iteration_s", 0.0)
+    chain = pr.get("chain_iteration_s")
+    kind = "simulated" if str(pr.get("scored_by", "")).startswith("simulator") else "predicted"
+    resource = f"the most loaded resource is {pr.get('bottleneck')} with {_ms(res)} of work"
+    if chain is None:
+        return f"why: {resource} per iteration; {kind} iteration {_ms(per)}"
+    chained = (f"the longest dependency chain (each mini-batch sampled and gathered before it "
+               f"trains, at most {prefetch} ahead, then the barrier) takes {_ms(chain)}")
+    first, second = (resource, chained) if res >= chain else (chained, resource)
+    return (f"why: {first} per iteration, and {second}; {kind} iteration {_ms(per)} (the "
+            "rest is contention and waits that neither floor counts)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -132,8 +145,8 @@ def run(args: argparse.Namespace) -> int:
     pr = plan.predicted
     if args.json:
         keys = ("placer", "epoch_time_s", "lower_bound_s", "baselines", "bottleneck",
-                "bottleneck_iteration_s", "iterations", "speedup_vs_colocation", "scored_by",
-                "planning_s")
+                "bottleneck_iteration_s", "chain_iteration_s", "iteration_s", "iterations",
+                "speedup_vs_colocation", "scored_by", "planning_s")
         out = {k: pr[k] for k in keys if k in pr}
         out.update(out=str(args.out), plot=args.plot, notes=list(plan.notes))
         print(json.dumps(out, default=float))
