@@ -60,7 +60,12 @@ JOB = [
      "auto is roc_auc for a binary task, accuracy otherwise (accuracy is always reported "
      "too, beside the majority-class rate)"),
     ("prefetch", "2", "mini-batches buffered ahead of training, per trainer"),
-    ("eval_every", "1", "validate every this many epochs"),
+    ("eval_every", "1", "validate every this many epochs (and after the last); 0: only after "
+     "the last"),
+    ("evaluation", "none", "{fanouts, batch_size, max_nodes}: validation and test batches -- "
+     "fan-outs per layer (-1: all neighbours; default: the training ones), nodes per batch "
+     "(default 256), and a cap on the nodes evaluated per phase (a seeded sample, the same in "
+     "every run of the job; default: all)"),
     ("synthetic", "{}", "the generator's and the synthetic profile's parameters (below)"),
 ]
 SYNTHETIC_MEANING = {

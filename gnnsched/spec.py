@@ -477,6 +477,11 @@ class JobSpec:
     normalize: str = "none"
     # metric: what the task is scored by (auto: roc_auc for a binary task, else accuracy)
     metric: str = "auto"
+    # evaluation: {fanouts, batch_size, max_nodes}: how validation and test batches are made
+    # (fan-outs: None = the training ones; max_nodes: a seeded sample of that many nodes)
+    eval_fanouts: tuple[int, ...] | None = None
+    eval_batch_size: int = 256
+    eval_max_nodes: int | None = None
 
     @property
     def layers(self) -> int:
@@ -489,7 +494,19 @@ class JobSpec:
         normalize = d.pop("normalize")  # written as the job file says it
         if normalize != "none":
             d["features"] = {"normalize": normalize}
+        ev = {"fanouts": d.pop("eval_fanouts"), "batch_size": d.pop("eval_batch_size"),
+              "max_nodes": d.pop("eval_max_nodes")}
+        if self.eval_fanouts is not None:
+            ev["fanouts"] = list(self.eval_fanouts)
+        ev = {k: v for k, v in ev.items() if v is not None and v != EVAL_DEFAULTS.get(k)}
+        if ev:
+            d["evaluation"] = ev
         return d
+
+    @property
+    def evaluation_fanouts(self) -> tuple[int, ...]:
+        """The fan-outs validation and test batches are sampled with."""
+        return self.fanouts if self.eval_fanouts is None else self.eval_fanouts
 
     def profile_key(self) -> dict[str, Any]:
         """Fields a cost profile depends on: a profile from another job is rejected."""
@@ -533,10 +550,7 @@ def job_from_dict(data: Any, source: str = "<job>", base: Path | None = None) ->
     fanouts = r.seq("fanouts", [10, 25])
     if not fanouts:
         raise SpecError(source, "fanouts", "is empty", "one fan-out per layer, e.g. [10, 25]")
-    for j, f in enumerate(fanouts):
-        if isinstance(f, bool) or not isinstance(f, int) or (f < 1 and f != -1):
-            raise SpecError(source, f"fanouts[{j}]", f"must be a positive integer or -1 (all), "
-                            f"got {f!r}")
+    _check_fanouts(source, "fanouts", fanouts)
     layers = r.integer("layers", len(fanouts), minimum=1)
     if layers != len(fanouts):
         raise SpecError(source, "layers", f"is {layers} but fanouts has {len(fanouts)} entries",
@@ -552,7 +566,7 @@ def job_from_dict(data: Any, source: str = "<job>", base: Path | None = None) ->
     split = r.integer("split", 0)
     feature_dim = r.integer("feature_dim", None, minimum=1)
     prefetch = r.integer("prefetch", 2, minimum=1)
-    eval_every = r.integer("eval_every", 1, minimum=1)
+    eval_every = r.integer("eval_every", 1, minimum=0)
     syn = r.child("synthetic", None)
     synthetic = _synthetic(syn) if syn is not None else {}
     feats = r.child("features", None)
@@ -561,6 +575,20 @@ def job_from_dict(data: Any, source: str = "<job>", base: Path | None = None) ->
         normalize = feats.string("normalize", "none", choices=NORMALIZE)
         feats.done()
     metric = r.string("metric", "auto", choices=METRICS)
+    ev = r.child("evaluation", None)
+    eval_fanouts, eval_batch, eval_max = None, EVAL_DEFAULTS["batch_size"], None
+    if ev is not None:
+        fo = ev.seq("fanouts", None)
+        if fo is not None:
+            _check_fanouts(source, "evaluation.fanouts", fo)
+            if len(fo) != len(fanouts):
+                raise SpecError(source, "evaluation.fanouts", f"has {len(fo)} entries but the "
+                                f"model has {len(fanouts)} layers", "one fan-out per layer "
+                                "(-1: all neighbours), or leave it out for the training ones")
+            eval_fanouts = tuple(fo)
+        eval_batch = ev.integer("batch_size", eval_batch, minimum=1)
+        eval_max = ev.integer("max_nodes", None, minimum=1)
+        ev.done()
     r.done()
     if trainers > num_parts:
         raise SpecError(source, "trainers", f"{trainers} trainers but only {num_parts} partitions",
@@ -568,11 +596,20 @@ def job_from_dict(data: Any, source: str = "<job>", base: Path | None = None) ->
                         "one or more partitions")
     return JobSpec(name, dataset, partitions, num_parts, part_method, model, hidden,
                    tuple(fanouts), batch_size, epochs, lr, dropout, trainers, seed, split,
-                   feature_dim, prefetch, eval_every, synthetic, source, normalize, metric)
+                   feature_dim, prefetch, eval_every, synthetic, source, normalize, metric,
+                   eval_fanouts, eval_batch, eval_max)
+
+
+def _check_fanouts(source: str, field: str, fanouts: list) -> None:
+    for j, f in enumerate(fanouts):
+        if isinstance(f, bool) or not isinstance(f, int) or (f < 1 and f != -1):
+            raise SpecError(source, f"{field}[{j}]", f"must be a positive integer or -1 (all), "
+                            f"got {f!r}")
 
 
 NORMALIZE = ("none", "row", "standard")  # a job's features.normalize
 METRICS = ("auto", "accuracy", "macro_f1", "roc_auc")  # a job's metric (gnnsched.metrics)
+EVAL_DEFAULTS = {"batch_size": 256}  # a job's evaluation: fields that are not None by default
 
 # The synthetic generator's defaults (``datasets.synthetic.generate``'s keyword defaults and
 # ``datasets.SYNTHETIC_DEFAULT_NODES``; a test keeps them equal). They live here, with the

@@ -239,8 +239,10 @@ def run_distdgl(
     given, else 127.0.0.1 for all). ``exec_prefix(host)`` wraps a host's commands (e.g.
     ``["ip", "netns", "exec", ns]``); the DGL environment is passed on the command line via
     ``env`` too, so prefixes that drop the environment (ssh) still work. Evaluation uses
-    ``eval_fanouts`` (default: all neighbours, ``-1`` per layer) so accuracy does not depend
-    on sampling. ``emulate_speed`` stretches training steps of trainers on slower GPUs (see
+    ``eval_fanouts`` (default: the job's ``evaluation.fanouts``, else all neighbours, ``-1``
+    per layer, so accuracy does not depend on sampling) in batches of ``eval_batch_size``
+    (default: the job's). The job's ``evaluation.max_nodes`` does not apply here: DistDGL
+    splits evaluation nodes its own way. ``emulate_speed`` stretches training steps of trainers on slower GPUs (see
     the module doc). ``split`` fixes the trainers' seed split (:func:`plan_trainers`).
     Infeasible clusters return ``feasible=False`` without starting anything;
     a feasible run that fails or exceeds ``timeout_s`` raises :class:`DistDGLError`.
@@ -303,8 +305,8 @@ def run_distdgl(
                 "metric": job.metric,
                 "lr": job.lr, "batch_size": job.batch_size, "seed": job.seed},
         "epochs": n_epochs, "eval_every": job.eval_every,
-        "eval_fanouts": list(eval_fanouts or [-1] * layers),
-        "eval_batch_size": int(eval_batch_size or max(job.batch_size, 256)),
+        "eval_fanouts": list(eval_fanouts or job.eval_fanouts or [-1] * layers),
+        "eval_batch_size": int(eval_batch_size or job.eval_batch_size),
         "out_dir": str(out.resolve()), "timeout_s": timeout_s,
         "emulate_speed": bool(emulate_speed),
     }

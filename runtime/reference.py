@@ -60,7 +60,7 @@ def _gather(parts: dict[int, PartGraph], node_part: np.ndarray, nodes: np.ndarra
 
 
 def reference_train(job: JobSpec, partitions: str, trainer_parts: list[list[int]], *,
-                    eval_batch_size: int = 256,
+                    eval_batch_size: int | None = None,
                     progress: Callable[[str], None] | None = None) -> ReferenceResult:
     """Train ``job`` in this process as ``len(trainer_parts)`` synchronous trainers would."""
     from gnnsched.compat import dgl
@@ -94,7 +94,8 @@ def reference_train(job: JobSpec, partitions: str, trainer_parts: list[list[int]
             acc = None
             for w in range(W):
                 seeds, labels = sched.batch(w, item)
-                b = sample_blocks(seeds, list(job.fanouts), node_part, job.seed, w, item.seq,
+                fanouts = job.fanouts if item.phase == 0 else job.evaluation_fanouts
+                b = sample_blocks(seeds, list(fanouts), node_part, job.seed, w, item.seq,
                                   sample)
                 blocks = [Block(torch.from_numpy(s), torch.from_numpy(d), ns, nd)
                           for s, d, ns, nd in b.layers]

@@ -122,6 +122,9 @@ class Sampler(Role):
         self.parts = load_parts(cfg["partitions"], local, keep_features=False) if local else {}
         self.node_part = np.load(cfg["node_part_file"], allow_pickle=False)
         self.fanouts = [int(f) for f in cfg["job"]["fanouts"]]
+        ev = (cfg["job"].get("evaluation") or {}).get("fanouts")
+        self.eval_fanouts = [int(f) for f in ev] if ev else self.fanouts
+        self.evaluated = {int(it[0]) for it in cfg["items"] if int(it[2]) != 0}
         self.job_seed = int(cfg["job"]["seed"])
         self.feature_bytes = int(cfg["feature_bytes"])
         self.batch: Message | None = None
@@ -179,7 +182,8 @@ class Sampler(Role):
         seeds = job.arrays["seeds"].copy()
         if len(seeds) and (seeds.min() < 0 or seeds.max() >= len(self.node_part)):
             raise MessageError("BATCH.seeds: node id outside the graph")
-        batch = sample_blocks(seeds, self.fanouts, self.node_part, self.job_seed, trainer, seq,
+        fanouts = self.eval_fanouts if seq in self.evaluated else self.fanouts
+        batch = sample_blocks(seeds, fanouts, self.node_part, self.job_seed, trainer, seq,
                               self.sample_parts)
         sample_s = time.monotonic() - t0
         # Tell the coordinator first: the policy must learn a batch's sizes before any of its

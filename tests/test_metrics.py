@@ -4,6 +4,7 @@ accuracy alone would hide a model that learned nothing."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -85,8 +86,11 @@ def test_distributed_and_reference_report_the_same_roc_auc(binary, tmp_path: Pat
     cluster = load_cluster(ROOT / "examples" / "lab4" / "cluster.yaml")
     cluster = replace(cluster, machines=tuple(
         replace(m, partitions=(i,) if i < 2 else ()) for i, m in enumerate(cluster.machines)))
+    # evaluation settings of their own: fan-outs, batch, a capped sample, only after the end
     job = job_from_dict({"dataset": str(npz), "num_parts": 2, "trainers": 2, "batch_size": 64,
-                         "epochs": 2, "fanouts": [5, 5], "features": {"normalize": "row"}},
+                         "epochs": 2, "fanouts": [5, 5], "features": {"normalize": "row"},
+                         "eval_every": 0,
+                         "evaluation": {"fanouts": [-1, 3], "batch_size": 50, "max_nodes": 300}},
                         source="job.yaml")
     plan = Plan("hand", cluster.name, cluster.fingerprint(), (
         TrainerPlan(0, "gpu0", 0, (0,), (("store0", 1),), "gpu0"),
@@ -97,7 +101,11 @@ def test_distributed_and_reference_report_the_same_roc_auc(binary, tmp_path: Pat
     assert res.metric == ref.metric == "roc_auc"
     assert 0.5 < res.test_metric <= 1.0
     assert res.test_metric == pytest.approx(ref.test_metric, abs=1e-6)  # same nodes, same model
-    assert res.val_metric == pytest.approx(ref.val_metric, abs=1e-6) and len(res.val_metric) == 2
+    assert res.val_metric == pytest.approx(ref.val_metric, abs=1e-6) and len(res.val_metric) == 1
+    events = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    test = [e for e in events if e["type"] == "test"][0]
+    assert 300 <= test["nodes"] <= 302  # the cap (each trainer's share rounded up)
+    assert max(e["n"] for e in events if e["type"] == "batch" and e["phase"] != "train") <= 50
     assert res.majority_rate == pytest.approx(ref.majority_rate) and res.majority_rate > 0.8
     line = metric_line(res)
     assert "majority-class rate" in line and "test roc_auc" in line

@@ -160,6 +160,22 @@ class _Progress:
             self.bar.update(1)
             rate = self.seeds / max(time.monotonic() - self.t, 1e-9)
             self.bar.set_postfix_str(f"{rate:,.0f} seeds/s")
+        elif kind == "eval":
+            if kw["done"] == 1:
+                if self.bar is not None:
+                    self.bar.close()
+                what = "test" if kw["phase"] == "test" else f"validation {kw['epoch'] + 1}"
+                self.bar = tqdm(total=kw["total"], desc=what, disable=None, unit="it",
+                                file=self.out, leave=False, dynamic_ncols=True)
+                self.t, self.seeds = time.monotonic(), 0
+            if self.bar is not None:
+                self.seeds += kw["nodes"]
+                self.bar.update(1)
+                rate = self.seeds / max(time.monotonic() - self.t, 1e-9)
+                self.bar.set_postfix_str(f"{rate:,.0f} nodes/s")
+                if kw["done"] == kw["total"]:
+                    self.bar.close()
+                    self.bar = None
         elif kind == "epoch_end":
             if self.bar is not None:
                 self.bar.close()

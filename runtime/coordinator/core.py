@@ -525,6 +525,11 @@ class Coordinator(PolicyDriver, RoleTable):
         if item.phase == 0:
             self.progress("batch", epoch=item.epoch, done=item.index + 1, total=K,
                           seeds=sum(self.trained[(w, item.seq)]["n"] for w in range(self.W)))
+        else:  # evaluation at scale takes minutes: it gets a bar too
+            self.progress("eval", phase=PHASES[item.phase], epoch=item.epoch,
+                          done=item.index + 1,
+                          total=self.schedule.n_val if item.phase == 1 else self.schedule.n_test,
+                          nodes=sum(self.trained[(w, item.seq)]["n"] for w in range(self.W)))
         last = item.seq + 1 == len(self.items) or self.items[item.seq + 1].epoch != item.epoch \
             or (self.items[item.seq + 1].phase == 2 and item.phase != 2)
         if not last:

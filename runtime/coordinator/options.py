@@ -99,7 +99,7 @@ class RuntimeOptions:
     ping_s: float = 1.0  # unused (kept for callers): liveness is the heartbeat below
     threads: int = 1  # intra-op threads per role process
     emulate_speed: bool | None = None  # None: stretch compute to GPU speed when no CUDA
-    eval_batch_size: int = 256
+    eval_batch_size: int | None = None  # None: the job's evaluation.batch_size
     stop_grace_s: float = 10.0
     verify_partitions: bool = True  # each store checks its parts' sha256 before loading
     # failure detection and recovery

@@ -4,8 +4,11 @@ Every trainer runs ``K = ceil(train seeds / (W * batch))`` iterations per epoch;
 ``t``'s seeds (the training nodes of its plan's parts) are shuffled per epoch with seed (job
 seed, epoch, t) and split into ``K`` near-equal batches, so each seed is trained exactly once
 per epoch and nobody waits at epoch end (a trainer with fewer seeds gets smaller, possibly
-empty, batches). Validation batches follow each ``eval_every``-th epoch and test batches the
-last one, equally many per trainer. The single-process reference
+empty, batches). Validation batches follow each ``eval_every``-th epoch (0: only the last)
+and test batches the last one, equally many per trainer, of at most the job's evaluation
+batch size. With ``evaluation: {max_nodes}`` each trainer evaluates its share of that many
+nodes: those of its nodes whose seeded hash is smallest, so the sample is the same in every
+run of the job, whatever the placement. The single-process reference
 (:mod:`gnnsched.runtime.reference`) uses the same :class:`Schedule`, which is why the two agree.
 """
 
@@ -35,21 +38,29 @@ class Schedule:
     """The run's sequence of steps and each trainer's seeds (identical in the reference)."""
 
     def __init__(self, job: JobSpec, trainer_parts: list[list[int]],
-                 part_counts: list[dict[str, int]], eval_batch_size: int = 256) -> None:
+                 part_counts: list[dict[str, int]], eval_batch_size: int | None = None) -> None:
         self.job, self.W = job, len(trainer_parts)
         self.trainer_parts = [list(p) for p in trainer_parts]
         total = sum(c["train"] for c in part_counts)
         self.K = max(1, math.ceil(total / (self.W * job.batch_size)))
+        batch = eval_batch_size or job.eval_batch_size
+        self.cap: dict[str, list[int]] = {}  # phase -> nodes each trainer evaluates
 
         def steps(name: str) -> int:
-            most = max(sum(part_counts[p][name] for p in ps) for ps in trainer_parts)
-            return max(1, math.ceil(most / eval_batch_size)) if most else 0
+            counts = [sum(part_counts[p][name] for p in ps) for ps in trainer_parts]
+            every = sum(counts)
+            if job.eval_max_nodes is not None and every > job.eval_max_nodes:
+                counts = [min(c, math.ceil(job.eval_max_nodes * c / every)) for c in counts]
+                self.cap[name] = counts
+            most = max(counts)
+            return max(1, math.ceil(most / batch)) if most else 0
 
         self.n_val, self.n_test = steps("val"), steps("test")
         items: list[Item] = []
         for e in range(job.epochs):
             items += [Item(len(items) + k, e, 0, k) for k in range(self.K)]
-            if self.n_val and ((e + 1) % job.eval_every == 0 or e == job.epochs - 1):
+            every = job.eval_every
+            if self.n_val and ((every and (e + 1) % every == 0) or e == job.epochs - 1):
                 items += [Item(len(items) + k, e, 1, k) for k in range(self.n_val)]
         items += [Item(len(items) + k, job.epochs - 1, 2, k) for k in range(self.n_test)]
         self.items = items
@@ -57,13 +68,18 @@ class Schedule:
         self._perm: dict[tuple[int, int], list[np.ndarray]] = {}
 
     def set_nodes(self, splits: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]]) -> None:
-        """Per part ``{train|val|test: (ids, labels)}`` -> per trainer, sorted by node id."""
+        """Per part ``{train|val|test: (ids, labels)}`` -> per trainer, sorted by node id
+        (evaluation nodes sampled down to the job's cap)."""
         self.nodes = []
-        for ps in self.trainer_parts:
+        for w, ps in enumerate(self.trainer_parts):
             mine = {}
             for name in PHASES:
                 ids = np.concatenate([splits[p][name][0] for p in ps]).astype(np.int64)
                 lab = np.concatenate([splits[p][name][1] for p in ps]).astype(np.int64)
+                if name in self.cap and len(ids) > self.cap[name][w]:
+                    keep = np.argsort(node_hash(ids, self.job.seed), kind="stable")
+                    keep = keep[:self.cap[name][w]]
+                    ids, lab = ids[keep], lab[keep]
                 order = np.argsort(ids, kind="stable")
                 mine[name] = (ids[order], lab[order])
             self.nodes.append(mine)
@@ -91,6 +107,16 @@ class Schedule:
             if it.phase != 2 and (nxt is None or nxt.epoch != it.epoch or nxt.phase == 2):
                 out[it.epoch] = it.seq
         return out
+
+
+def node_hash(ids: np.ndarray, seed: int) -> np.ndarray:
+    """A seeded pseudo-random 64-bit key per node id (splitmix64): the evaluation sample is
+    the nodes with the smallest keys, whichever trainer holds them."""
+    with np.errstate(over="ignore"):
+        z = ids.astype(np.uint64) + np.uint64((seed * 0x9E3779B97F4A7C15) % (1 << 64))
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
 
 
 def part_counts(meta: dict[str, Any]) -> list[dict[str, int]]:
