@@ -103,6 +103,8 @@ def prepare(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
     profile is loaded only when ``cost`` names one (train learns its costs online)."""
     cluster, job = load_pair(cluster, job, epochs)
     plan, source = load_plan(plan, cluster, job, verb, any_job)
+    if verb == "train":
+        check_partitions_fit(cluster, job)
     profile = None
     if need_profile:
         profile = plan_profile(plan, job, cost, source)
@@ -114,22 +116,123 @@ def prepare(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
     return Inputs(cluster, job, plan, profile, source)
 
 
+def partition_bytes(path: str | Path) -> list[float]:
+    """Bytes every partition of a partition directory keeps in its store's memory: its node
+    features (with labels and masks) and its graph structure, as the files a store loads
+    hold them (DGL's ``node_feats``, ``edge_feats`` and ``part_graph`` of each part)."""
+    import json
+
+    from gnnsched.datasets import open_partitions
+
+    pset = open_partitions(path, verify=False)
+    dgl_meta = pset.dgl_meta or json.loads(pset.config.read_text())
+    out = []
+    for i in range(pset.num_parts):
+        entry = dgl_meta.get(f"part-{i}")
+        if not isinstance(entry, dict):
+            raise SpecError(str(pset.config), f"part-{i}", "is missing",
+                            "a directory written by `gnnsched partition`")
+        size = 0
+        for key in ("node_feats", "edge_feats", "part_graph"):
+            if not entry.get(key):
+                continue
+            f = pset.config.parent / str(entry[key])
+            if not f.is_file():
+                raise SpecError(str(pset.config), f"part-{i}.{key}", f"file {f} is missing",
+                                "re-run `gnnsched partition`")
+            size += f.stat().st_size
+        out.append(float(size))
+    return out
+
+
+def job_partitions(job: JobSpec, partitions: str | Path | None = None) -> Path | None:
+    """The partition directory whose sizes a plan is checked with, without partitioning
+    anything: ``partitions`` when given, else the job's ``partitions`` field, else the
+    directory the job's dataset was already partitioned into in the cache; None when none
+    exists (the profile's estimate is used then)."""
+    from gnnsched.datasets.cache import cache_root
+    from gnnsched.spec import fingerprint
+
+    if partitions is not None or job.partitions:
+        where, field = (("--partitions", "") if partitions is not None else
+                        (job.source, "partitions"))
+        path = Path(partitions if partitions is not None else job.partitions)
+        if not path.is_dir():
+            raise SpecError(where, field, f"directory {path} does not exist",
+                            f"`gnnsched partition {job.dataset} --parts {job.num_parts} --out "
+                            f"{path}` first")
+        return path
+    # where gnnsched.datasets.cache.partitions_for keeps the job's partitions
+    key = fingerprint({k: v for k, v in job.to_dict().items()
+                       if k in ("dataset", "num_parts", "part_method", "feature_dim", "split",
+                                "synthetic", "seed") or k == "features"})
+    name = Path(job.dataset).stem if job.dataset.endswith(".npz") else job.dataset
+    path = cache_root() / "parts" / f"{name}-{job.num_parts}{job.part_method[0]}-{key}"
+    return path if (path / "gnnsched.json").is_file() else None
+
+
+def check_partitions_fit(cluster: ClusterSpec, job: JobSpec,
+                         partitions: str | Path | None = None) -> None:
+    """Before training: every store holds its partitions' real bytes in its memory_gb
+    (:func:`gnnsched.placement.placer.check_store_memory`), when the job's partition
+    directory is already there (:func:`job_partitions`); a directory that is missing or
+    unreadable is left to the run, which says so itself."""
+    from gnnsched.placement.placer import check_store_memory
+
+    try:
+        path = job_partitions(job, partitions)
+        sizes = partition_bytes(path) if path is not None else None
+    except SpecError:
+        return
+    if sizes is not None and len(sizes) == cluster.num_parts:
+        check_store_memory(cluster, sizes, f"measured on the partition files in {path}")
+
+
+def plan_problem(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
+                 cost: CostProfile | str | Path | None = None, *,
+                 partitions: str | Path | None = None) -> Any:
+    """The placement :class:`~gnnsched.placement.Problem` of a job on a cluster, with the
+    stored partitions' real sizes (:func:`job_partitions`, :func:`partition_bytes`) when a
+    partition directory is at hand; a store that cannot hold them is a SpecError naming the
+    host, the partitions, the bytes needed and available, and what would be valid."""
+    from gnnsched.placement import Problem
+
+    cluster, job = load_pair(cluster, job)
+    profile = cost if isinstance(cost, CostProfile) else \
+        profile_for(job, None if cost is None else str(cost))
+    path = job_partitions(job, partitions)
+    if path is None:
+        return Problem(cluster, job, profile)
+    sizes = partition_bytes(path)
+    if len(sizes) != cluster.num_parts:
+        raise SpecError(str(path), "num_parts", f"holds {len(sizes)} partitions, cluster "
+                        f"{cluster.source} stores {cluster.num_parts}",
+                        "the partitions of this job")
+    return Problem(cluster, job, profile, part_bytes=sizes,
+                   part_bytes_from=f"measured on the partition files in {path}")
+
+
 def plan(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
          cost: CostProfile | str | Path | None = None, *, placer: str = "gnnsched",
-         seed: int = 0, budget: float | None = None) -> Plan:
+         seed: int = 0, budget: float | None = None,
+         partitions: str | Path | None = None) -> Plan:
     """Place every task of ``job`` on ``cluster`` with ``placer``, compared with the baselines
     (colocation, greedy, random) and the lower bound; the plan's ``predicted`` holds the
-    comparison and ``made_for`` the files it was made from."""
-    from gnnsched.placement import Problem
+    comparison and ``made_for`` the files it was made from. Every machine's memory is checked
+    against the partitions it stores (their real sizes when ``partitions``, the job's
+    ``partitions`` or the job's cached partitions are there: :func:`plan_problem`) plus the
+    processes the plan puts there."""
     from gnnsched.placement.search import plan_and_compare
 
     cluster_file = None if isinstance(cluster, ClusterSpec) else str(cluster)
     job_file = None if isinstance(job, JobSpec) else str(job)
     cluster, job = load_pair(cluster, job)
     cost_file = None if cost is None or isinstance(cost, CostProfile) else str(cost)
-    profile = cost if isinstance(cost, CostProfile) else profile_for(job, cost_file)
-    result = plan_and_compare(Problem(cluster, job, profile), placer, seed=seed, budget=budget)
+    problem = plan_problem(cluster, job, cost, partitions=partitions)
+    result = plan_and_compare(problem, placer, seed=seed, budget=budget)
     made_for: dict[str, Any] = {"cost": cost_file, "cluster": cluster_file, "job": job_file}
+    if problem.part_bytes_from:
+        made_for["part_bytes_from"] = problem.part_bytes_from
     for key, path in (("cost", cost_file), ("cluster", cluster_file)):
         if path:
             made_for[f"{key}_sha256"] = file_digest(path)
@@ -263,5 +366,6 @@ def check_faults(faults: Any, cluster: ClusterSpec, plan: Plan) -> None:
                             f"(step {f.at_step})", valid)
 
 
-__all__ = ["Inputs", "calibrate", "check_faults", "check_plan_job", "file_digest", "load_pair",
-           "load_plan", "plan", "plan_profile", "prepare", "simulate", "summary", "train"]
+__all__ = ["Inputs", "calibrate", "check_faults", "check_partitions_fit", "check_plan_job",
+           "file_digest", "job_partitions", "load_pair", "load_plan", "partition_bytes", "plan",
+           "plan_problem", "plan_profile", "prepare", "simulate", "summary", "train"]

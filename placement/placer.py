@@ -63,7 +63,11 @@ class Problem:
     the shortage (devices, GPU memory, host memory, cores) otherwise.
     """
 
-    def __init__(self, cluster: ClusterSpec, job: JobSpec, profile: CostProfile) -> None:
+    def __init__(self, cluster: ClusterSpec, job: JobSpec, profile: CostProfile, *,
+                 part_bytes: Sequence[float] | None = None, part_bytes_from: str = "") -> None:
+        """``part_bytes``: the bytes every partition keeps in its store's memory, measured
+        on the real partitions (``part_bytes_from`` says where); without them the profile's
+        estimate (:meth:`_part_bytes`) is used."""
         check_compatible(cluster, job)
         if profile.num_parts != cluster.num_parts:
             raise SpecError("cost profile", "num_parts",
@@ -82,7 +86,16 @@ class Problem:
         self.store_of = list(cluster.part_stores)
         self.notes: list[str] = []
         self._costs: dict[tuple[int, ...], PartCost] = {}
-        self.part_bytes = self._part_bytes()
+        if part_bytes is not None:
+            if len(part_bytes) != self.P:
+                raise SpecError(part_bytes_from or "partitions", "num_parts",
+                                f"holds {len(part_bytes)} partitions, cluster "
+                                f"{cluster.source} stores {self.P}",
+                                "the partitions of this job")
+            self.part_bytes = [float(b) for b in part_bytes]
+            self.part_bytes_from = part_bytes_from or "the partitions"
+        else:
+            self.part_bytes = self._part_bytes()
         self.resident = np.zeros(self.M)
         for p, b in enumerate(self.part_bytes):
             self.resident[self.store_of[p]] += b
@@ -91,16 +104,22 @@ class Problem:
 
     # ------------------------------------------------------------------ sizes
     def _part_bytes(self) -> list[float]:
-        """Bytes each stored partition keeps in memory, when the profile can tell."""
+        """Bytes each stored partition keeps in memory, when the profile can tell (sets
+        :attr:`part_bytes_from`, empty when it cannot)."""
         meta = self.profile.meta or {}
         if isinstance(meta.get("part_bytes"), list) and len(meta["part_bytes"]) == self.P:
+            self.part_bytes_from = "the profile's part_bytes"
             return [float(b) for b in meta["part_bytes"]]
         if "num_nodes" in meta and "num_edges" in meta:
             seeds = np.array([pp.train_seeds for pp in self.profile.parts], dtype=float)
             share = seeds / seeds.sum() if seeds.sum() > 0 else np.full(self.P, 1 / self.P)
             per_node = self.profile.feature_bytes + 8
             total = meta["num_nodes"] * per_node + meta["num_edges"] * 16
+            self.part_bytes_from = (f"estimated from the profile ({meta['num_nodes']:,} nodes, "
+                                    f"{meta['num_edges']:,} edges, shared by training seeds); "
+                                    "`gnnsched plan --partitions DIR` measures the real ones")
             return [float(total * s) for s in share]
+        self.part_bytes_from = ""
         self.notes.append("partition sizes unknown (synthetic profile): the memory check "
                           "covers buffers, samplers and model copies only")
         return [0.0] * self.P
@@ -175,8 +194,14 @@ class Problem:
             self.profile.model_bytes + 2 * sum(self.max_batch)
         return [s for s in self.slots if s.gpu_memory >= need]
 
+    def _check_stores(self) -> None:
+        """Refuse a cluster whose store machine cannot hold the partitions it stores
+        (:func:`check_store_memory`)."""
+        check_store_memory(self.cluster, self.part_bytes, self.part_bytes_from)
+
     def _check_fits(self) -> None:
         """Refuse jobs no placement can run, naming the resource that is short."""
+        self._check_stores()
         src = self.job.source
         W = self.W
         devices = sum(s.count for s in self.slots)
@@ -291,6 +316,73 @@ class Problem:
 # ---------------------------------------------------------------------- feasibility
 
 
+def check_store_memory(cluster: ClusterSpec, part_bytes: Sequence[float],
+                       sizes_from: str = "") -> None:
+    """Refuse a cluster whose store machine cannot hold the partitions it stores.
+
+    ``part_bytes[p]`` is what partition ``p`` keeps in its store's memory (``sizes_from``
+    says where the sizes come from). Stores are an input (the data sits there before the
+    job), so no placement fixes this; the SpecError names the host, its partitions and their
+    sizes, what it needs and has, and what would be valid.
+    """
+    P = len(part_bytes)
+    store_of = list(cluster.part_stores)
+    resident = np.zeros(len(cluster.machines))
+    for p, b in enumerate(part_bytes):
+        resident[store_of[p]] += b
+    short = [m for m, mach in enumerate(cluster.machines) if resident[m] > mach.memory]
+    if not short:
+        return
+    m = short[0]
+    mach = cluster.machines[m]
+    need = float(resident[m])
+    parts = sorted(p for p in range(P) if store_of[p] == m)
+    biggest = max(part_bytes[p] for p in parts)
+    fixes = [f"memory_gb: {_gb_up(need)} or more on {mach.name}"]
+    if len(parts) > 1 and biggest <= mach.memory:
+        fixes.append(f"fewer of these partitions on {mach.name} (more hosts to store them: "
+                     "machines[*].partitions)")
+    else:
+        split = math.ceil(biggest / max(mach.memory, 1.0))
+        fixes.append(f"more hosts and more partitions (num_parts: {P * split} or more, so "
+                     f"that one is at most {fmt_bytes(mach.memory)}), each host storing what "
+                     "its memory_gb holds")
+    if len(parts) > 1:
+        sizes = ", ".join(f"{p}: {fmt_bytes(part_bytes[p])}" for p in parts[:8])
+        if len(parts) > 8:
+            sizes += f", ... ({len(parts)} in all)"
+        held = (f"partitions {parts} need {fmt_bytes(need)} of memory (features + graph "
+                f"structure: {sizes}")
+    else:
+        held = (f"partition {parts[0]} needs {fmt_bytes(need)} of memory (features + graph "
+                "structure")
+    others = [cluster.machines[o].name for o in short[1:]]
+    raise SpecError(cluster.source, f"machines[{m}].memory_gb",
+                    f"store {mach.name} cannot hold its partitions: {held}; sizes "
+                    f"{sizes_from or 'given'}), {mach.name} has memory_gb: "
+                    f"{mach.memory / GB:g} ({fmt_bytes(mach.memory)})"
+                    + (f"; nor can {', '.join(others)}" if others else ""),
+                    "; or ".join(fixes))
+
+
+
+
+def fmt_bytes(b: float) -> str:
+    """Bytes for a person: kB, MB or GB (decimal, as memory_gb is)."""
+    for unit, size in (("GB", GB), ("MB", 1e6), ("kB", 1e3)):
+        if b >= size:
+            return f"{b / size:.3g} {unit}" if b < 100 * size else f"{b / size:.0f} {unit}"
+    return f"{b:.0f} B"
+
+
+def _gb_up(b: float) -> str:
+    """``b`` bytes as memory_gb, rounded up at three significant digits."""
+    gb = b / GB
+    digits = max(0, 2 - math.floor(math.log10(gb))) if gb > 0 else 0
+    return f"{math.ceil(gb * 10 ** digits) / 10 ** digits:g}"
+
+
+
 @dataclass
 class Usage:
     """Cores and memory a plan takes on each machine."""
@@ -305,6 +397,8 @@ def usage(problem: Problem, plan: Plan) -> Usage:
     M = problem.M
     cores = np.zeros(M, dtype=np.int64)
     mem = problem.resident.copy()
+    # per machine: bytes of trainers, samplers and relays (for the message of an overflow)
+    parts_of = np.zeros((3, M))
     probs: list[str] = []
     idx = problem.cluster.machine_index
     for t in plan.trainers:
@@ -312,6 +406,7 @@ def usage(problem: Problem, plan: Plan) -> Usage:
         T = idx(t.machine)
         cores[T] += 1
         mem[T] += problem.trainer_host_bytes(c)
+        parts_of[0, T] += problem.trainer_host_bytes(c)
         gpu = problem.cluster.machines[T].gpus[t.device] if \
             0 <= t.device < len(problem.cluster.machines[T].gpus) else None
         if gpu is not None and gpu.memory < problem.trainer_gpu_bytes(c):
@@ -321,15 +416,22 @@ def usage(problem: Problem, plan: Plan) -> Usage:
             S = idx(m)
             cores[S] += n
             mem[S] += n * problem.sampler_bytes(c)
+            parts_of[1, S] += n * problem.sampler_bytes(c)
         if t.fetch_at != t.machine:
             mem[idx(t.fetch_at)] += problem.relay_bytes(c)
+            parts_of[2, idx(t.fetch_at)] += problem.relay_bytes(c)
     for m in range(M):
         mach = problem.cluster.machines[m]
         if cores[m] > mach.cpus:
             probs.append(f"{mach.name}: {cores[m]} processes (trainers + samplers) on "
                          f"{mach.cpus} cores")
         if mem[m] > mach.memory:
-            probs.append(f"{mach.name}: needs {mem[m] / GB:.2f} GB of {mach.memory / GB:.2f} GB")
+            what = [f"{label} {fmt_bytes(v)}" for label, v in
+                    zip(("stored partitions", "trainers", "samplers", "relay buffers"),
+                        (problem.resident[m], *parts_of[:, m])) if v > 0]
+            probs.append(f"{mach.name}: needs {fmt_bytes(mem[m])} of memory ("
+                         f"{' + '.join(what)}), has memory_gb: {mach.memory / GB:g} "
+                         f"({fmt_bytes(mach.memory)})")
     return Usage(cores, mem, probs)
 
 
@@ -667,7 +769,7 @@ def get_placer(name: str, **kwargs: Any) -> Placer:
                         ", ".join(sorted(PLACERS))) from None
 
 
-__all__ = ["MAX_SAMPLERS", "PLACERS", "PROCESS_BYTES", "SEARCH_ITERATIONS", "Placer", "Problem", "Scorer", "Slot",
+__all__ = ["MAX_SAMPLERS", "PLACERS", "PROCESS_BYTES", "check_store_memory", "fmt_bytes", "SEARCH_ITERATIONS", "Placer", "Problem", "Scorer", "Slot",
            "Usage", "bound_scorer", "plan_transfers", "transfers", "bundle_parts", "candidate_splits", "check_resources", "contiguous_split", "default_scorer",
            "fill_samplers", "get_placer", "placers", "seeds_of", "split_balanced", "store_groups", "is_feasible", "main_store", "register",
            "simulator_scorer", "split_of", "usage"]

@@ -35,6 +35,7 @@ from gnnsched.placement.placer import (
     usage,
 )
 from gnnsched.plan import Plan, TrainerPlan
+from gnnsched.spec import SpecError
 
 MOVES = ("move", "swap", "samplers", "sampler_host", "fetch", "part")
 
@@ -465,6 +466,11 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
     chosen = get_placer(placer, scorer=ev)
     plan = chosen.place_problem(problem, seed=seed, budget=budget)
     planning = time.perf_counter() - t0
+    over = usage(problem, plan).problems
+    if over:  # every built-in placer keeps to the resources; a plug-in may not
+        raise SpecError(problem.cluster.source, "machines",
+                        f"the {placer} placer's plan does not fit: {over[0]}",
+                        "more memory_gb or cores there, or another --placer")
     it = problem.wl.iterations
     pred = dict(plan.predicted)
     outcome = getattr(chosen, "outcome", None)
@@ -483,6 +489,10 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
             base[name] = {"error": str(exc)}
             continue
         dt = time.perf_counter() - t1
+        over = usage(problem, bp).problems
+        if over:
+            base[name] = {"error": f"its plan does not fit: {over[0]}"}
+            continue
         row = {"epoch_time_s": ev(bp), "planning_s": dt,
                **iteration_floor(problem, bp, seed, simulated)}
         if "colocation_feasible" in bp.predicted:

@@ -4,6 +4,9 @@ it is (issue 25, items 6 and 9)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -94,3 +97,131 @@ def test_why_line_orders_the_floors() -> None:
     assert "80.0 ms" in line and "50.0 ms" in line and "simulated iteration 100.0 ms" in line
     pr["chain_iteration_s"] = 0.01
     assert why(pr, 2).startswith("why: the most loaded resource is ingress of h3 with 50.0 ms")
+
+
+# ---------------------------------------------------------------------- item 6: memory
+
+
+@pytest.fixture(scope="module")
+def cora2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Cora in 2 METIS parts (about 8 MB of features each), a job that names them and a
+    profile (synthetic: it says nothing of partition sizes, so only the files can)."""
+    from gnnsched.datasets import load_dataset, partition_graph
+
+    root = tmp_path_factory.mktemp("cora2-plan")
+    parts = root / "parts"
+    partition_graph(load_dataset("cora"), 2, parts, method="metis", seed=0)
+    job = root / "job.yaml"
+    job.write_text(f"name: cora2\ndataset: cora\nnum_parts: 2\npartitions: {parts}\n"
+                   "trainers: 2\nbatch_size: 8\nfanouts: [10, 25]\nepochs: 1\n")
+    cost = root / "cost.json"
+    synthetic_profile(2, seeds_per_part=70, batch_size=8, fanouts=(10, 25),
+                      feature_dim=1433).save(cost)
+    return {"root": root, "parts": parts, "job": job, "cost": cost}
+
+
+def _cluster(path: Path, store_gb: float) -> Path:
+    path.write_text(f"""name: stores-{store_gb}
+machines:
+  - {{name: store0, cpus: 2, memory_gb: {store_gb}, nic_gbps: 0.1, partitions: [0], roles: [store]}}
+  - {{name: store1, cpus: 2, memory_gb: {store_gb}, nic_gbps: 0.1, partitions: [1], roles: [store]}}
+  - {{name: gpu0, cpus: 4, memory_gb: 8, nic_gbps: 0.1, gpus: [{{kind: t4, memory_gb: 16}}]}}
+  - {{name: gpu1, cpus: 4, memory_gb: 8, nic_gbps: 0.1, gpus: [{{kind: t4, memory_gb: 16}}]}}
+""")
+    return path
+
+
+def _plan_cli(*args: str | Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gnnsched", "plan", "--budget", "2",
+                           *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+def test_partition_bytes_are_the_files_a_store_loads(cora2: dict[str, Path]) -> None:
+    from gnnsched import api
+
+    sizes = api.partition_bytes(cora2["parts"])
+    assert len(sizes) == 2
+    for p, b in enumerate(sizes):
+        files = (cora2["parts"] / f"part{p}").iterdir()
+        assert b == sum(f.stat().st_size for f in files)
+        assert b > 1433 * 4 * 1300  # at least the features of its ~1300-1400 nodes
+
+
+def test_plan_refuses_stores_that_cannot_hold_their_partitions(cora2: dict[str, Path]) -> None:
+    """memory_gb: 0.001 on the stores, 8 MB partitions: a clear error, no traceback, no
+    plan; with 0.02 it plans, and records where the sizes came from."""
+    root = cora2["root"]
+    out = root / "tiny-plan.json"
+    res = _plan_cli("--cluster", _cluster(root / "tiny.yaml", 0.001), "--job", cora2["job"],
+                    "--cost", cora2["cost"], "--out", out)
+    assert res.returncode == 2, res.stdout + res.stderr
+    err = res.stderr
+    assert "Traceback" not in err and not out.exists()
+    assert "machines[0].memory_gb: store store0 cannot hold its partitions" in err
+    assert "partition 0 needs 8." in err and " MB of memory" in err
+    assert f"measured on the partition files in {cora2['parts']}" in err
+    assert "store0 has memory_gb: 0.001 (1 MB)" in err and "nor can store1" in err
+    assert "valid: memory_gb: 0.00" in err and "or more on store0" in err
+    assert "more partitions (num_parts:" in err
+
+    res = _plan_cli("--cluster", _cluster(root / "roomy.yaml", 0.02), "--job", cora2["job"],
+                    "--cost", cora2["cost"], "--out", out, "--json")
+    assert res.returncode == 0, res.stderr
+    made = json.loads(out.read_text())["predicted"]["made_for"]
+    assert str(cora2["parts"]) in made["part_bytes_from"]
+
+
+def test_plan_partitions_flag_and_the_profile_estimate(cora2: dict[str, Path]) -> None:
+    """A job without `partitions`: --partitions DIR gives the real sizes; without it a
+    profile that knows the graph's size gives an estimate, and says so."""
+    from gnnsched import api
+    from gnnsched.profile import CostProfile
+
+    root = cora2["root"]
+    job = root / "job-noparts.yaml"
+    job.write_text("\n".join(line for line in cora2["job"].read_text().splitlines()
+                             if not line.startswith("partitions:")) + "\n")
+    tiny = _cluster(root / "tiny.yaml", 0.001)
+    res = _plan_cli("--cluster", tiny, "--job", job, "--cost", cora2["cost"],
+                    "--partitions", cora2["parts"], "--out", root / "p.json")
+    assert res.returncode == 2 and "measured on the partition files" in res.stderr
+    prof = CostProfile.load(cora2["cost"])
+    prof.meta.update(num_nodes=2708, num_edges=10556)
+    with pytest.raises(SpecError, match=r"store store0 cannot hold .* estimated from the "
+                                        r"profile \(2,708 nodes"):
+        api.plan_problem(tiny, job, prof, partitions=None)
+
+
+def test_train_refuses_a_plan_whose_stores_cannot_hold_the_partitions(
+        cora2: dict[str, Path]) -> None:
+    """A plan written by hand (or before this check) for the tiny cluster: refused before
+    anything is launched."""
+    from gnnsched import api
+    from gnnsched.plan import Plan, TrainerPlan
+
+    cluster = load_cluster(_cluster(cora2["root"] / "tiny.yaml", 0.001))
+    plan = Plan("hand", cluster.name, cluster.fingerprint(), (
+        TrainerPlan(0, "gpu0", 0, (0,), (("gpu0", 1),), "gpu0"),
+        TrainerPlan(1, "gpu1", 0, (1,), (("gpu1", 1),), "gpu1")))
+    with pytest.raises(SpecError, match="store store0 cannot hold its partitions"):
+        api.prepare(cluster, cora2["job"], plan, verb="train", need_profile=False,
+                    any_job=True)
+
+
+def test_usage_names_what_fills_a_host(cora2: dict[str, Path]) -> None:
+    """The plan-level check (stores plus processes) says what takes the memory."""
+    from gnnsched import api
+    from gnnsched.placement.placer import usage
+    from gnnsched.plan import Plan, TrainerPlan
+
+    cl = cora2["root"] / "small-gpu.yaml"
+    cl.write_text(_cluster(cl, 0.02).read_text().replace("memory_gb: 8", "memory_gb: 0.3"))
+    pb = api.plan_problem(cl, cora2["job"], cora2["cost"])
+    cluster = pb.cluster
+    plan = Plan("hand", cluster.name, cluster.fingerprint(), (
+        TrainerPlan(0, "gpu0", 0, (0,), (("gpu0", 2),), "gpu0"),
+        TrainerPlan(1, "gpu1", 0, (1,), (("gpu1", 1),), "gpu1")))
+    probs = usage(pb, plan).problems
+    assert probs and probs[0].startswith("gpu0: needs ")
+    assert "trainers" in probs[0] and "samplers" in probs[0]
+    assert "has memory_gb: 0.3 (300 MB)" in probs[0]

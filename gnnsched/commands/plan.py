@@ -3,7 +3,12 @@
 Prints where each task runs, the predicted epoch time of this plan and of every baseline
 (colocation, greedy, random) scored by the same simulator, the lower bound no placement can
 beat (CP-SAT's proven bound on the most loaded resource, times the iterations of an epoch),
-and the bottleneck resource. Writes the plan as JSON (``--out``) and optionally a picture.
+and why: the most loaded resource and the longest dependency chain per iteration, both
+computed on the mini-batches the simulator draws, so neither exceeds the simulated iteration.
+Every store must hold its partitions in ``memory_gb`` (their real sizes from ``--partitions``,
+the job's ``partitions`` or its cached partitions, else the profile's estimate): a cluster
+where one cannot is refused, naming the host, the partitions and the bytes. Writes the plan as
+JSON (``--out``) and optionally a picture.
 The plan records the job fields its placement depends on (``job_key``: batch size, fan-outs,
 model, dataset, trainers, ...): ``gnnsched train`` and ``simulate`` refuse it for a job where
 any of them differs, naming them (``--any-job`` uses it anyway).
@@ -26,6 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cost", default=None,
                    help="cost profile from `gnnsched profile` (default: synthetic, for jobs "
                    "on synthetic graphs)")
+    p.add_argument("--partitions", default=None, metavar="DIR",
+                   help="partition directory whose real sizes every store's memory_gb is "
+                   "checked against (default: the job's `partitions`, else its cached "
+                   "partitions when they exist, else the profile's estimate)")
     from gnnsched.placement.placer import placers
 
     p.add_argument("--placer", default="gnnsched", choices=sorted(placers()),
@@ -130,14 +139,12 @@ def why(pr: dict[str, Any], prefetch: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from gnnsched import api
-    from gnnsched.placement import Problem
-    from gnnsched.profile import profile_for
 
+    parts = getattr(args, "partitions", None)
     plan = api.plan(args.cluster, args.job, args.cost, placer=args.placer, seed=args.seed,
-                    budget=args.budget)
+                    budget=args.budget, partitions=parts)
     plan.save(args.out)
-    cluster, job = api.load_pair(args.cluster, args.job)
-    problem = Problem(cluster, job, profile_for(job, args.cost))
+    problem = api.plan_problem(args.cluster, args.job, args.cost, partitions=parts)
     if args.plot:
         from gnnsched.placement.plot import draw
 
