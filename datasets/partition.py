@@ -12,17 +12,31 @@ Node ids: DGL renumbers nodes so each part owns a contiguous range of *new* ids.
 ``orig_nids.npy`` (as DGL returns it) maps new id -> original id; ``node_part.npy`` maps
 original id -> part. Edges are owned by the part of their destination node (DGL stores the
 in-edges of its inner nodes, with the sources outside the part as halo nodes).
+
+METIS: the node -> part assignment is computed here (:func:`metis_assignment`, METIS k-way
+through the METIS C library that ``pymetis`` ships, seeded) and handed to DGL, which writes the
+files. DGL's own METIS call cannot be made reproducible: it hard-codes METIS's "drop edges"
+coarsening, whose median-weight lookup reads past the filled part of a work array
+(uninitialised heap memory; valgrind flags ``CreateCoarseGraph``), so the same graph gives a
+different assignment from call to call, and it passes no seed. Same graph + same seed -> same
+assignment and the same part contents (every file but DGL's ``graph.dgl`` is byte-identical;
+DGL writes stray memory bytes into that file's headers, so its checksum differs run to run).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
+import importlib
 import io
 import json
+import os
 import re
 import shutil
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
@@ -155,6 +169,163 @@ def _count_unique_per_part(part_of: np.ndarray, other: np.ndarray, n: int, k: in
     return np.bincount(keys[first] // n, minlength=k)
 
 
+# --------------------------------------------------------------------------------------
+# METIS, reproducibly
+
+
+_METIS_LOCK = threading.Lock()  # METIS draws from libc rand(): one process-wide stream
+_METIS: dict[str, Any] = {}
+
+
+def _metis() -> dict[str, Any]:
+    """The METIS C API from the library pymetis ships (loaded once).
+
+    ``pymetis.part_graph`` always passes one balancing constraint, so the C functions are
+    called directly (ctypes, zero-copy int64 arrays): that gives the multi-constraint balance
+    DGL uses and full control of the options (seed)."""
+    if _METIS:
+        return _METIS
+    try:
+        from importlib.metadata import version
+
+        import pymetis._internal as internal
+    except ImportError:
+        raise SpecError("partition", "method", "METIS partitioning needs the pymetis package",
+                        "pip install pymetis, or method='random'") from None
+    if internal._idx_type_width() != 64:
+        raise SpecError("partition", "method", f"pymetis's METIS uses "
+                        f"{internal._idx_type_width()}-bit indices", "a 64-bit build of pymetis")
+    lib = ctypes.CDLL(internal.__file__)
+    lib.METIS_SetDefaultOptions.argtypes = [ctypes.c_void_p]
+    lib.METIS_SetDefaultOptions.restype = ctypes.c_int
+    lib.METIS_PartGraphKway.argtypes = [ctypes.c_void_p] * 13
+    lib.METIS_PartGraphKway.restype = ctypes.c_int
+    _METIS.update(lib=lib, nopts=int(internal.Options._len()), idx=internal.options_indices,
+                  cut=int(internal.ObjType.CUT), library=f"pymetis {version('pymetis')}")
+    return _METIS
+
+
+@contextlib.contextmanager
+def _stdout_fd_captured(sink: list[str]):
+    """METIS printf()s its complaints ("too many parts") to file descriptor 1, below Python's
+    sys.stdout: keep them out of stdout (``--json``) and hand them to the caller."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 1)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+            tmp.seek(0)
+            sink.append(tmp.read().decode(errors="replace"))
+
+
+def metis_vertex_weights(num_nodes: int, dst: np.ndarray, node_types: np.ndarray | None = None,
+                         balance_edges: bool = True) -> np.ndarray | None:
+    """METIS balancing constraints, as ``dgl.partition.metis_partition_assignment`` builds
+    them: one 0/1 column per value of ``node_types`` (balances e.g. training seeds), then with
+    ``balance_edges`` the in-degree of the nodes of each type (of all nodes when there are no
+    types), so each part holds about as many edges. Shape ``[num_nodes, ncon]``; None: no
+    constraint but the node count."""
+    cols: list[np.ndarray] = []
+    indeg = np.bincount(np.asarray(dst, dtype=np.int64), minlength=num_nodes).astype(np.int64)
+    if node_types is not None:
+        types = np.asarray(node_types)
+        kinds = np.unique(types)
+        cols += [(types == t).astype(np.int64) for t in kinds]
+        if balance_edges:
+            cols += [np.where(types == t, indeg, 0) for t in kinds]
+    elif balance_edges:
+        cols.append(indeg)
+    return np.stack(cols, axis=1) if cols else None
+
+
+def metis_assignment(src: np.ndarray, dst: np.ndarray, num_nodes: int, num_parts: int, *,
+                     vwgt: np.ndarray | None = None, seed: int = 0,
+                     messages: list[str] | None = None) -> np.ndarray:
+    """Node -> part (int64) with METIS k-way edge-cut minimisation on the symmetrised graph
+    (self-loops and duplicate edges dropped), balancing the columns of ``vwgt``.
+
+    Deterministic: the same graph, ``vwgt`` and ``seed`` give the same assignment, and the
+    seed decides it. METIS seeds libc's ``srand``, for which 0 and 1 are the same stream, so
+    METIS is handed ``seed + 1``. ``messages`` collects what METIS printed."""
+    if num_parts == 1 or num_nodes == 0:
+        return np.zeros(num_nodes, dtype=np.int64)
+    metis = _metis()
+    n = int(num_nodes)
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    keep = src != dst
+    key = np.unique(np.concatenate([src[keep] * n + dst[keep], dst[keep] * n + src[keep]]))
+    rows, adjncy = np.divmod(key, n)
+    del key
+    xadj = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=xadj[1:])
+    del rows
+    adjncy = np.ascontiguousarray(adjncy, dtype=np.int64)
+    weights = None
+    ncon = 1
+    if vwgt is not None:
+        weights = np.ascontiguousarray(np.asarray(vwgt, dtype=np.int64).reshape(n, -1))
+        ncon = weights.shape[1]
+    idx = metis["idx"]
+    options = np.full(metis["nopts"], -1, dtype=np.int64)
+    metis["lib"].METIS_SetDefaultOptions(options.ctypes.data)
+    options[idx.OBJTYPE] = metis["cut"]  # minimise the edge cut, as DGL asks
+    options[idx.SEED] = int(seed) + 1
+    scalars = np.array([n, ncon, int(num_parts), 0], dtype=np.int64)  # nvtxs ncon nparts objval
+    part = np.zeros(n, dtype=np.int64)
+    addr = scalars.ctypes.data
+    printed: list[str] = []
+    with _METIS_LOCK, _stdout_fd_captured(printed):
+        ret = metis["lib"].METIS_PartGraphKway(
+            addr, addr + 8, xadj.ctypes.data, adjncy.ctypes.data,
+            None if weights is None else weights.ctypes.data, None, None, addr + 16,
+            None, None, options.ctypes.data, addr + 24, part.ctypes.data)
+    said = " ".join(line.strip(" *\t") for line in "".join(printed).splitlines() if line.strip())
+    if messages is not None and said:
+        messages.append(said)
+    if ret != 1:  # METIS_OK
+        kind = {-2: "input error", -3: "out of memory"}.get(ret, f"error {ret}")
+        raise RuntimeError(f"METIS failed ({kind})" + (f": {said}" if said else ""))
+    return part
+
+
+@contextlib.contextmanager
+def _dgl_takes_assignment(assigned: np.ndarray | None, num_parts: int):
+    """While ``dgl.distributed.partition_graph`` runs, its METIS step returns ``assigned``
+    instead of calling DGL's METIS (which cannot be seeded or repeated, see the module
+    docstring). DGL 2.1 looks the function up in its ``dgl.distributed.partition`` module
+    at call time; if it was not called (another DGL), the run fails instead of silently
+    using DGL's METIS."""
+    if assigned is None:
+        yield
+        return
+    import torch
+
+    module = importlib.import_module("dgl.distributed.partition")
+    original = module.metis_partition_assignment
+    calls: list[int] = []
+
+    def take(g: Any, k: int, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if g.num_nodes() != assigned.shape[0] or k != num_parts:
+            raise RuntimeError(f"DGL asked METIS for {k} parts of {g.num_nodes()} nodes, "
+                               f"not {num_parts} of {assigned.shape[0]}")
+        calls.append(k)
+        return torch.from_numpy(assigned)
+
+    module.metis_partition_assignment = take
+    try:
+        yield
+    finally:
+        module.metis_partition_assignment = original
+    if num_parts > 1 and not calls:
+        raise RuntimeError("this DGL did not ask for the METIS assignment (gnnsched needs "
+                           "DGL 2.1's partition_graph)")
+
+
 def partition_graph(
     graph: Graph,
     num_parts: int,
@@ -172,12 +343,12 @@ def partition_graph(
     ``method`` is ``"metis"`` (min edge cut; with ``balance_edges`` it also balances
     in-degrees, with ``balance_train`` the training seeds, so each trainer's share of seeds
     is even) or ``"random"`` (uniform node assignment: the worst-case baseline).
-    ``seed`` seeds DGL's RNG, so random assignment is reproducible. DGL's bundled METIS is
-    not bit-reproducible: repeated runs on the same graph occasionally return a different
-    (equally good: edge cut within ~0.01) assignment, with or without vertex weights and
-    whatever libc/OpenMP seeding is done. So partition once and reuse the directory; the
-    checksums in ``gnnsched.json`` make sure later runs see exactly those files. DGL's
-    progress prints are swallowed unless ``quiet=False``.
+    ``seed`` decides the assignment for both methods: it seeds METIS (see
+    :func:`metis_assignment`; DGL writes the files from that assignment) and DGL's RNG for
+    random assignment. The same graph and seed give the same node -> part map and the same
+    part contents, in any process; ``gnnsched.json`` records the seed (and for METIS the
+    library, seed and constraints it was run with). DGL's progress prints and METIS's
+    complaints are swallowed unless ``quiet=False``.
     """
     from gnnsched.compat import dgl
 
@@ -202,19 +373,40 @@ def partition_graph(
     t0 = time.perf_counter()
     g = graph.to_dgl()
     name = _graph_name(graph.name)
-    balance_ntypes = None
+    train_types = None
     if method == "metis" and balance_train and graph.train_mask.any():
-        import torch
-
-        balance_ntypes = torch.from_numpy(graph.train_mask.astype(np.int64))
-    dgl.seed(seed)  # seeds random assignment; METIS ignores it (see the docstring)
+        train_types = graph.train_mask.astype(np.int64)
+    dgl.seed(seed)  # seeds random assignment
     sink: Any = io.StringIO() if quiet else sys.stderr  # never pollute stdout (CLI --json)
     t_dgl = time.perf_counter()
+    assigned: np.ndarray | None = None
+    metis_meta: dict[str, Any] | None = None
     try:
-        with contextlib.redirect_stdout(sink):
+        if method == "metis":
+            vwgt = metis_vertex_weights(graph.num_nodes, graph.dst, train_types,
+                                        balance_edges=balance_edges)
+            said: list[str] = []
+            assigned = metis_assignment(graph.src, graph.dst, graph.num_nodes, num_parts,
+                                        vwgt=vwgt, seed=seed, messages=said)
+            for line in said:
+                print(f"METIS: {line}", file=sink)
+            empty = np.flatnonzero(np.bincount(assigned, minlength=num_parts) == 0)
+            if empty.size:
+                raise RuntimeError(f"METIS left part(s) {', '.join(map(str, empty))} empty "
+                                   "and DGL's format cannot hold an empty part"
+                                   + (f" (METIS: {said[0]})" if said else ""))
+            kinds = [] if train_types is None else [
+                "train" if t else "not_train" for t in np.unique(train_types)]
+            balanced = [f"nodes:{k}" for k in kinds] or ["nodes"]
+            if balance_edges:
+                balanced += [f"in_degree:{k}" for k in kinds] or ["in_degree"]
+            metis_meta = {"library": _metis()["library"] if num_parts > 1 else None,
+                          "seed": seed + 1 if num_parts > 1 else None,  # as METIS got it
+                          "ncon": 1 if vwgt is None else int(vwgt.shape[1]),
+                          "balanced": balanced}
+        with contextlib.redirect_stdout(sink), _dgl_takes_assignment(assigned, num_parts):
             orig_nids_t, _ = dgl.distributed.partition_graph(
                 g, name, num_parts, str(out), part_method=method,
-                balance_ntypes=balance_ntypes,
                 balance_edges=balance_edges and method == "metis",
                 return_mapping=True,
             )
@@ -236,6 +428,9 @@ def partition_graph(
     node_part = np.empty(n, dtype=np.int32)
     for p, (lo, hi) in enumerate(node_ranges):
         node_part[orig_nids[lo:hi]] = p
+    if assigned is not None and not np.array_equal(node_part, assigned):
+        raise RuntimeError(f"DGL wrote partitions in {out} that differ from the METIS "
+                           "assignment it was handed")
     part_nodes = [int(hi - lo) for lo, hi in node_ranges]
     part_edges = [int(hi - lo) for lo, hi in edge_ranges]
 
@@ -273,6 +468,7 @@ def partition_graph(
         "dataset": graph.name, "graph_name": name, "dgl_config": config.name,
         "num_nodes": n, "num_edges": m, "num_parts": num_parts, "method": method,
         "seed": seed, "balance_edges": balance_edges, "balance_train": balance_train,
+        "metis": metis_meta,
         "feature_dim": graph.feature_dim, "num_classes": graph.num_classes,
         "split": graph.meta.get("split", 0),
         "edge_cut": report.edge_cut, "cut_edges": cut_edges,
