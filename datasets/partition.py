@@ -468,7 +468,7 @@ def partition_graph(
         "dataset": graph.name, "graph_name": name, "dgl_config": config.name,
         "num_nodes": n, "num_edges": m, "num_parts": num_parts, "method": method,
         "seed": seed, "balance_edges": balance_edges, "balance_train": balance_train,
-        "metis": metis_meta,
+        "metis": metis_meta, "normalize": graph.meta.get("normalize", "none"),
         "feature_dim": graph.feature_dim, "num_classes": graph.num_classes,
         "split": graph.meta.get("split", 0),
         "edge_cut": report.edge_cut, "cut_edges": cut_edges,
@@ -719,7 +719,9 @@ def run_partition(args: Any) -> int:
     """CLI body of ``gnnsched partition``: load, partition, print the table (or JSON).
 
     ``args`` needs ``dataset``, ``parts``, ``out``, ``method``, ``data_dir``, ``feature_dim``,
-    ``seed``, ``split`` and ``json``; missing attributes take the defaults. An optional
+    ``seed``, ``split``, ``normalize`` and ``json``; missing attributes take the defaults
+    (``normalize``: ``none``; the features are scaled as a job's ``features.normalize`` says,
+    and the partitions record it, so a job asking for another scaling is refused). An optional
     ``synthetic`` (dict, or ``"num_nodes=100000,avg_degree=10"``) sets generator parameters
     when ``dataset`` is ``synthetic``.
     """
@@ -737,6 +739,7 @@ def run_partition(args: Any) -> int:
         args.dataset, data_dir=getattr(args, "data_dir", None),
         split=getattr(args, "split", 0) or 0, feature_dim=getattr(args, "feature_dim", None),
         seed=getattr(args, "seed", 0) or 0, synthetic=synthetic or None,
+        normalize=getattr(args, "normalize", None) or "none",
     )
     load_seconds = time.perf_counter() - t0
     report = partition_graph(

@@ -1,11 +1,15 @@
-"""`gnnsched partition` is reproducible (issue 25).
+"""`gnnsched partition` is reproducible and records how features were scaled (issue 25).
 
-METIS: the same graph and ``--seed`` give the same node -> part assignment and the same part
-contents, in one process and across processes; the seed is what decides the assignment.
+METIS: the same graph and ``--seed`` give the same node -> part assignment and byte-identical
+part files, in one process and across processes; the seed is what decides the assignment.
+``--normalize``: the features are scaled before they are written, the partition meta records
+it, and a job that asks for another scaling is refused by ``check_made_for``.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import subprocess
 import sys
@@ -14,9 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gnnsched.datasets import load_dataset, open_partitions, partition_graph
+from gnnsched.datasets import load_dataset, open_partitions, partition_graph, run_partition
+from gnnsched.datasets.cache import check_made_for
 from gnnsched.datasets.partition import metis_assignment, metis_vertex_weights
-from gnnsched.spec import SpecError
+from gnnsched.spec import JobSpec, SpecError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,3 +108,57 @@ def test_empty_metis_parts_are_refused(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="could not partition") as err:
         partition_graph(tiny, 8, tmp_path / "tiny", method="metis")
     assert err.value.field == "num_parts"
+
+
+def _cli(tmp_path: Path, name: str, normalize: str | None) -> Path:
+    out = tmp_path / name
+    args = argparse.Namespace(dataset="cora", parts=2, out=str(out), method="random", seed=0,
+                              split=0, json=True, data_dir=None, feature_dim=None)
+    if normalize is not None:
+        args.normalize = normalize
+    assert run_partition(args) == 0
+    return out
+
+
+def test_normalize_row_is_applied_and_recorded(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    out = _cli(tmp_path, "row", "row")
+    json.loads(capsys.readouterr().out)  # stdout still holds only the JSON report
+    pset = open_partitions(out)
+    assert pset.meta["normalize"] == "row" and pset.meta["dataset_meta"]["normalize"] == "row"
+    full = pset.full_graph()
+    sums = np.abs(full.features).sum(axis=1)
+    nonzero = sums > 0
+    assert nonzero.mean() > 0.99
+    np.testing.assert_allclose(sums[nonzero], 1.0, rtol=1e-5)
+    raw = load_dataset("cora")
+    assert not np.allclose(np.abs(raw.features).sum(axis=1)[nonzero], 1.0)  # Cora: 0/1 words
+
+    check_made_for(JobSpec(dataset="cora", num_parts=2, normalize="row"), out, pset.meta)
+    for other in ("none", "standard"):
+        with pytest.raises(SpecError, match="normalised 'row'") as err:
+            check_made_for(JobSpec(dataset="cora", num_parts=2, normalize=other), out, pset.meta)
+        assert err.value.field == "features.normalize"
+
+
+def test_normalize_defaults_to_none(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = _cli(tmp_path, "plain", None)
+    capsys.readouterr()
+    meta = open_partitions(out).meta
+    assert meta["normalize"] == "none" and meta["dataset_meta"]["normalize"] == "none"
+    check_made_for(JobSpec(dataset="cora", num_parts=2), out, meta)
+    with pytest.raises(SpecError, match="features.normalize|normalised"):
+        check_made_for(JobSpec(dataset="cora", num_parts=2, normalize="row"), out, meta)
+
+
+def test_cli_flag_parses_and_is_checked() -> None:
+    from gnnsched.commands import partition as cmd
+
+    p = argparse.ArgumentParser()
+    cmd.add_arguments(p)
+    args = p.parse_args(["cora", "--parts", "2", "--out", ".", "--normalize", "standard"])
+    assert args.normalize == "standard"
+    assert p.parse_args(["cora", "--parts", "2", "--out", "."]).normalize == "none"
+    with pytest.raises(SystemExit):
+        p.parse_args(["cora", "--parts", "2", "--out", ".", "--normalize", "l2"])
+    assert "METIS" in p.format_help() or "metis" in p.format_help()

@@ -1,8 +1,9 @@
-"""Partition a graph with METIS (DGL's built-in) or at random into DGL's distributed format.
+"""Partition a graph with METIS (seeded) or at random into DGL's distributed format.
 
 The output directory holds DGL's ``NAME.json`` and per-part graph/feature files (so real
 DistDGL loads the same partitions) plus ``gnnsched.json`` with the node-to-part map, edge cut,
-balance and checksums.
+balance, seed, feature scaling and checksums. The same input and ``--seed`` give the same
+partitions.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from gnnsched.commands import (
     parts_int,
     seed_int,
 )
+from gnnsched.spec import NORMALIZE
 
 HELP = "partition a dataset (METIS or random) into DGL's distributed partition format"
 
@@ -27,13 +29,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parts", type=parts_int, required=True, help="number of partitions")
     p.add_argument("--out", type=output_dir, required=True, help="output directory")
     p.add_argument("--method", choices=("metis", "random"), default="metis",
-                   help="partitioning algorithm")
+                   help="partitioning algorithm: metis (few cut edges, parts balanced in "
+                   "nodes, training nodes and edges) or random (the worst-case baseline)")
     p.add_argument("--data-dir", type=input_dir, default=None,
                    help="folder of .npz graphs (default: $GNNSCHED_DATA_DIR, ../shared/datasets)")
     p.add_argument("--feature-dim", type=feature_dim_int, default=None,
                    help="project features to this width (seeded random projection)")
     p.add_argument("--split", type=nonneg_int, default=0, help="which of the dataset's splits")
-    p.add_argument("--seed", type=seed_int, default=0, help="seed for random partitioning")
+    p.add_argument("--normalize", choices=NORMALIZE, default="none",
+                   help="scale node features before they are written, as a job's "
+                   "features.normalize: row divides each row by the sum of its absolute values "
+                   "(raw counts become frequencies), standard gives each column zero mean and "
+                   "unit variance; recorded in the partitions, so a job that asks for another "
+                   "scaling is refused")
+    p.add_argument("--seed", type=seed_int, default=0,
+                   help="seed for METIS and for random partitioning, and for --feature-dim's "
+                   "projection: the same input and seed give the same partitions")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
