@@ -1,8 +1,10 @@
 """Baseline placers: what gnnsched is measured against.
 
-* ``colocation`` — DistDGL: every store machine runs its own partitions' trainer and samplers;
-  where that is impossible (no device, no room) the trainer moves to the nearest machine with
-  a free device, and the plan says colocation was infeasible.
+* ``colocation`` — DistDGL: every store machine runs its own partitions' trainer and samplers
+  (with fewer trainers than stores, a trainer per group of neighbouring stores, on one of
+  them); where no store of a trainer's partitions can host it (roles, no GPU, no room) it
+  moves to the machine with the best link, and the plan says colocation is infeasible here
+  and why.
 * ``random`` — a seeded, feasible, uniformly drawn placement: the floor any placer must beat.
 * ``greedy`` — HEFT-style list placement: trainer tasks in order of work, each to the device
   (and sampler host) where, given what is already placed, it finishes earliest.
@@ -20,6 +22,7 @@ from gnnsched.placement.placer import (
     Problem,
     bundle_parts,
     fill_samplers,
+    fmt_bytes,
     is_feasible,
     main_store,
     register,
@@ -52,6 +55,29 @@ class Ledger:
         gpus = self.pb.cluster.machines[m].gpus
         ok = [d for d in self.devices.get(m, []) if gpus[d].memory >= need]
         return max(ok, key=lambda d: (gpus[d].speed, -d)) if ok else None
+
+    def why_not(self, m: int, parts: Sequence[int]) -> str:
+        """Why :meth:`device_for` finds no device for a trainer of `parts` on machine `m`."""
+        pb = self.pb
+        mach = pb.cluster.machines[m]
+        if not mach.can("train"):
+            return f"may not train (roles: {', '.join(mach.roles)})"
+        if not mach.gpus:
+            return "has no GPU"
+        c = pb.cost(parts)
+        gpu_need = pb.trainer_gpu_bytes(c)
+        if all(g.memory < gpu_need for g in mach.gpus):
+            return (f"has no GPU with the {fmt_bytes(gpu_need)} a trainer needs (model and two "
+                    f"mini-batches; largest: {fmt_bytes(max(g.memory for g in mach.gpus))})")
+        if self.cores[m] < 1:
+            return f"has no core left for a trainer ({mach.cpus} cpus, all taken)"
+        host_need = pb.trainer_host_bytes(c)
+        if self.memory[m] < host_need:
+            return (f"has {fmt_bytes(max(self.memory[m], 0.0))} of memory left after what it "
+                    f"stores and runs, a trainer needs {fmt_bytes(host_need)} (process, model "
+                    f"copy, {pb.job.prefetch} prefetched mini-batches)")
+        return (f"has no free GPU: its {len(mach.gpus)} GPU(s) already run trainers of other "
+                "partitions")
 
     def take_trainer(self, m: int, d: int, parts: Sequence[int]) -> None:
         self.devices[m].remove(d)
@@ -90,7 +116,13 @@ def _sampler_host(ledger: Ledger, problem: Problem, prefer: Sequence[int],
 
 @register("colocation")
 class Colocation(Placer):
-    """DistDGL semantics: each store machine trains on its own partitions, with its samplers."""
+    """DistDGL semantics: each store machine trains on its own partitions, with its samplers.
+
+    A trainer runs on a store holding its partitions (with fewer trainers than stores, on one
+    of its group's stores); only where none of them can host it (roles, no GPU, no room) does
+    it move to the machine with the best link from its store, and then the plan says
+    colocation is infeasible here and why (``colocation_feasible``).
+    """
 
     def place_problem(self, problem: Problem, *, seed: int = 0,
                       budget: float | None = None) -> Plan:
@@ -100,27 +132,30 @@ class Colocation(Placer):
         # DistDGL: every store trains on its own partitions (seeds split over its trainers)
         groups = store_groups(problem, W)
         if W < len(stores):
-            notes.append(f"{len(stores)} store machines but only {W} trainers: stores are "
-                         "grouped, so not every store trains on its own data")
+            notes.append(f"{len(stores)} store machines but only {W} trainers: neighbouring "
+                         "stores share a trainer, which runs on one of them")
         if len(groups) < W:
             raise SpecError(problem.job.source, "trainers",
                             f"colocation runs at most one trainer per partition of a store: "
                             f"{len(groups)} here, the job asks for {W}",
                             "use another placer or fewer trainers")
         ledger = Ledger(problem)
-        homes: list[tuple[int, int]] = []
-        # first pass: trainers that fit on their own store machine
+        homes = [_homes(problem, s, parts) for s, parts in groups]
+        # first pass: trainers that fit on a store of their own partitions
         placed: dict[int, tuple[int, int]] = {}
-        for i, (s, parts) in enumerate(groups):
-            d = ledger.device_for(s, parts)
-            if d is not None:
-                ledger.take_trainer(s, d, parts)
-                placed[i] = (s, d)
-        # second pass: the rest go to the nearest machine with a free device
+        for i, (_, parts) in enumerate(groups):
+            for h in homes[i]:
+                d = ledger.device_for(h, parts)
+                if d is not None:
+                    ledger.take_trainer(h, d, parts)
+                    placed[i] = (h, d)
+                    break
+        # second pass: the rest go to the machine with the best link from their store
         for i, (s, parts) in enumerate(groups):
             if i in placed:
                 continue
-            why = self._why(problem, s)
+            why = "; ".join(f"store {problem.names[h]} {ledger.why_not(h, parts)}"
+                            for h in homes[i])
             best = None
             for m in range(problem.M):
                 d = ledger.device_for(m, parts)
@@ -138,27 +173,25 @@ class Colocation(Placer):
             _, m, d = best
             ledger.take_trainer(m, d, parts)
             placed[i] = (m, d)
-            notes.append(f"colocation infeasible: store {problem.names[s]} {why}; its trainer "
-                         f"(partitions {_span(parts)}) runs on {problem.names[m]}")
+            notes.append(f"colocation infeasible: {why}; its trainer (partitions "
+                         f"{_span(parts)}) runs on {problem.names[m]}")
         trainers = []
         for i, (s, parts) in enumerate(groups):
             m, d = placed[i]
-            homes.append((s, m))
             S = _sampler_host(ledger, problem, [s, m], parts)
             ledger.take_sampler(S, parts)
             trainers.append(_trainer(i, problem, m, d, parts, S))
-        feasible = W >= len(stores) and all(s == m for s, m in homes)
+        feasible = all(placed[i][0] in homes[i] for i in range(len(groups)))
         plan = problem.make_plan("colocation", trainers, notes, colocation_feasible=feasible)
         return fill_samplers(problem, plan)
 
-    @staticmethod
-    def _why(problem: Problem, s: int) -> str:
-        m = problem.cluster.machines[s]
-        if not m.can("train"):
-            return "may not train (roles)"
-        if not m.gpus:
-            return "has no GPU"
-        return "has no free GPU with room (devices, memory or cores taken)"
+
+def _homes(problem: Problem, s: int, parts: Sequence[int]) -> list[int]:
+    """The stores holding `parts`, `s` (the group's first) first, then by partitions held."""
+    held: dict[int, int] = {}
+    for p in parts:
+        held[problem.store_of[p]] = held.get(problem.store_of[p], 0) + 1
+    return sorted(held, key=lambda m: (m != s, -held[m], m))
 
 
 def _span(parts: Sequence[int]) -> str:

@@ -416,6 +416,11 @@ class GnnschedPlacer(Placer):
 # ---------------------------------------------------------------------- plan + compare
 
 
+def _trainer_places(plan: Plan) -> set[tuple]:
+    """Where a plan's trainers run, on which parts, gathering where (samplers aside)."""
+    return {(t.machine, t.device, tuple(sorted(t.parts)), t.fetch_at) for t in plan.trainers}
+
+
 def iteration_floor(problem: Problem, plan: Plan, seed: int = 0, simulated: bool = True
                     ) -> dict[str, float | str]:
     """Why a plan takes the time it does: per-iteration floors of its predicted epoch.
@@ -497,6 +502,8 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
                **iteration_floor(problem, bp, seed, simulated)}
         if "colocation_feasible" in bp.predicted:
             row["colocation_feasible"] = bp.predicted["colocation_feasible"]
+        if name == "colocation" and _trainer_places(bp) == _trainer_places(plan):
+            pred["same_as_colocation"] = True
         if bp.notes:
             row["notes"] = list(bp.notes[:3]) + ([f"... {len(bp.notes) - 3} more like these"]
                                                  if len(bp.notes) > 3 else [])

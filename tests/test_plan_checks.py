@@ -15,7 +15,7 @@ from gnnsched.placement import Problem, get_placer
 from gnnsched.placement.placer import simulator_scorer
 from gnnsched.placement.search import iteration_floor, plan_and_compare
 from gnnsched.profile import synthetic_profile
-from gnnsched.spec import SpecError, job_from_dict, load_cluster
+from gnnsched.spec import SpecError, cluster_from_dict, job_from_dict, load_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = ROOT / "gnnsched" / "evaluation" / "shapes"
@@ -225,3 +225,64 @@ def test_usage_names_what_fills_a_host(cora2: dict[str, Path]) -> None:
     assert probs and probs[0].startswith("gpu0: needs ")
     assert "trainers" in probs[0] and "samplers" in probs[0]
     assert "has memory_gb: 0.3 (300 MB)" in probs[0]
+
+
+# ---------------------------------------------------------------------- item 9: colocation
+
+
+@pytest.mark.parametrize("trainers", [2, 4])
+def test_colocation_is_feasible_on_the_plentiful_shape(trainers: int) -> None:
+    """Every host stores a partition and has a GPU: colocation runs there (DistDGL does, with
+    2 trainers on paired stores too), so `plan` must not call it infeasible."""
+    from gnnsched.commands.plan import table
+
+    pb = _shape_problem("plentiful", trainers, 200)
+    colo = get_placer("colocation").place_problem(pb)
+    assert colo.predicted["colocation_feasible"] is True
+    assert not any("infeasible" in n for n in colo.notes)
+    for t in colo.trainers:  # on a store of its own partitions
+        assert t.machine in {pb.names[pb.store_of[p]] for p in t.parts}
+    plan = plan_and_compare(pb, "greedy", seed=0, budget=2.0)
+    text = table(pb, plan)
+    assert "infeasible" not in text
+    assert "feasible: every trainer runs on a store of its partitions" in text
+
+
+def test_colocation_infeasible_only_where_a_store_cannot_host_its_trainer() -> None:
+    """One plentiful host without the memory for a trainer beside its partition: colocation
+    is infeasible there, and the note says which store and why (not a generic guess)."""
+    from gnnsched.commands.plan import table
+
+    cluster = load_cluster(SHAPES / "plentiful.yaml")
+    data = cluster.to_dict()
+    data["machines"][0]["memory_gb"] = 0.2  # h0: less than one trainer process needs
+    spare = {**data["machines"][3], "name": "g4", "partitions": []}  # a GPU host, no data
+    data["machines"].append(spare)
+    small = cluster_from_dict(data)
+    pb0 = _shape_problem("plentiful", 4, 200)
+    pb = Problem(small, pb0.job, pb0.profile)
+    colo = get_placer("colocation").place_problem(pb)
+    assert colo.predicted["colocation_feasible"] is False
+    (note,) = [n for n in colo.notes if "infeasible" in n]
+    assert note.startswith("colocation infeasible: store h0 has ")
+    assert "of memory left after what it stores and runs, a trainer needs" in note
+    assert note.endswith("its trainer (partitions 0) runs on g4")
+    text = table(pb, plan_and_compare(pb, "greedy", seed=0, budget=2.0))
+    assert "infeasible here: a trainer cannot run on a store of its data" in text
+
+    # with 2 trainers h0 shares its trainer with a neighbouring store, which runs it: that
+    # store holds the trainer's data too, so colocation is still feasible
+    pb2 = Problem(small, _shape_problem("plentiful", 2, 200).job, pb0.profile)
+    colo = get_placer("colocation").place_problem(pb2)
+    assert colo.predicted["colocation_feasible"] is True
+    assert 0 in colo.trainers[0].parts and colo.trainers[0].machine != "h0"
+    for t in colo.trainers:
+        assert t.machine in {pb2.names[pb2.store_of[p]] for p in t.parts}
+
+    data["machines"][0]["memory_gb"] = 8
+    data["machines"][1]["gpus"] = [{"kind": "tiny", "speed": 1.0, "memory_gb": 1e-6}]
+    pb = Problem(cluster_from_dict(data), pb0.job, pb0.profile)
+    colo = get_placer("colocation").place_problem(pb)
+    assert colo.predicted["colocation_feasible"] is False
+    assert any("store h1 has no GPU with the" in n and "a trainer needs" in n
+               for n in colo.notes)

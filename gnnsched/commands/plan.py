@@ -83,16 +83,17 @@ def table(problem: Any, plan: Any) -> str:
     lines.append("predicted epoch time")
     base = pr.get("baselines", {})
     colo = base.get("colocation", {}).get("epoch_time_s")
-    entries = [(plan.placer, ep, "this plan")]
+    entries = [(plan.placer, ep, "this plan" + (" (trainers placed as colocation places them)"
+                                                if pr.get("same_as_colocation") else ""))]
     for name, row in base.items():
         if "error" in row:
             entries.append((name, None, f"cannot place: {row['error']}"))
             continue
         note = ""
         if row.get("colocation_feasible") is False:
-            note = "not every store trains on its own data here (see notes)"
+            note = "infeasible here: a trainer cannot run on a store of its data (see notes)"
         elif row.get("colocation_feasible"):
-            note = "every store trains on its own partitions"
+            note = "feasible: every trainer runs on a store of its partitions"
         entries.append((name, row["epoch_time_s"], note))
     for name, t, note in entries:
         if t is None:
