@@ -23,7 +23,9 @@ def check_made_for(job: JobSpec, path: Path, meta: dict) -> None:
     trained on the directory's."""
     redo = (f"re-partition: `gnnsched partition {job.dataset} --parts {job.num_parts} "
             f"--split {job.split}" + (f" --feature-dim {job.feature_dim}"
-                                      if job.feature_dim else "") + " --out DIR`")
+                                      if job.feature_dim else "")
+            + (f" --normalize {job.normalize}" if job.normalize != "none" else "")
+            + " --out DIR`")
     held = int(meta.get("split", 0) or 0)
     if held != job.split:
         raise SpecError(job.source, "split",
@@ -33,8 +35,7 @@ def check_made_for(job: JobSpec, path: Path, meta: dict) -> None:
     if scaled != job.normalize:
         raise SpecError(job.source, "features.normalize",
                         f"is {job.normalize} but {path} holds features normalised {scaled!r}",
-                        f"normalize: {scaled}, or re-partition with --normalize "
-                        f"{job.normalize}")
+                        f"normalize: {scaled}, or {redo}")
     width = meta.get("feature_dim")
     if job.feature_dim is not None and width is not None and int(width) != job.feature_dim:
         raise SpecError(job.source, "feature_dim",

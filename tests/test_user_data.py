@@ -146,3 +146,20 @@ def test_reference_from_the_cli_on_own_data(two_splits: Path, tmp_path: Path,
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["trainer_parts"] == [[0], [1]]
     assert 0.0 < out["test_accuracy"] <= 1.0 and len(out["train_loss"]) == 1
+
+
+def test_partition_writes_beside_the_user_without_out(two_splits: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's quick path: ``gnnsched partition my.npz --parts 2`` (no ``--out``) writes
+    ``parts/my-2`` in the working directory, the job's ``normalize`` recorded, and a job
+    asking for other scaling is told the exact command that would fit it."""
+    from gnnsched.cli import main as cli_main
+
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["partition", str(two_splits), "--parts", "2", "--method", "random",
+                     "--normalize", "row", "--json"]) == 0
+    out = tmp_path / "parts" / "mine-2"
+    assert open_partitions(out).meta["dataset_meta"]["normalize"] == "row"
+    with pytest.raises(SpecError, match=r"--normalize standard --out DIR"):
+        partitions_for(_job(two_splits, partitions=str(out),
+                            features={"normalize": "standard"}), quiet=True)

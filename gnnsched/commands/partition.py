@@ -9,6 +9,7 @@ partitions.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from gnnsched.commands import (
     feature_dim_int,
@@ -27,7 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dataset", help="bundled name (cora), NAME of a file in --data-dir, a path "
                    "to an .npz of the shared schema, or 'synthetic'")
     p.add_argument("--parts", type=parts_int, required=True, help="number of partitions")
-    p.add_argument("--out", type=output_dir, required=True, help="output directory")
+    p.add_argument("--out", type=output_dir, default=None,
+                   help="output directory (default: parts/NAME-PARTS, NAME the dataset's "
+                        "name or file stem)")
     p.add_argument("--method", choices=("metis", "random"), default="metis",
                    help="partitioning algorithm: metis (few cut edges, parts balanced in "
                    "nodes, training nodes and edges) or random (the worst-case baseline)")
@@ -51,4 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from gnnsched.datasets.partition import run_partition
 
+    if args.out is None:
+        stem = Path(args.dataset).stem if args.dataset.endswith(".npz") else args.dataset
+        args.out = str(Path("parts") / f"{stem}-{args.parts}")
     return int(run_partition(args) or 0)
