@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from gnnsched.runtime.ledger import section
 from gnnsched.runtime.role import Role
 from gnnsched.runtime.store import Holds, StoreClient
 from gnnsched.runtime.transport import BULK, BULK_OUT, Channel, Kind, Message, MessageError
@@ -68,9 +69,10 @@ class Gather:
         out = np.empty((len(nodes), self.dim), dtype=np.float32)
         job = _Job(trainer, seq, out, set())
         self.jobs[key] = job
-        machine = self.part_store[self.node_part[nodes]] if len(nodes) else nodes
-        for m in np.unique(machine).tolist():
-            idx = np.nonzero(machine == m)[0]
+        with section("work:split"):  # the input nodes by owning store
+            machine = self.part_store[self.node_part[nodes]] if len(nodes) else nodes
+            split = [(m, np.nonzero(machine == m)[0]) for m in np.unique(machine).tolist()]
+        for m, idx in split:
 
             def write(msg: Message, idx: np.ndarray = idx, out: np.ndarray = out) -> None:
                 rows = msg.arrays["feats"]
@@ -78,11 +80,14 @@ class Gather:
                     raise MessageError(f"FEAT_CHUNK.feats: {rows.shape[1]} columns, expected "
                                        f"{out.shape[1]}")
                 s = msg["start"]
-                out[idx[s:s + len(rows)]] = rows
+                with section("copy:scatter"):
+                    out[idx[s:s + len(rows)]] = rows
 
+            with section("copy:ids"):
+                ids = nodes[idx]
             req = self.stores.request(int(m), Kind.FEAT_REQ, {
                 "trainer": trainer, "seq": seq, "src_machine": self.machine_index},
-                nodes[idx], len(idx), len(idx), write)
+                ids, len(idx), len(idx), write)
             job.reqs.add(req)
             self.owner[req] = key
         if not job.reqs:
@@ -151,7 +156,9 @@ class Fetcher(Role):
             poller.register(s, zmq.POLLIN)
         while not self.stopping:
             left = self.held.left()
-            events = dict(poller.poll(200 if left is None else int(min(200, 1 + left * 1e3))))
+            with section("wait:poll"):
+                events = dict(poller.poll(200 if left is None
+                                          else int(min(200, 1 + left * 1e3))))
             self.expire_holds()
             for sock in events:
                 if sock is self.control.sock:
@@ -169,7 +176,9 @@ class Fetcher(Role):
                         except MessageError as exc:
                             self.log(f"rejected a message: {exc}")
                             continue
-                        self.gather.start(msg["trainer"], msg["seq"], msg.arrays["nodes"].copy())
+                        with section("copy:ids"):
+                            nodes = msg.arrays["nodes"].copy()
+                        self.gather.start(msg["trainer"], msg["seq"], nodes)
                 else:
                     self.gather.handle(sock)
             self.doing = f"gathering {self.gather.in_flight} mini-batch(es)" \

@@ -48,6 +48,7 @@ from typing import Any, ClassVar
 
 import zmq
 
+from gnnsched.runtime import ledger
 from gnnsched.runtime.transport import (
     CONTROL,
     STATS,
@@ -192,7 +193,8 @@ class Role:
         if op == "stop":
             self.stopping = True
             return
-        self.on_control(body)
+        with ledger.section("other:control"):
+            self.on_control(body)
 
     def poll_control(self) -> None:
         """Handle every queued coordinator message (never blocks)."""
@@ -233,6 +235,7 @@ class Role:
         heard = [time.monotonic()]
 
         def watch() -> None:
+            ledger.name_thread("other:heartbeat")
             try:
                 beat_loop()
             except zmq.ZMQError:  # the process is closing its sockets: nothing to watch
@@ -268,6 +271,7 @@ class Role:
         threading.Thread(target=watch, name="heartbeat", daemon=True).start()
 
     def main(self) -> int:
+        ledger.start_thread("main")
         self.watchdog(self.args.orphan_timeout)
         try:
             self.event("hello", role=self.role, id=self.args.id, machine=self.args.machine,
@@ -279,9 +283,12 @@ class Role:
                 self.event("ready", **self.ready_fields())
                 self.log(f"ready {time.monotonic() - _BORN:.2f} s after start")
                 self.peers = self.wait_for("start", self.args.start_timeout)
+            ledger.begin_run()  # the CPU ledger covers the run, not imports and loading
             if not self.stopping:
-                self.run()
-            self.event("stats", **STATS.to_dict(), cpu_s=time.process_time(), **self.stats())
+                with ledger.section("other:loop"):  # the loops' own code, outside any section
+                    self.run()
+            self.event("stats", **STATS.to_dict(), cpu_s=time.process_time(), **self.stats(),
+                       ledger=ledger.report())
             return 0
         except Exception as exc:  # report, then exit non-zero: the coordinator aborts the run
             tb = traceback.format_exc()

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from gnnsched.runtime.ledger import section
 from gnnsched.runtime.role import Role, seed_of
 from gnnsched.runtime.store import PartGraph, StoreClient, load_parts
 from gnnsched.runtime.transport import BULK_OUT, Channel, Kind, Message, MessageError
@@ -76,15 +77,20 @@ def sample_blocks(seeds: np.ndarray, fanouts: list[int], node_part: np.ndarray,
     dst_nodes = np.asarray(seeds, dtype=np.int64)
     layers: list[tuple[np.ndarray, np.ndarray, int, int]] = []
     for layer in reversed(range(len(fanouts))):
-        owner = node_part[dst_nodes]
-        requests = {}
-        for p in np.unique(owner).tolist():
-            requests[int(p)] = (dst_nodes[owner == p], int(fanouts[layer]),
-                                seed_of(job_seed, trainer, seq, layer, p))
+        with section("work:split"):  # the frontier by owning partition
+            owner = node_part[dst_nodes]
+            requests = {}
+            for p in np.unique(owner).tolist():
+                requests[int(p)] = (dst_nodes[owner == p], int(fanouts[layer]),
+                                    seed_of(job_seed, trainer, seq, layer, p))
         edges = sample_parts(requests)
-        src = np.concatenate([edges[p][0] for p in sorted(edges)] or [np.zeros(0, np.int64)])
-        dst = np.concatenate([edges[p][1] for p in sorted(edges)] or [np.zeros(0, np.int64)])
-        src_nodes, s_loc, d_loc = compact(dst_nodes, src, dst)
+        with section("copy:concat"):
+            src = np.concatenate([edges[p][0] for p in sorted(edges)]
+                                 or [np.zeros(0, np.int64)])
+            dst = np.concatenate([edges[p][1] for p in sorted(edges)]
+                                 or [np.zeros(0, np.int64)])
+        with section("work:compact"):
+            src_nodes, s_loc, d_loc = compact(dst_nodes, src, dst)
         layers.insert(0, (s_loc, d_loc, len(src_nodes), len(dst_nodes)))
         dst_nodes = src_nodes
     return SampledBatch(np.asarray(seeds, dtype=np.int64), dst_nodes, layers)
@@ -130,6 +136,7 @@ class Sampler(Role):
         self.batch: Message | None = None
         self.sampled = 0
         self.busy_s = 0.0
+        self.sample_cpu_s = 0.0  # CPU of this thread in sample_blocks (every hop, all of it)
 
     def run(self) -> None:
         peers = self.peers
@@ -159,7 +166,8 @@ class Sampler(Role):
         self.timeout = float(self.config.get("request_timeout", 120.0))
         self.doing = "idle (no batch assigned)"
         while not self.stopping:  # the coordinator sends BATCH when this sampler may start
-            events = dict(self.poller.poll(200))
+            with section("wait:idle"):
+                events = dict(self.poller.poll(200))
             if self.control.sock in events:
                 self.poll_control()
             if self.batch is not None and not self.stopping:
@@ -183,13 +191,16 @@ class Sampler(Role):
         if len(seeds) and (seeds.min() < 0 or seeds.max() >= len(self.node_part)):
             raise MessageError("BATCH.seeds: node id outside the graph")
         fanouts = self.eval_fanouts if seq in self.evaluated else self.fanouts
+        cpu0 = time.thread_time()
         batch = sample_blocks(seeds, fanouts, self.node_part, self.job_seed, trainer, seq,
                               self.sample_parts)
         sample_s = time.monotonic() - t0
+        self.sample_cpu_s += time.thread_time() - cpu0
         # Tell the coordinator first: the policy must learn a batch's sizes before any of its
         # transfers is queued (the feature requests this message triggers).
-        owner = np.asarray(self.part_store)[self.node_part[batch.input_nodes]]
-        counts = np.bincount(owner, minlength=len(self.config["machines"]))
+        with section("other:sizes"):
+            owner = np.asarray(self.part_store)[self.node_part[batch.input_nodes]]
+            counts = np.bincount(owner, minlength=len(self.config["machines"]))
         self.event("sampled", trainer=trainer, seq=seq, sample_s=sample_s,
                    input_nodes=len(batch.input_nodes), edges=batch.num_edges,
                    block_bytes=16 * batch.num_edges, machine=self.machine_index,
@@ -199,7 +210,9 @@ class Sampler(Role):
         ints = {"trainer": trainer, "seq": seq, "epoch": job["epoch"], "phase": job["phase"],
                 "index": job["index"], "sampler": int(self.args.id),
                 "sample_us": int(sample_s * 1e6)}
-        self.to_trainer[trainer].send(block_message(batch, job.arrays["labels"], ints))
+        with section("serialise:block"):
+            block = block_message(batch, job.arrays["labels"], ints)
+        self.to_trainer[trainer].send(block)
         if trainer in self.to_fetcher:
             self.to_fetcher[trainer].send(Message(Kind.FETCH_REQ, {"trainer": trainer,
                                                                    "seq": seq},
@@ -220,14 +233,17 @@ class Sampler(Role):
             got[p] = []
 
             def keep(msg: Message, p: int = p) -> None:
-                got[p].append((msg["start"], msg.arrays["src"].copy(), msg.arrays["dst"].copy()))
+                with section("copy:chunk"):
+                    got[p].append((msg["start"], msg.arrays["src"].copy(),
+                                   msg.arrays["dst"].copy()))
 
             max_total = len(nodes) * fanout if fanout > 0 else MAX_EDGES
             req = self.stores.request(self.part_store[p], Kind.SAMPLE_REQ, {
                 "trainer": trainer, "seq": seq, "layer": 0, "part": p, "fanout": fanout,
                 "seed": seed, "src_machine": self.machine_index}, nodes, -1, max_total, keep)
             waiting[req] = p
-        out = {p: self.parts[p].sample(*r) for p, r in requests.items() if p in self.parts}
+        with section("work:sample"):
+            out = {p: self.parts[p].sample(*r) for p, r in requests.items() if p in self.parts}
         deadline = time.monotonic() + self.timeout
         while waiting:
             if self.stopping:
@@ -237,17 +253,21 @@ class Sampler(Role):
                 lost = sorted({self.part_store[p] for p in waiting.values()})
                 raise TimeoutError(f"{self.name}: no sampling answer from store machine(s) "
                                    f"{lost} within {self.timeout:.0f} s")
-            events = dict(self.poller.poll(int(min(left, 1.0) * 1000)))
+            with section("wait:stores"):
+                events = dict(self.poller.poll(int(min(left, 1.0) * 1000)))
             for sock in events:
                 if sock is self.control.sock:
                     self.poll_control()
                 else:
                     for req in self.stores.handle(sock):
                         waiting.pop(req, None)
-        for p, chunks in got.items():
-            chunks.sort(key=lambda c: c[0])
-            out[p] = (np.concatenate([c[1] for c in chunks]) if chunks else np.zeros(0, np.int64),
-                      np.concatenate([c[2] for c in chunks]) if chunks else np.zeros(0, np.int64))
+        with section("copy:concat"):
+            for p, chunks in got.items():
+                chunks.sort(key=lambda c: c[0])
+                out[p] = (np.concatenate([c[1] for c in chunks]) if chunks
+                          else np.zeros(0, np.int64),
+                          np.concatenate([c[2] for c in chunks]) if chunks
+                          else np.zeros(0, np.int64))
         return out
 
     @property
@@ -255,7 +275,8 @@ class Sampler(Role):
         return self._key
 
     def stats(self) -> dict[str, Any]:
-        return {"sampled": self.sampled, "busy_s": self.busy_s}
+        return {"sampled": self.sampled, "busy_s": self.busy_s,
+                "sample_cpu_s": round(self.sample_cpu_s, 6)}
 
     def close(self) -> None:
         for ch in [*getattr(self, "to_trainer", {}).values(),

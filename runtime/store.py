@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from gnnsched.runtime.ledger import section
 from gnnsched.runtime.role import Role
 from gnnsched.runtime.transport import (
     BULK,
@@ -483,6 +484,7 @@ class Store(Role):
         self.local_bytes = self.remote_bytes = 0
         self.served = {"sample": 0, "feat": 0}
         self.rejected = 0
+        self.send_full = 0  # sends refused because the receiver's pipe was full (retried)
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.control.sock, zmq.POLLIN)
@@ -492,7 +494,8 @@ class Store(Role):
         while not self.stopping:
             left = self.nic.hold_left()
             wait = 2 if self.nic.full else 50 if left is None else min(50, 1 + left * 1e3)
-            events = dict(poller.poll(int(wait)))
+            with section("wait:poll"):
+                events = dict(poller.poll(int(wait)))
             if self.sock in events:
                 for _ in range(64):  # drain a burst before sending more
                     try:
@@ -515,7 +518,8 @@ class Store(Role):
             self.flush_events()
             last = time.monotonic()
             self.waits["send"] += last - now
-            state = self.nic.stall()
+            with section("other:nic"):
+                state = self.nic.stall()
 
     def handle(self, peer: bytes | None, msg: Message) -> None:
         assert peer is not None
@@ -536,15 +540,19 @@ class Store(Role):
                 raise MessageError(f"SAMPLE_REQ.part: partition {part} is not on this store")
             if msg["fanout"] != -1 and msg["fanout"] < 1:
                 raise MessageError(f"SAMPLE_REQ.fanout: {msg['fanout']} (valid: -1 or >= 1)")
-            src, dst = self.parts[part].sample(nodes, msg["fanout"], msg["seed"])
-            chunks, sizes = chunked(Kind.SAMPLE_CHUNK, msg["req"], {"src": src, "dst": dst},
-                                    16, self.chunk_bytes)
+            with section("work:sample"):
+                src, dst = self.parts[part].sample(nodes, msg["fanout"], msg["seed"])
+            with section("serialise:chunk"):
+                chunks, sizes = chunked(Kind.SAMPLE_CHUNK, msg["req"],
+                                        {"src": src, "dst": dst}, 16, self.chunk_bytes)
             kind = "struct"
             self.served["sample"] += 1
         else:
-            rows = self.gather(nodes)
-            chunks, sizes = chunked(Kind.FEAT_CHUNK, msg["req"], {"feats": rows},
-                                    rows.shape[1] * rows.itemsize, self.chunk_bytes)
+            with section("work:gather"):
+                rows = self.gather(nodes)
+            with section("serialise:chunk"):
+                chunks, sizes = chunked(Kind.FEAT_CHUNK, msg["req"], {"feats": rows},
+                                        rows.shape[1] * rows.itemsize, self.chunk_bytes)
             kind = "feat"
             self.served["feat"] += 1
         dst = msg["src_machine"]
@@ -581,7 +589,8 @@ class Store(Role):
     def pump(self) -> None:
         self.nic.next_round()
         while True:
-            nxt = self.nic.next_chunk()
+            with section("other:nic"):
+                nxt = self.nic.next_chunk()
             if nxt is None:
                 return
             t, msg, size = nxt
@@ -589,6 +598,7 @@ class Store(Role):
                 self.data.send(msg, t.peer, flags=zmq.NOBLOCK, remote=not t.local)
             except zmq.Again:  # its pipe is full: send to others, retry it next round
                 self.nic.unsend(t, msg, size)
+                self.send_full += 1
                 continue
             except zmq.ZMQError as exc:  # the receiver is gone: drop what was for it
                 self.log(f"dropping transfers to {t.peer!r}: {exc}")
@@ -633,6 +643,7 @@ class Store(Role):
             self.log("NIC queue: " + ", ".join(f"{k} {v:.2f} s" for k, v in waits.items()))
         return {"local_bytes": getattr(self, "local_bytes", 0),
                 "served": getattr(self, "served", {}), "rejected": getattr(self, "rejected", 0),
+                "send_full": getattr(self, "send_full", 0),
                 "waits_s": waits}
 
     def close(self) -> None:

@@ -53,7 +53,9 @@ import numpy as np
 import torch
 import zmq
 
+from gnnsched.runtime import ledger
 from gnnsched.runtime.fetcher import Gather
+from gnnsched.runtime.ledger import section
 from gnnsched.runtime.model import Block, build_model
 from gnnsched.runtime.role import PHASES, Role, seeds_hash
 from gnnsched.runtime.step import (
@@ -96,7 +98,8 @@ def blocks_of(msg: Message) -> list[Block]:
         if i and msg[f"num_src{i}"] != msg[f"num_dst{i - 1}"]:
             raise MessageError(f"BLOCK.layer{i}: {ns} sources but layer {i - 1} has {nd} "
                                "destinations")
-        out.append(Block(torch.from_numpy(src.copy()), torch.from_numpy(dst.copy()), ns, nd))
+        with section("copy:blocks"):
+            out.append(Block(torch.from_numpy(src.copy()), torch.from_numpy(dst.copy()), ns, nd))
     if out and out[0].num_src != len(msg.arrays["input_nodes"]):
         raise MessageError("BLOCK.input_nodes: does not match the first layer's sources")
     if out and out[-1].num_dst != len(msg.arrays["seeds"]):
@@ -126,7 +129,7 @@ class Inbox(threading.Thread):
 
     # ---------------------------------------------------------------- main-thread API
     def get(self, seq: int, timeout: float) -> Batch:
-        with self.cond:
+        with section("wait:batch"), self.cond:
             ok = self.cond.wait_for(lambda: seq in self.ready or self.error is not None
                                     or self.stopped, timeout)
             if self.error is not None:
@@ -140,17 +143,22 @@ class Inbox(threading.Thread):
             return self.ready.pop(seq)
 
     def send(self, op: str, **fields: Any) -> None:
-        self.outbox.put({"op": op, **fields})
-        self.wake_tx.send(b"", flags=zmq.NOBLOCK)
+        with section("rpc:events"):  # to the I/O thread, which sends it to the coordinator
+            self.outbox.put({"op": op, **fields})
+            self.wake_tx.send(b"", flags=zmq.NOBLOCK)
 
     # ---------------------------------------------------------------- I/O thread
     def run(self) -> None:
+        ledger.start_thread("inbox")
         try:
-            self.loop()
+            with section("other:loop"):
+                self.loop()
         except BaseException as exc:  # surfaced to the main thread by get()
             with self.cond:
                 self.error = exc
                 self.cond.notify_all()
+        finally:
+            ledger.finish_thread()
 
     def loop(self) -> None:
         t = self.t
@@ -162,18 +170,20 @@ class Inbox(threading.Thread):
         for s in socks:
             poller.register(s, zmq.POLLIN)
         while not self.abort.is_set():
-            events = dict(poller.poll(200))
+            with section("wait:poll"):
+                events = dict(poller.poll(200))
             for sock in events:
                 if sock is t.data_sock:
                     self.drain(self.on_data)
                 elif sock is t.control.sock:
                     t.poll_control()
                 elif sock is self.wake_rx:
-                    while True:
-                        try:
-                            self.wake_rx.recv(zmq.NOBLOCK)
-                        except zmq.Again:
-                            break
+                    with section("rpc:events"):
+                        while True:
+                            try:
+                                self.wake_rx.recv(zmq.NOBLOCK)
+                            except zmq.Again:
+                                break
                 else:
                     gather.handle(sock)
             while True:  # forward the main thread's events
@@ -196,7 +206,9 @@ class Inbox(threading.Thread):
 
     def _stop_when_told(self, poller: zmq.Poller) -> None:
         while not self.t.stopping and not self.abort.is_set():
-            if self.t.control.sock in dict(poller.poll(200)):
+            with section("wait:poll"):
+                ready = dict(poller.poll(200))
+            if self.t.control.sock in ready:
                 self.t.poll_control()
             else:  # drain anything else so peers never block on us
                 self.drain(lambda msg: None)
@@ -254,9 +266,11 @@ class Inbox(threading.Thread):
             raise MessageError(f"{self.t.name}: features of batch {seq} have shape "
                                f"{feats.shape}, blocks need "
                                f"({len(msg.arrays['input_nodes'])}, {self.t.feature_dim})")
-        batch = Batch(seq, msg["phase"], msg.arrays["seeds"].copy(),
-                      msg.arrays["labels"].copy(), blocks_of(msg),
-                      feats if feats.flags.writeable else feats.copy(),
+        blocks = blocks_of(msg)
+        with section("copy:batch"):
+            seeds, labels = msg.arrays["seeds"].copy(), msg.arrays["labels"].copy()
+            feats = feats if feats.flags.writeable else feats.copy()
+        batch = Batch(seq, msg["phase"], seeds, labels, blocks, feats,
                       msg["sample_us"] / 1e6, fetch_s)
         with self.cond:
             self.ready[seq] = batch
@@ -368,7 +382,8 @@ class Trainer(Role):
     def run(self) -> None:
         cfg, peers = self.config, self.peers
         t0 = time.monotonic()
-        self.init_dist()
+        with section("rpc:init_dist"):
+            self.init_dist()
         self.log(f"torch.distributed ({peers.get('backend')}) up in {time.monotonic() - t0:.2f} s")
         model, opt = self.model, self.opt
         if self.world > 1:
@@ -415,9 +430,10 @@ class Trainer(Role):
             wait_s = time.monotonic() - t0
             self.doing = f"{PHASES[phase]} step {seq} (epoch {epoch}, batch {index})"
             self.inbox.send("started", trainer=self.rank, seq=seq)  # opens the prefetch window
-            x = torch.from_numpy(batch.feats).to(self.device, non_blocking=True)
-            y = torch.from_numpy(batch.labels).to(self.device)
-            blocks = [b.to(self.device) for b in batch.blocks]
+            with section("copy:to_device"):
+                x = torch.from_numpy(batch.feats).to(self.device, non_blocking=True)
+                y = torch.from_numpy(batch.labels).to(self.device)
+                blocks = [b.to(self.device) for b in batch.blocks]
             rec: dict[str, Any] = {"trainer": self.rank, "seq": seq, "epoch": epoch,
                                    "phase": PHASES[phase], "index": index, "n": len(batch.seeds),
                                    "seeds": seeds_hash(batch.seeds), "wait_s": wait_s,
@@ -425,38 +441,46 @@ class Trainer(Role):
                                    "input_nodes": int(batch.feats.shape[0])}
             t1, cpu1 = time.monotonic(), time.process_time()
             if phase == 0:
-                out, loss = forward_backward(model, blocks, x, y, opt, loss_fn,
-                                             int(job["seed"]), self.rank, seq)
-                self.sync()
+                with section("work:forward_backward"):
+                    out, loss = forward_backward(model, blocks, x, y, opt, loss_fn,
+                                                 int(job["seed"]), self.rank, seq)
+                    self.sync()
                 self.stretch(time.process_time() - cpu1)
                 t2, reached = time.monotonic(), time.time()
                 if self.grad_first:  # stores hold traffic into this machine meanwhile
                     self.inbox.send("allreduce", trainer=self.rank, seq=seq, on=True,
                                     bytes=self.grad_volume(model))
                 self.doing = f"all-reducing step {seq} (epoch {epoch})"
-                self.allreduce(model)
-                self.sync()
+                with section("rpc:allreduce"):  # the barrier: waiting for the others included
+                    self.allreduce(model)
+                    self.sync()
                 t3 = time.monotonic()
                 if self.grad_first:
                     self.inbox.send("allreduce", trainer=self.rank, seq=seq, on=False)
-                opt.step()
-                self.sync()
+                with section("work:optimizer"):
+                    opt.step()
+                    self.sync()
                 rec.update(loss=float(loss.detach()), allreduce_s=t3 - t2, barrier_at=reached,
                            train_s=(t2 - t1) + (time.monotonic() - t3))
             else:
-                out = evaluate(model, blocks, x)
-                self.sync()
+                with section("work:evaluate"):
+                    out = evaluate(model, blocks, x)
+                    self.sync()
                 self.stretch(time.process_time() - cpu1)
                 rec.update(train_s=time.monotonic() - t1, allreduce_s=0.0)
-                pred, prob = predictions(out)  # the coordinator scores the whole phase
-                rec.update(y=batch.labels.tolist(), pred=pred.tolist(),
-                           prob=None if prob is None else prob.tolist())
-            rec["correct"] = count_correct(out, y)
+                with section("work:evaluate"):
+                    pred, prob = predictions(out)  # the coordinator scores the whole phase
+                with section("serialise:results"):
+                    rec.update(y=batch.labels.tolist(), pred=pred.tolist(),
+                               prob=None if prob is None else prob.tolist())
+            with section("work:accuracy"):
+                rec["correct"] = count_correct(out, y)
             epoch_end = seq == last_train.get(epoch)
             if phase == 0 and self.rank == 0 and (epoch_end or (every and (index + 1) % every
                                                                 == 0)):
                 self.doing = f"checkpointing step {seq} (epoch {epoch})"
-                self.checkpoint(model, opt, epoch, seq, epoch_end)
+                with section("other:checkpoint"):
+                    self.checkpoint(model, opt, epoch, seq, epoch_end)
             self.inbox.send("trained", **rec)
         self.doing = "done: waiting for stop"
         self.inbox.send("done", trainer=self.rank)
@@ -467,7 +491,8 @@ class Trainer(Role):
 
     def stretch(self, compute: float) -> None:
         if self.emulate and 0 < self.speed < 1:
-            time.sleep(compute * (1.0 / self.speed - 1.0))
+            with section("wait:emulated_speed"):
+                time.sleep(compute * (1.0 / self.speed - 1.0))
 
     def checkpoint(self, model: torch.nn.Module, opt: torch.optim.Optimizer, epoch: int,
                    seq: int, epoch_end: bool = True) -> None:

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from gnnsched.runtime.ledger import section
 from gnnsched.runtime.qos import BULK_TOS
 
 MAGIC = b"GNSH"
@@ -305,7 +306,8 @@ def decode(frames: list[Any], *, max_bytes: int = DEFAULT_MAX_MESSAGE,
 
 def ctrl(op: str, **fields: Any) -> Message:
     """A control message: a JSON object ``{"op": op, **fields}``."""
-    blob = json.dumps({"op": op, **fields}, separators=(",", ":")).encode()
+    with section("serialise:json"):
+        blob = json.dumps({"op": op, **fields}, separators=(",", ":")).encode()
     if len(blob) > MAX_CTRL_BYTES:
         raise MessageError(f"CTRL {op}: {len(blob)} bytes > {MAX_CTRL_BYTES}")
     return Message(Kind.CTRL, {}, {"json": np.frombuffer(blob, dtype=np.uint8)})
@@ -317,7 +319,8 @@ def ctrl_body(msg: Message, peer: str = "peer") -> dict[str, Any]:
     if raw.nbytes > MAX_CTRL_BYTES:
         raise MessageError(f"CTRL from {peer}: json: {raw.nbytes} bytes > {MAX_CTRL_BYTES}")
     try:
-        body = json.loads(raw.tobytes())
+        with section("serialise:json"):
+            body = json.loads(raw.tobytes())
     except (ValueError, RecursionError) as exc:  # bad UTF-8 / JSON, or absurdly deep nesting
         raise MessageError(f"CTRL from {peer}: json: not valid JSON "
                            f"({type(exc).__name__}: {str(exc)[:200]})") from None
@@ -530,20 +533,26 @@ class Channel:
 
     def send(self, msg: Message, identity: bytes | None = None, *, flags: int = 0,
              remote: bool | None = None) -> int:
-        frames = encode(msg)
+        with section("serialise:encode"):
+            frames = encode(msg)
         if self.router:
             if identity is None:
                 raise ValueError(f"{self.name}: ROUTER send needs a peer identity")
             frames = [identity, *frames]
-        self.sock.send_multipart(frames, flags=flags, copy=False)
+        with section("rpc:send"):
+            self.sock.send_multipart(frames, flags=flags, copy=False)
         nbytes = sum(_nbytes(f) for f in (frames[1:] if self.router else frames))
         self.stats.add(msg.kind, nbytes, self.remote if remote is None else remote)
         return nbytes
 
     def recv_frames(self, timeout: float | None) -> list[zmq.Frame]:
-        if timeout is not None and not self.sock.poll(int(max(timeout, 0) * 1000), zmq.POLLIN):
-            raise TransportTimeout(f"{self.name}: no message within {timeout:.1f} s")
-        return self.sock.recv_multipart(copy=False)
+        if timeout is not None:
+            with section("wait:recv"):
+                ready = self.sock.poll(int(max(timeout, 0) * 1000), zmq.POLLIN)
+            if not ready:
+                raise TransportTimeout(f"{self.name}: no message within {timeout:.1f} s")
+        with section("rpc:recv"):
+            return self.sock.recv_multipart(copy=False)
 
     def recv(self, timeout: float | None, expect: tuple[Kind, ...] | None = None
              ) -> tuple[bytes | None, Message]:
@@ -560,12 +569,14 @@ class Channel:
             ident = bytes(_frame_bytes(frames[0]))
             frames = frames[1:]
         peer = f"{self.name}[{ident.decode(errors='replace')}]" if ident else self.name
-        return ident, decode(frames, max_bytes=self.max_bytes, expect=expect, peer=peer)
+        with section("serialise:decode"):
+            return ident, decode(frames, max_bytes=self.max_bytes, expect=expect, peer=peer)
 
     def recv_now(self) -> tuple[bytes | None, Message] | None:
         """A message if one is queued, else None (never blocks)."""
         try:
-            frames = self.sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+            with section("rpc:recv"):
+                frames = self.sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
         except zmq.Again:
             return None
         return self.decode(frames)
