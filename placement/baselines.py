@@ -304,8 +304,9 @@ def greedy_plan(problem: Problem, bundles: Sequence[Sequence[int]],
     order = sorted(range(len(bundles)), key=lambda b: (-work(bundles[b]), b))
     ledger = Ledger(problem)
     chosen: dict[int, tuple[int, int, int]] = {}
-    for b in order:
+    for pos, b in enumerate(order):
         parts = bundles[b]
+        left = len(order) - pos - 1  # trainers still to place after this one
         c = problem.cost(parts)
         home = main_store(problem, parts)
         local = set(c.feat_from) | set(c.struct_from)
@@ -317,39 +318,48 @@ def greedy_plan(problem: Problem, bundles: Sequence[Sequence[int]],
         far_max = max((out_s[m] + v for m, v in far_o.items()), default=0.0)
         far_in = sum(c.feat_from.values()) + sum(c.struct_from.values())
         best = None
-        for T in sorted(ledger.devices):
-            d = ledger.device_for(T, parts)
-            if d is None:
-                continue
-            speed = cl.machines[T].gpus[d].speed
-            starved = ledger.cores[T] - 1 < 2 * max(1, len(ledger.devices[T]))
-            for S in dict.fromkeys([T, home] if starved or not problem.can_sample[T]
-                                   else [T]):
-                reserve = 1 if S == T else 0
-                if not ledger.can_sample(S, parts, reserve):
+        # a sampler elsewhere keeps a core for every trainer still to come on that machine's
+        # free GPUs (else it may take the last core a later trainer needs); only if that
+        # leaves this trainer no option, the reserve goes and any machine may sample for it
+        for keep in (True, False):
+            if best is not None:
+                break
+            for T in sorted(ledger.devices):
+                d = ledger.device_for(T, parts)
+                if d is None:
                     continue
-                share = max(1, int(gpus_on[S]) if S == T else 2)
-                n = max(1, min(MAX_SAMPLERS, (ledger.cores[S] - reserve) // share))
-                if S == T and T not in local:
-                    add_o = {T: ar_bytes / eg[T]}
-                    add_i = {T: (far_in + ar_bytes) / ig[T]}
-                    finish = max(far_max, out_s[T] + add_o[T], in_s[T] + add_i[T],
-                                 c.train_s / speed, c.sample_s / n)
-                    add_o = {**far_o, T: far_o.get(T, 0.0) + add_o[T]}
-                else:
-                    add_o = {T: ar_bytes / eg[T]}
-                    add_i = {T: ar_bytes / ig[T]}
-                    for src, dst, v, _ in transfers(c, T, [(S, 1.0)], T):
-                        add_o[src] = add_o.get(src, 0.0) + v / eg[src]
-                        add_i[dst] = add_i.get(dst, 0.0) + v / ig[dst]
-                    # HEFT: when would *this* task finish, given what its resources carry
-                    finish = max(max(out_s[k] + v for k, v in add_o.items()),
-                                 max(in_s[k] + v for k, v in add_i.items()),
-                                 c.train_s / speed, c.sample_s / n)
-                added = sum(add_o.values()) + sum(add_i.values())
-                key = (finish, added, -speed, S != T, T)
-                if best is None or key < best[0]:
-                    best = (key, T, d, S, add_o, add_i)
+                speed = cl.machines[T].gpus[d].speed
+                starved = ledger.cores[T] - 1 < 2 * max(1, len(ledger.devices[T]))
+                near = [T, home] if starved or not problem.can_sample[T] else [T]
+                anywhere = [] if keep else \
+                    sorted(range(problem.M), key=lambda m: (-ledger.cores[m], m))
+                for S in dict.fromkeys(near + anywhere):
+                    reserve = 1 if S == T else \
+                        min(len(ledger.devices.get(S, [])), left) if keep else 0
+                    if not ledger.can_sample(S, parts, reserve):
+                        continue
+                    share = max(1, int(gpus_on[S]) if S == T else 2)
+                    n = max(1, min(MAX_SAMPLERS, (ledger.cores[S] - reserve) // share))
+                    if S == T and T not in local:
+                        add_o = {T: ar_bytes / eg[T]}
+                        add_i = {T: (far_in + ar_bytes) / ig[T]}
+                        finish = max(far_max, out_s[T] + add_o[T], in_s[T] + add_i[T],
+                                     c.train_s / speed, c.sample_s / n)
+                        add_o = {**far_o, T: far_o.get(T, 0.0) + add_o[T]}
+                    else:
+                        add_o = {T: ar_bytes / eg[T]}
+                        add_i = {T: ar_bytes / ig[T]}
+                        for src, dst, v, _ in transfers(c, T, [(S, 1.0)], T):
+                            add_o[src] = add_o.get(src, 0.0) + v / eg[src]
+                            add_i[dst] = add_i.get(dst, 0.0) + v / ig[dst]
+                        # HEFT: when would *this* task finish, given what its resources carry
+                        finish = max(max(out_s[k] + v for k, v in add_o.items()),
+                                     max(in_s[k] + v for k, v in add_i.items()),
+                                     c.train_s / speed, c.sample_s / n)
+                    added = sum(add_o.values()) + sum(add_i.values())
+                    key = (finish, added, -speed, S != T, T)
+                    if best is None or key < best[0]:
+                        best = (key, T, d, S, add_o, add_i)
         if best is None:
             raise SpecError(problem.job.source, "trainers",
                             f"greedy placement ran out of devices at the trainer of parts "

@@ -46,12 +46,9 @@ def test_floors_never_exceed_the_simulated_iteration() -> None:
     checked = above = 0
     for shape, trainers, spp in CASES:
         pb = _shape_problem(shape, trainers, spp)
-        plans = []
-        for name in ("colocation", "greedy"):
-            try:
-                plans.append(get_placer(name).place_problem(pb))
-            except SpecError:
-                pass
+        # every baseline places here (greedy once ran out of cores on hetero and mixedgen
+        # with 4 trainers: its samplers took the cores later trainers needed)
+        plans = [get_placer(name).place_problem(pb) for name in ("colocation", "greedy")]
         plans += [get_placer("random").place_problem(pb, seed=s) for s in range(3)]
         K = pb.wl.iterations
         for seed in (0, 1):
@@ -79,8 +76,7 @@ def test_plan_prints_floors_below_its_prediction(placer: str) -> None:
         assert 0 < pr["bottleneck_iteration_s"] <= per * (1 + 1e-9)
         assert 0 < pr["chain_iteration_s"] <= per * (1 + 1e-9)
         for name, row in pr["baselines"].items():
-            if "error" in row:
-                continue
+            assert "error" not in row, (shape, name, row)
             base_per = row["epoch_time_s"] / pr["iterations"]
             assert row["bottleneck_iteration_s"] <= base_per * (1 + 1e-9), name
             assert row["chain_iteration_s"] <= base_per * (1 + 1e-9), name
