@@ -282,3 +282,19 @@ def test_colocation_infeasible_only_where_a_store_cannot_host_its_trainer() -> N
     assert colo.predicted["colocation_feasible"] is False
     assert any("store h1 has no GPU with the" in n and "a trainer needs" in n
                for n in colo.notes)
+
+
+def test_plan_finds_the_jobs_cached_partitions(cora2: dict[str, Path]) -> None:
+    """A job without `partitions` whose dataset was partitioned into the cache (by `gnnsched
+    profile` or `train`): plan finds that directory without partitioning anything itself."""
+    from gnnsched import api
+    from gnnsched.datasets.cache import partitions_for
+    from gnnsched.spec import load_job
+
+    job = load_job(cora2["job"])
+    job = job_from_dict({k: v for k, v in job.to_dict().items() if k != "partitions"})
+    assert api.job_partitions(job) is None or api.job_partitions(job).is_dir()
+    made = partitions_for(job, quiet=True)
+    assert api.job_partitions(job) == made
+    other = job_from_dict({**job.to_dict(), "seed": 12345})
+    assert api.job_partitions(other) is None  # another seed: another (absent) partitioning
