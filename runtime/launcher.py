@@ -23,10 +23,21 @@ host's namespace) and stops a chosen subset of processes (:meth:`Launcher.stop`)
 processes are killed and it stops being reachable, so the coordinator must re-plan around it.
 Before anything starts, :meth:`Launcher.preflight` checks every host is reachable, so a dead
 host is one clear error naming it, not a role that never says hello.
+
+On a scale model (``gnnsched cluster up`` with control groups, :mod:`gnnsched.runtime.cgroups`)
+the netns launcher starts every role inside its host's groups: a trainer in its device's group
+(CPU quota: the device's speed / D), any other role in a group of its own under the host's CPU
+group (at most its threads' worth of the host's cores, each 1/D of a core of this box), all
+under the host's memory limit. A host's fork server does its imports outside the groups (not
+part of any measured time), then moves into its host's group; each role it forks is moved into
+its own group before it runs a line of the role (it waits until it is there). A role started
+without a fork server is inside its group before it execs. :attr:`Launcher.dilation` is D (1.0
+elsewhere): times measured on the model, divided by D, are the real cluster's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -64,6 +75,7 @@ class RoleLaunch:
     gen: int = 0  # restart generation: the role's identity is NAME/GEN
     heartbeat_s: float = 1.0
     curve_keys: str | None = None  # folder with the cluster's CURVE key pair
+    device: int | None = None  # a trainer's device on its machine (its control group)
 
     @property
     def name(self) -> str:
@@ -140,11 +152,15 @@ class Zygote:
             self._read(0.2)
 
     def spawn(self, argv: list[str], env: dict[str, str], log: Path,
-              timeout: float = 300.0) -> int:
-        """Fork a role; returns its pid (waits for the zygote's imports the first time)."""
+              timeout: float = 300.0, await_cgroup: dict[str, Any] | None = None) -> int:
+        """Fork a role; returns its pid (waits for the zygote's imports the first time).
+        ``await_cgroup`` (``{"marker", "count"}``): the child waits until the launcher has
+        moved it into its control group (:func:`gnnsched.runtime.zygote.await_cgroup`)."""
         self.ids += 1
         rid = self.ids
         req = {"op": "spawn", "id": rid, "argv": argv, "env": env, "log": str(log)}
+        if await_cgroup:
+            req["await_cgroup"] = await_cgroup
         assert self.popen.stdin is not None
         try:
             self.popen.stdin.write((self._json.dumps(req) + "\n").encode())
@@ -230,6 +246,7 @@ class Launcher:
 
     name = "base"
     loopback = False
+    dilation = 1.0  # the scale model's D: measured times / D are the real cluster's
 
     def __init__(self, cluster: ClusterSpec, python: str | None = None,
                  fork_server: bool = False) -> None:
@@ -370,6 +387,16 @@ class Launcher:
             del self.zygotes[machine]
         return killed
 
+    def explain_exit(self, proc: Process) -> str | None:
+        """Why ``proc`` ended, where the launcher knows more than its exit code (the netns
+        launcher: killed by the kernel for exceeding its host's memory limit); else None."""
+        return None
+
+    def usage(self) -> dict[str, dict[str, Any]]:
+        """Per machine: CPU seconds, memory peak, OOM kills (:meth:`.cgroups.ClusterGroups.
+        usage`) where the launcher runs hosts in control groups; else empty."""
+        return {}
+
     def preflight(self, machines: list[str], timeout: float = 10.0) -> None:
         """Raise :class:`LaunchError` naming every machine that cannot run processes."""
         bad = [m for m in machines if not self.reachable(m, timeout)]
@@ -407,7 +434,8 @@ class LocalLauncher(Launcher):
 
 
 class NetnsLauncher(Launcher):
-    """Each host's roles inside its network namespace (``gnnsched cluster up`` first)."""
+    """Each host's roles inside its network namespace (``gnnsched cluster up`` first), and
+    inside its control groups when the cluster is a scale model (see the module's text)."""
 
     name = "netns"
     loopback = False
@@ -425,6 +453,121 @@ class NetnsLauncher(Launcher):
         if not self.net.gateway_address:
             raise SpecError(cluster.source, "", "the emulated cluster has no gateway, so the "
                             "coordinator cannot reach its hosts", "bring it up with a gateway")
+        groups = getattr(self.net, "groups", None)
+        self.groups = groups if groups is not None and groups.dirs else None
+        self.dilation = float(getattr(self.net, "dilation", 1.0))
+        self._placed: set[str] = set()  # fork servers moved into their host's group
+        self._devices: dict[tuple[str, str], int] = {}  # (machine, trainer id) -> device
+        self._oom0 = {h: self.groups.usage(h).get("oom_kills") or 0
+                      for h in self.groups.shares} if self.groups else {}
+
+    # ---------------------------------------------------------------- control groups
+    def group_for(self, launch: RoleLaunch) -> str | None:
+        """The control group ``launch`` runs in (None: not a scale model): a trainer on a host
+        with devices, its device's (``launch.device``; else its machine's trainers take the
+        devices in the order they first start); any other role, a group of its own."""
+        g = self.groups
+        if g is None:
+            return None
+        ndev = len(g.shares[launch.machine].device_cores) if launch.machine in g.shares else 0
+        if launch.role == "trainer" and ndev:
+            key = (launch.machine, launch.id)
+            if launch.device is not None:
+                self._devices[key] = launch.device
+            elif key not in self._devices:
+                self._devices[key] = sum(1 for k in self._devices if k[0] == launch.machine)
+            dev = self._devices[key]
+            if 0 <= dev < ndev:
+                return g.device_group(launch.machine, dev)
+        return g.role(launch.machine, f"{launch.role}-{launch.id}", launch.threads)
+
+    def _await(self, group: str) -> dict[str, Any]:
+        assert self.groups is not None
+        from gnnsched.runtime.cgroups import TOP
+
+        return {"marker": f"/{TOP}/{self.groups.cluster}/{group}",
+                "count": len(self.groups.procs_files(group)), "timeout": 30.0}
+
+    def _place_zygote(self, key: str, timeout: float) -> None:
+        """Once its imports are done, move ``key``'s fork server into its host's group."""
+        z = self.zygotes.get(key)
+        if self.groups is None or z is None or key in self._placed:
+            return
+        z.wait_ready(timeout)
+        from gnnsched.runtime.cgroups import CgroupError
+
+        try:
+            self.groups.place(z.popen.pid, self.groups.zygote(key))
+        except CgroupError as exc:
+            raise LaunchError(f"cannot move the fork server of {key} into its control group: "
+                              f"{exc}") from None
+        self._placed.add(key)
+
+    def _zygote(self, launch: RoleLaunch) -> Zygote:
+        key = self.zygote_key(launch.machine)
+        if key in self.zygotes and not self.zygotes[key].alive():
+            self._placed.discard(key)
+        return super()._zygote(launch)
+
+    def prepare(self, launches: list[RoleLaunch]) -> None:
+        super().prepare(launches)
+        if self.fork_server:
+            for key in list(self.zygotes):
+                self._place_zygote(key, max((la.start_timeout for la in launches),
+                                            default=300.0))
+
+    def start(self, launch: RoleLaunch) -> Process:
+        group = self.group_for(launch) if launch.machine not in self.down else None
+        if group is None:
+            return super().start(launch)
+        assert self.groups is not None
+        from gnnsched.runtime.cgroups import CgroupError
+
+        launch.log.parent.mkdir(parents=True, exist_ok=True)
+        if not self.fork_server:
+            argv = self.groups.wrap(self.command(launch), group)
+            proc = Process(launch, start_in_session(argv, {**os.environ,
+                                                           **self.role_env(launch)},
+                                                    launch.log))
+            self.procs.append(proc)
+            return proc
+        z = self._zygote(launch)
+        self._place_zygote(self.zygote_key(launch.machine), launch.start_timeout)
+        pid = z.spawn(self.role_argv(launch)[3:], self.role_env(launch), launch.log,
+                      launch.start_timeout, await_cgroup=self._await(group))
+        try:
+            self.groups.place(pid, group)
+        except CgroupError as exc:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+            raise LaunchError(f"cannot move {launch.name} into its control group: {exc}") \
+                from None
+        proc: Process = ForkedProcess(launch, pid, z)
+        self.procs.append(proc)
+        return proc
+
+    def explain_exit(self, proc: Process) -> str | None:
+        code = proc.poll()
+        host = proc.launch.machine
+        if self.groups is None or code is None or code != -int(signal.SIGKILL) \
+                or host not in self.groups.shares:
+            return None
+        try:
+            kills = self.groups.usage(host).get("oom_kills")
+        except Exception:
+            return None
+        if not kills or kills <= self._oom0.get(host, 0):
+            return None
+        limit = self.groups.shares[host].memory
+        return (f"{proc.name} on {host} was killed by the kernel: out of memory (the host's "
+                f"limit is {limit / 1e9:.3g} GB, its memory_gb; {kills - self._oom0.get(host, 0)} "
+                "process(es) killed there in this run). A plan must keep every host's roles "
+                "within its memory")
+
+    def usage(self) -> dict[str, dict[str, Any]]:
+        if self.groups is None:
+            return {}
+        return {h: self.groups.usage(h) for h in self.groups.shares}
 
     def coordinator_host(self) -> str:
         return str(self.net.gateway_address)

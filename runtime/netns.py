@@ -15,6 +15,14 @@ limits without a rack of machines. Per cluster ``C`` (names from the cluster fil
   unshaped switch port so processes left in the root namespace (the CLI, a coordinator) reach
   every host. Nothing routes further: namespaces have no default route.
 
+With ``cgroups=True`` (``gnnsched cluster up``'s default) the cluster is a *scale model*
+(``docs/scale-model.md``): every host also gets control groups (:mod:`.cgroups`) with a CPU
+quota and a memory limit, and the whole cluster is slowed down by one dilation factor ``D``
+(:func:`~.cgroups.choose_dilation`: its total compute, divided by D, fits the box's cores):
+CPU quotas are the host's cores / D, NIC rates the file's / D, latency the file's x D; memory
+limits are not dilated. ``D`` is in the state file (:func:`dilation`); a time measured on the
+model, divided by D, is the real cluster's.
+
 Everything created is listed in a state file (``/run/gnnsched/netns/C.json``) before it is
 created, so :meth:`EmulatedCluster.down` -- from any process -- removes exactly that, also after
 a crash half-way through :meth:`EmulatedCluster.up`. ``down_all`` removes every ``gs-*``
@@ -48,6 +56,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from gnnsched.runtime import cgroups as cg
 from gnnsched.runtime.netns_ops import (
     _RECV,
     _SEND,
@@ -218,8 +227,8 @@ class HostNet:
     ns: str  # network namespace
     address: str
     prefix: int
-    egress: float  # bytes/s, shaped on eth0 in `ns`
-    ingress: float  # bytes/s, shaped on `port` in the switch namespace
+    egress: float  # bytes/s, shaped on eth0 in `ns` (the file's rate / the dilation)
+    ingress: float  # bytes/s, shaped on `port` in the switch namespace (likewise)
     port: str  # the host's veth port on the switch
 
 
@@ -254,19 +263,50 @@ class EmulatedCluster:
     switch with QoS (:mod:`~gnnsched.runtime.qos`: gradients ahead of bulk graph data); where
     the kernel cannot, NICs keep one FIFO and ``queues`` says why. Default: one FIFO per NIC,
     a plain switch.
+
+    The scale model: ``cgroups`` gives every host its control groups (:mod:`.cgroups`: CPU
+    quota (cpus + device speeds) / D, memory limit memory_gb x ``memory_scale``); ``dilation``
+    is D (default: with ``cgroups``, :func:`~.cgroups.choose_dilation` over ``cores``, the
+    box's cores by default; without, 1). NICs are shaped to the file's rates / D and latency
+    is the file's x D, so every time on the model is D times the real cluster's.
     """
 
     def __init__(self, cluster: ClusterSpec, *, gateway: bool = True, mtu: int = 1500,
                  payload_rates: bool = False, ignore_latency: bool = False,
-                 queue_ms: float | None = None, bands: bool = False) -> None:
+                 queue_ms: float | None = None, bands: bool = False, cgroups: bool = False,
+                 dilation: float | None = None, cores: float | None = None,
+                 memory_scale: float = 1.0) -> None:
         if not 576 <= mtu <= 65535:
             raise NetnsError(f"mtu {mtu} out of range (576..65535)")
         if queue_ms is not None and not 1 <= queue_ms <= 1000:
             raise NetnsError(f"queue_ms {queue_ms} out of range (1..1000 ms)")
+        if dilation is not None and not 1 <= dilation <= 1e6:
+            raise NetnsError(f"dilation {dilation} out of range (1..1e6): the model can only "
+                             "run slower than the real cluster")
+        if not 0 < memory_scale <= 1e3:
+            raise NetnsError(f"memory_scale {memory_scale} out of range (> 0 and <= 1000)")
         self.queue_ms = queue_ms
         self.bands = bands
+        self.cgroups = bool(cgroups)
+        self.compute_cores = cg.cluster_compute(cluster)
+        self.box_cores = float(cores) if cores is not None else cg.box_cores()
+        if dilation is not None:
+            self.dilation = float(dilation)
+        elif self.cgroups:
+            self.dilation = cg.choose_dilation(cluster, self.box_cores)
+        else:
+            self.dilation = 1.0
+        self.memory_scale = float(memory_scale)
+        # the scale model's groups (resolved to directories by `up`, or by `attach` from the
+        # state file); None without cgroups
+        self.groups = (cg.ClusterGroups(cluster.name, cg.plan_shares(
+            cluster, self.dilation, self.memory_scale), self.dilation) if self.cgroups else None)
+        model = self.cgroups or self.dilation != 1 or self.memory_scale != 1
         self.options = {"gateway": gateway, "mtu": mtu, "payload_rates": payload_rates,
                         "ignore_latency": ignore_latency, "queue_ms": queue_ms, "bands": bands}
+        if model:
+            self.options.update(cgroups=self.cgroups, dilation=self.dilation,
+                                memory_scale=self.memory_scale)
         self.queues = "fifo"  # what _create achieved: "tos bands" or "fifo" (and why)
         self._banding = bands  # _create: still banding (no queue has refused a band yet)
         self.spec = cluster
@@ -284,12 +324,14 @@ class EmulatedCluster:
                 raise NetnsError(f"{cluster.source}: machines[{m.name}]: namespace name {ns} "
                                  "collides with another; rename the machine")
             port = _short(f"h{i}-{_clean(m.name)}", IFNAMSIZ)
-            self.hosts[m.name] = HostNet(m.name, ns, addrs[m.name], plen, m.egress,
-                                         m.ingress, port)
-        self.latency = 0.0 if ignore_latency else cluster.latency
+            self.hosts[m.name] = HostNet(m.name, ns, addrs[m.name], plen,
+                                         m.egress / self.dilation, m.ingress / self.dilation,
+                                         port)
+        self.latency = 0.0 if ignore_latency else cluster.latency * self.dilation
         self.fingerprint = hashlib.sha1(json.dumps(
             [cluster.to_dict(), gateway, mtu, payload_rates, ignore_latency]
-            + ([queue_ms] if queue_ms is not None else []) + (["bands"] if bands else []),
+            + ([queue_ms] if queue_ms is not None else []) + (["bands"] if bands else [])
+            + ([["model", self.cgroups, self.dilation, self.memory_scale]] if model else []),
             sort_keys=True,
             default=str).encode()
         ).hexdigest()[:16]
@@ -306,6 +348,8 @@ class EmulatedCluster:
                 ec = cls(cluster, **opts)
                 if ec.fingerprint == state.get("fingerprint"):  # same file, same options
                     ec.queues = state.get("queues", ec.queues)
+                    if isinstance(state.get("cgroups"), dict):  # the directories `up` made
+                        ec.groups = cg.ClusterGroups.from_state(ec.name, state["cgroups"])
                     return ec
         return cls(cluster)
 
@@ -343,6 +387,11 @@ class EmulatedCluster:
         present = set(list_namespaces())
         if not all(ns in present for ns in self.namespaces):
             return False
+        if self.cgroups:
+            made = state.get("cgroups")
+            if not isinstance(made, dict) or \
+                    not cg.ClusterGroups.from_state(self.name, made).exists():
+                return False
         return self.gateway_if is None or self.gateway_if in list_root_links()
 
     def up(self) -> EmulatedCluster:
@@ -362,6 +411,8 @@ class EmulatedCluster:
             if self.gateway_if and self.gateway_if in list_root_links():
                 _run(["ip", "link", "del", self.gateway_if], check=False)
             self._check_routes()
+            if self.groups is not None:
+                self.groups.resolve()  # needs root and the controllers: says what is missing
             if self.latency > 0 and not qdisc_available("netem"):
                 raise NetnsError(
                     f"cluster {self.spec.name!r} has latency_ms "
@@ -422,6 +473,9 @@ class EmulatedCluster:
             "wire_scale": self.wire_scale, "queue_ms": self.queue_ms, "queues": self.queues,
             "options": self.options,
             "latency_s": self.latency, "gateway_if": self.gateway_if,
+            "dilation": self.dilation, "compute_cores": self.compute_cores,
+            "box_cores": self.box_cores, "memory_scale": self.memory_scale,
+            "cgroups": self.groups.to_state() if self.groups is not None else None,
             "gateway_address": self.gateway_address,
             "hosts": [asdict(h) for h in self.hosts.values()],
         }
@@ -432,6 +486,8 @@ class EmulatedCluster:
     def _create(self) -> None:
         sw = self.switch_ns
         self._banding = self.bands
+        if self.groups is not None:
+            self.groups.create()
         _run(["ip", "netns", "add", sw])
         _run(["ip", "-n", sw, "link", "set", "lo", "up"])
         _run(["ip", "-n", sw, "link", "add", BRIDGE, "mtu", str(self.mtu), "type", "bridge",
@@ -502,6 +558,7 @@ class EmulatedCluster:
         names += [state.get("switch_ns") or self.switch_ns, self.switch_ns]
         links = [x for x in (state.get("gateway_if"), self.gateway_if) if x]
         removed = _remove(list(dict.fromkeys(names)), list(dict.fromkeys(links)))
+        removed += cg.remove_cluster(self.name, state.get("cgroups"))
         with contextlib.suppress(FileNotFoundError):
             self.state_file.unlink()
         return removed
@@ -509,17 +566,30 @@ class EmulatedCluster:
     # -- reporting and measuring
 
     def status(self, live: bool = True) -> list[dict[str, Any]]:
-        """One row per host: namespace, address, shaped rates (from the kernel when `live`)."""
+        """One row per host: namespace, address, the file's rates and the shaped ones (from the
+        kernel when `live`: the file's / D), and with control groups the host's CPU quota
+        (cores of this box), memory limit and usage (:meth:`.cgroups.ClusterGroups.usage`)."""
         present = set(list_namespaces()) if live else set()
+        groups = self.groups
+        if live and groups is not None and not groups.dirs:
+            made = (read_state(self.name) or {}).get("cgroups")
+            groups = cg.ClusterGroups.from_state(self.name, made) if made else None
         rows = []
         for h in self.hosts.values():
+            m = self.spec.machine(h.name)
             row: dict[str, Any] = {"host": h.name, "namespace": h.ns, "address": h.address,
-                                   "egress_Bps": h.egress, "ingress_Bps": h.ingress}
+                                   "egress_Bps": m.egress, "ingress_Bps": m.ingress,
+                                   "shaped_egress_Bps": h.egress,
+                                   "shaped_ingress_Bps": h.ingress, "dilation": self.dilation}
+            if groups is not None and h.name in groups.shares:
+                row.update(_share_row(groups.shares[h.name]))
             if live:
                 row["up"] = h.ns in present
                 row["tc_egress_Bps"] = _tbf_rate(h.ns, HOST_IF) if row["up"] else None
                 row["tc_ingress_Bps"] = (_tbf_rate(self.switch_ns, h.port)
                                          if self.switch_ns in present else None)
+                if groups is not None and groups.dirs and h.name in groups.shares:
+                    row["usage"] = groups.usage(h.name)
             rows.append(row)
         return rows
 
@@ -612,6 +682,11 @@ class EmulatedCluster:
                 "bulk_ratio": float(bulk.get("ratio", float("nan")))}
 
 
+def _share_row(share: cg.HostShare) -> dict[str, Any]:
+    return {"cpu_quota_cores": share.cores, "cpus_quota_cores": share.cpu_cores,
+            "device_quota_cores": list(share.device_cores), "memory_limit": share.memory}
+
+
 @contextlib.contextmanager
 def _lock() -> Iterator[None]:
     """Serialise up/down across processes (one lock for all clusters: they share the box)."""
@@ -676,6 +751,7 @@ def down_cluster(name: str) -> list[str]:
         else:
             removed = _remove([h["ns"] for h in state.get("hosts", [])] + [state["switch_ns"]],
                               [state["gateway_if"]] if state.get("gateway_if") else [])
+        removed += cg.remove_cluster(_clean(name), (state or {}).get("cgroups"))
         with contextlib.suppress(FileNotFoundError):
             state_path(name).unlink()
         return removed
@@ -686,11 +762,37 @@ def down_all() -> list[str]:
     with _lock():
         removed = _remove([n for n in list_namespaces() if n.startswith(PREFIX)],
                           [x for x in list_root_links() if x.startswith(PREFIX)])
+        removed += cg.remove_all([s["cgroups"] for s in list_states()
+                                  if isinstance(s.get("cgroups"), dict)])
         d = _state_dir()
         for p in list(d.glob("*.json")) if d.is_dir() else []:
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
     return removed
+
+
+def dilation(cluster: str) -> float | None:
+    """The dilation factor D of emulated cluster ``cluster`` (its name) as it was brought up:
+    every time measured on it is D times the real cluster's (1.0: not a scale model); None when
+    it is not up."""
+    state = read_state(_clean(cluster))
+    if state is None:
+        return None
+    return float(state.get("dilation") or 1.0)
+
+
+def dilated(spec: ClusterSpec, factor: float) -> ClusterSpec:
+    """``spec`` as the scale model at dilation ``factor`` runs it: every NIC's rates / factor,
+    latency x factor (CPUs, devices and memory as in the file: their slow-down is the control
+    groups' quota, not the file's numbers). What a scheduler sizing transfers by bandwidth on
+    the scale model should use."""
+    import dataclasses
+
+    if factor == 1:
+        return spec
+    machines = tuple(dataclasses.replace(m, egress=m.egress / factor, ingress=m.ingress / factor)
+                     for m in spec.machines)
+    return dataclasses.replace(spec, machines=machines, latency=spec.latency * factor)
 
 
 @contextlib.contextmanager
@@ -704,7 +806,8 @@ def emulated(cluster: ClusterSpec, **kwargs: Any) -> Iterator[EmulatedCluster]:
 
 
 __all__ = ["BRIDGE", "GATEWAY_PORT", "HOST_IF", "IFNAMSIZ", "PREFIX", "TSQ_BYTES",
-           "EmulatedCluster", "HostNet", "NetnsError", "down_all", "down_cluster", "emulated",
+           "EmulatedCluster", "HostNet", "NetnsError", "dilated", "dilation", "down_all",
+           "down_cluster", "emulated",
            "entered", "list_namespaces", "list_root_links", "list_states", "namespace_name",
            "ping", "qdisc_available", "read_state", "require_root", "shape_params",
            "state_path", "tsq_bytes", "unavailable_reason"]

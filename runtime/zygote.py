@@ -14,6 +14,13 @@ stdout. Each child starts its own session (so the launcher can signal its whole 
 its output to its log file, and runs :func:`gnnsched.runtime.role.main`. When stdin closes
 (the launcher is done, or died), the zygote kills its children and exits; it also dies with
 its parent (``PR_SET_PDEATHSIG``), and its children die with it.
+
+On a scale model (control groups per host, :mod:`gnnsched.runtime.cgroups`) a spawn request
+may carry ``"await_cgroup": {"marker", "count", "timeout"}``: the launcher moves the child into
+its group as soon as it learns the pid (the zygote runs inside ``ip netns exec``, which hides
+``/sys/fs/cgroup``), and the child waits until ``/proc/self/cgroup`` shows it there in
+``count`` hierarchies before it runs a line of the role, so every CPU second and byte of the
+role is its host's.
 """
 
 from __future__ import annotations
@@ -46,8 +53,27 @@ def _say(msg: dict[str, Any]) -> None:
     os.write(1, (json.dumps(msg) + "\n").encode())  # one write per line: never interleaved
 
 
-def _child(argv: list[str], env: dict[str, str], log: str) -> None:
-    """In the forked child: own session, output to the log, run the role; never returns."""
+def await_cgroup(marker: str, count: int, timeout: float = 30.0) -> bool:
+    """Wait until ``count`` lines of ``/proc/self/cgroup`` end in ``marker`` (this process has
+    been moved into its control group in that many hierarchies); False after ``timeout``."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            with open("/proc/self/cgroup") as fh:
+                lines = fh.read().splitlines()
+        except OSError:
+            return False
+        if sum(1 for ln in lines if ln.rstrip("/").endswith(marker)) >= count:
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.002)
+
+
+def _child(argv: list[str], env: dict[str, str], log: str,
+           cgroup: dict[str, Any] | None = None) -> None:
+    """In the forked child: own session, output to the log, (wait to be moved into its control
+    group,) run the role; never returns."""
     code = 1
     try:
         os.setsid()
@@ -60,6 +86,11 @@ def _child(argv: list[str], env: dict[str, str], log: str) -> None:
         os.close(null)
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
+        if cgroup and not await_cgroup(str(cgroup["marker"]), int(cgroup["count"]),
+                                       float(cgroup.get("timeout", 30.0))):
+            print(f"warning: not moved into control group {cgroup['marker']} within "
+                  f"{float(cgroup.get('timeout', 30.0)):g} s; running outside it",
+                  file=sys.stderr)
         os.environ.update(env)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         from gnnsched.runtime import role
@@ -123,7 +154,8 @@ def main() -> int:
                 _say({"op": "error", "id": None, "error": str(exc)})
                 continue
             if pid == 0:
-                _child(list(req["argv"]), dict(req["env"]), str(req["log"]))
+                _child(list(req["argv"]), dict(req["env"]), str(req["log"]),
+                       req.get("await_cgroup"))
             children.add(pid)
             _say({"op": "spawned", "id": req["id"], "pid": pid})
 

@@ -1,23 +1,31 @@
 """Bring an emulated cluster up or down on this Linux box (needs root).
 
 ``up`` creates one network namespace per machine of the cluster file, each with a veth NIC
-shaped by ``tc`` to the machine's egress and ingress bandwidth, joined by a bridge; ``down``
-removes everything ``up`` created (``--all``: every ``gs-*`` namespace); ``status`` lists the
-clusters that are up, with the rates the kernel actually enforces. Without root, train with
-``--launcher local`` instead.
+shaped by ``tc`` to the machine's egress and ingress bandwidth, joined by a bridge, and control
+groups giving each machine its own CPU quota and memory limit: a *scale model* of the cluster,
+slowed down by one dilation factor D so that its total compute fits this box (NIC rates / D,
+latency x D; see docs/scale-model.md). ``down`` removes everything ``up`` created (``--all``:
+every ``gs-*`` namespace and ``gnnsched`` control group); ``status`` lists the clusters that
+are up, with the rates the kernel actually enforces, each host's quota, limit and usage.
+Without root, train with ``--launcher local`` instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from gnnsched.commands import milliseconds, mtu_int
+from gnnsched.commands import milliseconds, mtu_int, number
 
-HELP = "emulated cluster: network namespaces with tc-shaped NICs (up | down | status)"
+HELP = ("emulated cluster: network namespaces with tc-shaped NICs and per-host control groups "
+        "(up | down | status)")
+dilation_factor = number(1, 1e6, what="a dilation factor")
+core_count = number(0, 1e5, lo_open=True, what="cores")
+memory_factor = number(0, 1e3, lo_open=True, what="a memory scale")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,6 +50,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                          "like a switch with QoS: gradients and acknowledgements go ahead of "
                          "the bulk data gnnsched marks (default: one FIFO per NIC, a plain "
                          "switch)")
+    up.add_argument("--no-cgroups", action="store_true",
+                    help="no control groups: hosts share the box's CPU and memory (only NICs "
+                         "are emulated) and nothing is dilated unless --dilation says so")
+    up.add_argument("--dilation", type=dilation_factor, default=None, metavar="D",
+                    help="slow the whole cluster down by D: every host's CPU quota is its "
+                         "cores / D, NIC rates the file's / D, latency x D; times measured "
+                         "on it, divided by D, are the real cluster's (default: the smallest D "
+                         "at which every host's quota fits --cores; 1 with --no-cgroups)")
+    up.add_argument("--cores", type=core_count, default=None,
+                    help="cores of this box the hosts' quotas may fill when D is chosen "
+                         "(default: every core this process may use; give fewer to leave "
+                         "room for the coordinator and the kernel's networking)")
+    up.add_argument("--memory-scale", type=memory_factor, default=1.0, metavar="X",
+                    help="each host's memory limit is its memory_gb x X (memory is not "
+                         "dilated; use X < 1 where the hosts' memory adds up to more than "
+                         "this box has, and scale the data alike)")
     up.add_argument("--check", action="store_true",
                     help="after up, ping every host from the first one")
     up.add_argument("--json", action="store_true", help="print the table as JSON")
@@ -59,12 +83,39 @@ def _mbit(bps: float | None) -> str:
     return "-" if bps is None else f"{bps * 8 / 1e6:.1f}"
 
 
+def _gb(n: float | None) -> str:
+    return "-" if n is None else f"{n / 1e9:.2f}"
+
+
+def _cores(r: dict[str, Any]) -> str:
+    if r.get("cpu_quota_cores") is None:
+        return "-"
+    devs = r.get("device_quota_cores") or []
+    text = f"{r['cpu_quota_cores']:.3g}"
+    return text + (f" ({r['cpus_quota_cores']:.3g}+" + "+".join(f"{d:.3g}" for d in devs) + ")"
+                   if devs else "")
+
+
 def _table(rows: list[dict[str, Any]]) -> str:
+    groups = any(r.get("cpu_quota_cores") is not None for r in rows)
     head = ["host", "namespace", "address", "egress Mbit/s", "ingress Mbit/s", "tc egress",
-            "tc ingress", "up"]
-    body = [[r["host"], r["namespace"], r["address"], _mbit(r["egress_Bps"]),
-             _mbit(r["ingress_Bps"]), _mbit(r.get("tc_egress_Bps")),
-             _mbit(r.get("tc_ingress_Bps")), "yes" if r.get("up") else "no"] for r in rows]
+            "tc ingress"]
+    if groups:
+        head += ["cpu quota (cores)", "mem limit GB", "cpu used s", "mem peak GB", "oom kills"]
+    head.append("up")
+    body = []
+    for r in rows:
+        line = [r["host"], r["namespace"], r["address"], _mbit(r["egress_Bps"]),
+                _mbit(r["ingress_Bps"]), _mbit(r.get("tc_egress_Bps")),
+                _mbit(r.get("tc_ingress_Bps"))]
+        if groups:
+            u = r.get("usage") or {}
+            line += [_cores(r), _gb(r.get("memory_limit")),
+                     "-" if u.get("cpu_s") is None else f"{u['cpu_s']:.1f}",
+                     _gb(u.get("memory_peak")),
+                     "-" if u.get("oom_kills") is None else str(u["oom_kills"])]
+        line.append("yes" if r.get("up") else "no")
+        body.append(line)
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)) for line in [head] + body]
     return "\n".join(lines)
@@ -81,18 +132,70 @@ def _spec_or_name(arg: str) -> tuple[Any, str]:
 
 
 def _rows_from_state(state: dict[str, Any]) -> list[dict[str, Any]]:
-    from gnnsched.runtime.netns import HOST_IF, _tbf_rate, list_namespaces
+    from gnnsched.runtime.cgroups import CgroupError, ClusterGroups
+    from gnnsched.runtime.netns import HOST_IF, _share_row, _tbf_rate, list_namespaces
 
     present = set(list_namespaces())
+    d = float(state.get("dilation") or 1.0)
+    made = state.get("cgroups")
+    groups = ClusterGroups.from_state(state["name"], made) if isinstance(made, dict) else None
     rows = []
     for h in state.get("hosts", []):
         up = h["ns"] in present
-        rows.append({"host": h["name"], "namespace": h["ns"], "address": h["address"],
-                     "egress_Bps": h["egress"], "ingress_Bps": h["ingress"], "up": up,
-                     "tc_egress_Bps": _tbf_rate(h["ns"], HOST_IF) if up else None,
-                     "tc_ingress_Bps": (_tbf_rate(state["switch_ns"], h["port"])
-                                        if state["switch_ns"] in present else None)})
+        row = {"host": h["name"], "namespace": h["ns"], "address": h["address"],
+               "egress_Bps": h["egress"] * d, "ingress_Bps": h["ingress"] * d,
+               "shaped_egress_Bps": h["egress"], "shaped_ingress_Bps": h["ingress"],
+               "dilation": d, "up": up,
+               "tc_egress_Bps": _tbf_rate(h["ns"], HOST_IF) if up else None,
+               "tc_ingress_Bps": (_tbf_rate(state["switch_ns"], h["port"])
+                                  if state["switch_ns"] in present else None)}
+        if groups is not None and h["name"] in groups.shares:
+            row.update(_share_row(groups.shares[h["name"]]))
+            try:
+                row["usage"] = groups.usage(h["name"])
+            except CgroupError:
+                row["usage"] = None
+        rows.append(row)
     return rows
+
+
+def _model_line(ec: Any) -> str:
+    """How the scale model was made: D, and what it means for the times measured on it."""
+    if ec.groups is None and ec.dilation == 1:
+        return ("no control groups: every host shares this box's CPU and memory; only NICs "
+                "are emulated")
+    why = (f"cluster compute {ec.compute_cores:g} cores / {ec.box_cores:g} cores of this box"
+           if ec.groups is not None and ec.dilation == max(1.0, ec.compute_cores / ec.box_cores)
+           else "as given")
+    what = "NICs at the file's rates / D, latency x D"
+    if ec.groups is not None:
+        scale = f" x {ec.memory_scale:g}" if ec.memory_scale != 1 else ""
+        what += f", CPU quotas the hosts' cores / D, memory limits memory_gb{scale} (not dilated)"
+    else:
+        what += ", no control groups (CPU not dilated)"
+    return (f"scale model: dilation D = {ec.dilation:.4g} ({why}): {what}; "
+            f"real-cluster time = measured time / {ec.dilation:.4g}")
+
+
+def _notes(ec: Any) -> list[str]:
+    notes = []
+    if ec.groups is not None:
+        quota = sum(s.cores for s in ec.groups.shares.values())
+        if quota > ec.box_cores * 1.001:
+            notes.append(f"note: the hosts' CPU quotas add up to {quota:.3g} cores, more than "
+                         f"the {ec.box_cores:g} cores of this box (D {ec.dilation:g} < "
+                         f"{ec.compute_cores / ec.box_cores:.3g}): hosts will not always get "
+                         "their share, and times are not the real cluster's x D")
+        memory = sum(s.memory for s in ec.groups.shares.values())
+        try:
+            box = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError):
+            box = 0
+        if box and memory > box:
+            notes.append(f"note: the hosts' memory limits add up to {memory / 1e9:.1f} GB, more "
+                         f"than this box's {box / 1e9:.1f} GB: a host may run out before it "
+                         "reaches its limit (--memory-scale X scales every limit)")
+    return notes
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,11 +211,16 @@ def run(args: argparse.Namespace) -> int:
             ec = netns.EmulatedCluster(spec, gateway=not args.no_gateway, mtu=args.mtu,
                                        payload_rates=args.payload_rates,
                                        ignore_latency=args.ignore_latency,
-                                       queue_ms=args.queue_ms, bands=args.bands).up()
+                                       queue_ms=args.queue_ms, bands=args.bands,
+                                       cgroups=not args.no_cgroups, dilation=args.dilation,
+                                       cores=args.cores, memory_scale=args.memory_scale).up()
             rows = ec.status()
             if args.json:
                 print(json.dumps({"cluster": spec.name, "gateway": ec.gateway_address,
-                                  "latency_s": ec.latency, "queues": ec.queues, "hosts": rows},
+                                  "latency_s": ec.latency, "queues": ec.queues,
+                                  "dilation": ec.dilation, "compute_cores": ec.compute_cores,
+                                  "box_cores": ec.box_cores, "cgroups": ec.groups is not None,
+                                  "memory_scale": ec.memory_scale, "hosts": rows},
                                  indent=1))
             else:
                 print(f"cluster {spec.name} is up (switch namespace {ec.switch_ns}"
@@ -120,7 +228,10 @@ def run(args: argparse.Namespace) -> int:
                          if ec.gateway_if else "")
                       + (f", latency {ec.latency * 1e3:g} ms one way" if ec.latency else "")
                       + f"; NIC queues: {ec.queues})")
+                print(_model_line(ec))
                 print(_table(rows))
+                for note in _notes(ec):
+                    print(note)
                 print(f"run a command on a host: ip netns exec {rows[0]['namespace']} CMD")
                 fastest = max(max(h.egress, h.ingress) for h in ec.hosts.values())
                 if fastest > 1e9 / 8:
@@ -151,6 +262,8 @@ def run(args: argparse.Namespace) -> int:
             states = [s for s in states if s.get("cluster") == name or s.get("name") == name]
         out = [{"cluster": s["cluster"], "complete": s.get("complete"),
                 "gateway": s.get("gateway_address"), "latency_s": s.get("latency_s"),
+                "dilation": float(s.get("dilation") or 1.0),
+                "cgroups": isinstance(s.get("cgroups"), dict),
                 "hosts": _rows_from_state(s)} for s in states]
         if args.json:
             print(json.dumps(out, indent=1))
@@ -158,7 +271,10 @@ def run(args: argparse.Namespace) -> int:
             print("no emulated cluster is up")
         for c in [] if args.json else out:
             note = "" if c["complete"] else " (INCOMPLETE: run `gnnsched cluster down`)"
-            print(f"cluster {c['cluster']}{note}, gateway {c['gateway'] or '-'}")
+            model = (f", dilation D = {c['dilation']:.4g} (real-cluster time = measured / D)"
+                     if c["cgroups"] or c["dilation"] != 1 else "")
+            print(f"cluster {c['cluster']}{note}, gateway {c['gateway'] or '-'}{model}"
+                  + ("" if c["cgroups"] else ", no control groups"))
             print(_table(c["hosts"]))
         return 0
     except netns.NetnsError as exc:
