@@ -97,6 +97,43 @@ def extras(res: Any, b: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def dgl_reference(job: Any, parts: Path, batches: int = 5) -> dict[str, Any]:
+    """DGL's own sampler on the whole graph for mini-batches of the same shape (fan-outs,
+    batch size, seeds from the training nodes): CPU seconds of this thread per mini-batch,
+    input nodes and the feature bytes they need (what the stores must ship per mini-batch)."""
+    import numpy as np
+    import torch
+
+    from gnnsched.compat import dgl
+    from gnnsched.datasets import open_partitions
+
+    torch.set_num_threads(1)
+    graph = open_partitions(parts).full_graph()
+    g = graph.to_dgl().formats(["csc"])
+    sampler = dgl.dataloading.NeighborSampler(list(job.fanouts))
+    rng = np.random.default_rng(job.seed)
+    train = np.nonzero(graph.train_mask)[0]
+    sampler.sample_blocks(g, torch.from_numpy(train[:job.batch_size]))  # warm-up
+    cpu, inputs, edges = [], [], []
+    for _ in range(batches):
+        seeds = torch.from_numpy(rng.choice(train, size=min(job.batch_size, len(train)),
+                                            replace=False))
+        t0 = time.thread_time()
+        inp, _, blocks = sampler.sample_blocks(g, seeds)
+        cpu.append(time.thread_time() - t0)
+        inputs.append(len(inp))
+        edges.append(sum(int(b.num_edges()) for b in blocks))
+    feat = graph.features
+    t0 = time.thread_time()
+    for _ in range(batches):  # one gather of the input rows (what a colocated trainer does)
+        feat[rng.choice(graph.num_nodes, size=int(np.mean(inputs)), replace=False)]
+    gather = (time.thread_time() - t0) / batches
+    return {"sample_cpu_s_per_batch": round(float(np.median(cpu)), 4),
+            "input_nodes": int(np.mean(inputs)), "edges": int(np.mean(edges)),
+            "feature_bytes": int(np.mean(inputs)) * graph.feature_dim * 4,
+            "gather_cpu_s": round(gather, 4), "batches": batches}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--nodes", type=int, default=0, help="synthetic graph size (0: Cora)")
@@ -113,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parts", default=None, help="partition folder (reused if it exists)")
     p.add_argument("--keep", default=None, help="keep the run folder here")
     p.add_argument("--label", default="", help="a name for this measurement (before/after)")
+    p.add_argument("--no-dgl", action="store_true",
+                   help="skip DGL's sampler on the whole graph (the reference)")
     p.add_argument("--out", default=str(ROOT / "docs" / "bench" / "cpu.json"))
     a = p.parse_args(argv)
     if a.nodes and not a.batch:
@@ -127,13 +166,17 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmpdir)
         cluster, job, plan, parts = setup(tmp, a)
         run_dir = Path(a.keep) if a.keep else tmp / "run"
+        load0 = os.getloadavg()
         t0 = time.perf_counter()
         res = train(cluster, job, plan, out_dir=run_dir, partitions=parts, options=opts)
         wall = time.perf_counter() - t0
+        load1 = os.getloadavg()
         if a.keep:
             (run_dir / "result.json").write_text(json.dumps(res.to_dict(), indent=1))
+        ref = None if a.no_dgl else dgl_reference(job, parts)
     b = breakdown(res)
-    print(format_table(b))
+    table = format_table(b)
+    print(table)
     ext = extras(res, b)
     print()
     print("sampler CPU in sample_blocks per mini-batch:",
@@ -144,20 +187,29 @@ def main(argv: list[str] | None = None) -> int:
     for n, v in ext["trainer"].items():
         print(f"{n}: {v['cpu_s_per_batch']:.4f} CPU-s per batch, of which forward/backward + "
               f"optimizer {v['model_cpu_s_per_batch']:.4f}")
+    if ref:
+        print(f"DGL's sampler on the whole graph, same fan-outs and batch: "
+              f"{ref['sample_cpu_s_per_batch']:.4f} CPU-s per mini-batch, "
+              f"{ref['input_nodes']} input nodes, {ref['edges']} edges, "
+              f"{ref['feature_bytes'] / 1e6:.2f} MB of input features, gathered in "
+              f"{ref['gather_cpu_s']:.4f} CPU-s")
     print(f"{b['iterations']} iterations, epoch time {res.epoch_time_s:.2f} s, "
-          f"wall {wall:.1f} s, test accuracy {res.test_accuracy:.3f}")
+          f"wall {wall:.1f} s, test accuracy {res.test_accuracy:.3f}; load average "
+          f"{load0[0]:.1f} before, {load1[0]:.1f} after ({os.cpu_count()} CPUs)")
     entry = {
         "label": a.label or ("cora" if not a.nodes else f"synthetic-{a.nodes}"),
         "command": "python bench/bench_cpu.py " + " ".join(argv if argv is not None
                                                            else sys.argv[1:]),
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "python": platform.python_version()},
+                    "python": platform.python_version(),
+                    # other work on the box inflates CPU-seconds too (shared caches, SMT)
+                    "load_avg_1min_before_after": [round(load0[0], 2), round(load1[0], 2)]},
         "job": {k: v for k, v in job.to_dict().items()
                 if k in ("name", "dataset", "synthetic", "fanouts", "batch_size", "hidden",
                          "epochs", "trainers", "num_parts")},
         "epoch_time_s": res.epoch_time_s, "wall_s": wall, "test_accuracy": res.test_accuracy,
-        "breakdown": b, "claims": ext,
+        "table": table.splitlines(), "breakdown": b, "claims": ext, "dgl_reference": ref,
         "ledgers": {n: p["ledger"] for n, p in res.processes.items() if "ledger" in p},
     }
     out = Path(a.out)
