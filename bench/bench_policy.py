@@ -50,11 +50,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     st = be.resolve(ap.parse_args(["--work", str(work), "--out", str(work / "out"),
                                    "--shapes", args.shape, "--datasets", args.dataset,
                                    "--launcher", args.launcher, "--epochs", str(args.epochs)]))
+    ds = st.datasets[0]  # a .npz of the user's is keyed by its file stem
     ctx = Context(st)
-    ctx.prepare(args.dataset)
+    ctx.prepare(ds)
     cluster = be.load_shape(args.shape)
-    prof = ctx.profiles[args.dataset]
-    job0 = st.job(args.dataset)
+    prof = ctx.profiles[ds]
+    job0 = st.job(ds)
     plan = be.canonical(get_placer(args.placer).place(
         cluster, job0, prof, seed=st.seed, budget=st.budget if args.placer == "gnnsched" else None))
     be.say(f"plan ({args.placer}): {be.plan_rows(plan)}")
@@ -69,11 +70,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.time()
     try:
         for rep in range(args.repeats):
-            job = st.job(args.dataset, st.seed + rep)
+            job = st.job(ds, st.seed + rep)
             for p in policies:
                 res = train(cluster, job, plan, policy=p, launcher=st.launcher,
-                            out_dir=work / f"{args.shape}-{args.dataset}-{p}-{rep}",
-                            partitions=ctx.parts[args.dataset], profile=prof, options=opts,
+                            out_dir=work / f"{args.shape}-{ds}-{p}-{rep}",
+                            partitions=ctx.parts[ds], profile=prof, options=opts,
                             launcher_options={"emulated": net} if net else None)
                 times[p].append(float(res.epoch_time_s))
                 runs[p].append(res)
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                      "paired_ratio_min": min(ratios), "paired_ratio_max": max(ratios)})
         if args.trace:
             rows[-1]["timeline"] = timelines(runs[p], p, cluster, job0, plan, prof, st.seed)
-    return {"shape": args.shape, "dataset": args.dataset, "placer": args.placer,
+    return {"shape": args.shape, "dataset": ds, "placer": args.placer,
             "plan": be.plan_rows(plan), "repeats": args.repeats, "epochs": st.epochs,
             "launcher": st.launcher, "launcher_reason": st.launcher_reason, "baseline": base,
             "rows": rows, "minutes": (time.time() - t0) / 60,
@@ -142,8 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", default="mixedgen", choices=list(be.SHAPES),
                     help="cluster shape of the evaluation (gnnsched/evaluation/shapes; "
                          "default: mixedgen)")
-    ap.add_argument("--dataset", default="cora", choices=list(be.DATASETS),
-                    help="dataset of the evaluation (default: cora)")
+    ap.add_argument("--dataset", default="cora",
+                    help=f"dataset of the evaluation: {', '.join(be.DATASETS)} or a path to a "
+                         ".npz graph (default: cora)")
     ap.add_argument("--policies", default="fifo,gnnsched",
                     help="comma-separated registered policies; the first is the baseline of "
                          "the paired ratios (default: fifo,gnnsched)")

@@ -1,7 +1,8 @@
 """The evaluation, reproducible with one command: real runs of gnnsched against colocation and
-real DistDGL on an emulated cluster (four shapes, Cora and Coauthor Physics), the simulator's
-prediction for every real run (fidelity), and simulated runs at 16-256 machines from the
-measured profiles. Writes ``results.json``, ``report.md`` and PNG plots to ``--out``.
+real DistDGL on an emulated cluster (four shapes, Cora and Coauthor Physics, or your own
+graph: ``--datasets my.npz``), the simulator's prediction for every real run (fidelity), and
+simulated runs at 16-256 machines from the measured profiles. Writes ``results.json``,
+``report.md`` and PNG plots to ``--out``.
 
 ``--quick`` is the CI mode: Cora, one shape, 2 epochs, small scaling sweep, a few minutes; it
 checks its invariants (every configuration produced a number, systems that train the same
@@ -10,7 +11,8 @@ exits 1 when one fails. The full mode exits 1 only when a configuration produced
 missed performance targets are reported, by how much and why.
 
 The work is in :mod:`gnnsched.evaluation` (installed with the package); the datasets come
-from ``--data-dir``, ``$GNNSCHED_DATA_DIR`` or a checkout's ``../shared/datasets``.
+from ``--data-dir``, ``$GNNSCHED_DATA_DIR`` or a checkout's ``../shared/datasets`` (without
+Physics' file there, the default evaluation runs on the bundled Cora and says so).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from gnnsched.commands import (
     seed_int,
     sizes_int,
 )
+from gnnsched.spec import NORMALIZE
 
 HELP = "run the evaluation (real runs vs colocation and DistDGL, fidelity, scaling)"
 
@@ -46,8 +49,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "checkout's ../shared/datasets; Cora also ships with the package)")
     p.add_argument("--launcher", default="auto", choices=("auto", "netns", "local"),
                    help="auto: network namespaces when root, else local processes")
-    p.add_argument("--datasets", nargs="+", default=None,
-                   help="cora and/or physics (default: both; --quick: cora)")
+    p.add_argument("--datasets", nargs="+", default=None, metavar="NAME|FILE.npz",
+                   help="cora, physics and/or paths to your own graphs (.npz, the schema of "
+                        "docs/fields.md; named by the file's stem) (default: cora and physics, "
+                        "or cora alone where physics' file is not at hand; --quick: cora)")
+    p.add_argument("--normalize", default=None, choices=NORMALIZE,
+                   help="the jobs' features: {normalize} (default: row for a .npz of yours, "
+                        "so raw counts train; none for cora and physics, as published)")
+    p.add_argument("--split", type=nonneg_int, default=0,
+                   help="the jobs' split for a .npz of yours: which row of its [S, N] masks "
+                        "(default 0)")
     p.add_argument("--shapes", nargs="+", default=None,
                    help="plentiful, gpuless, hetero, mixedgen (default: all; --quick: gpuless)")
     p.add_argument("--systems", nargs="+", default=None,

@@ -12,7 +12,7 @@ import math
 import os
 import statistics
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,9 @@ class DatasetCfg:
     feature_dim: int | None  # None: keep the raw features
     batch_size: int  # seeds per trainer and iteration
     split: tuple[int, int, int] | None = None  # seeded (train, val, test); None: public split
+    path: str | None = None  # a user's own .npz (its content-keyed link in the cache)
+    file_split: int = 0  # the job's split: which row of the file's [S, N] masks
+    normalize: str = "none"  # the job's features.normalize
 
 
 DATASETS: dict[str, DatasetCfg] = {
@@ -47,6 +50,9 @@ DATASETS: dict[str, DatasetCfg] = {
                           (1000, 500, 5000)),
 }
 SPLIT_SEED = 0
+OWN_NORMALIZE = "row"  # a user's file: raw bag-of-words counts train to nothing unscaled
+OWN_MAX_WIDTH, OWN_PROJECT_TO = 4096, 128  # wider raw features are projected, as Physics'
+OWN_ITERATIONS = 16  # a user's batch size aims at this many iterations per trainer and epoch
 
 
 @dataclass(frozen=True)
@@ -107,14 +113,26 @@ class Settings:
     nic_bands: bool = False  # emulated NICs with TOS priority bands (a QoS switch)
     accuracy_seeds: int = 0  # job seeds per side in the accuracy study (0: no study)
     data_dir: str | None = None  # where the .npz graphs are (None: the datasets' own search)
+    # a user's own .npz per dataset key (its file stem): own_dataset()'s fields
+    own_datasets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    normalize: str | None = None  # --normalize (None: none for cora/physics, row for a file)
+    notes: list[str] = field(default_factory=list)  # what resolve() changed, said up front
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
 
+    def dataset(self, ds: str) -> DatasetCfg:
+        """Dataset ``ds`` as this evaluation trains it: a known one, or a user's file."""
+        own = self.own_datasets.get(ds)
+        d = DatasetCfg(**{k: own[k] for k in OWN_FIELDS}) if own else DATASETS[ds]
+        if self.normalize is not None and own is None:
+            d = replace(d, normalize=self.normalize)
+        return d
+
     def job(self, ds: str, seed: int | None = None, epochs: int | None = None) -> JobSpec:
         """The job of dataset ``ds`` in this evaluation (job seed ``seed``, default its own)."""
         return make_job(ds, self.epochs if epochs is None else epochs,
-                        self.seed if seed is None else seed, self.data_dir)
+                        self.seed if seed is None else seed, self.data_dir, self.dataset(ds))
 
 
 def resolve(args: argparse.Namespace) -> Settings:
@@ -122,15 +140,17 @@ def resolve(args: argparse.Namespace) -> Settings:
     Outputs default to folders under the current directory: ``runs/bench[-quick]`` and, for
     the full results, ``docs/results`` (a checkout's, when run from its root)."""
     q = bool(args.quick)
-    datasets = args.datasets or (["cora"] if q else list(DATASETS))
+    data_dir = getattr(args, "data_dir", None)
+    normalize = getattr(args, "normalize", None)
     shapes = args.shapes or (["gpuless"] if q else list(SHAPES))
     systems = args.systems or list(SYSTEMS)
-    for kind, names, valid in (("dataset", datasets, DATASETS), ("shape", shapes, SHAPES),
-                               ("system", systems, SYSTEMS)):
+    for kind, names, valid in (("shape", shapes, SHAPES), ("system", systems, SYSTEMS)):
         bad = [n for n in names if n not in valid]
         if bad:
             raise SystemExit(f"gnnsched bench: unknown {kind} {bad[0]!r} "
                              f"(valid: {', '.join(valid)})")
+    datasets, own, notes = _datasets(args.datasets, q, data_dir, normalize,
+                                     int(getattr(args, "split", 0) or 0))
     launcher, reason = _launcher(args)
     tag = "bench-quick" if q else "bench"
     epochs = args.epochs or (2 if q else 8)
@@ -148,7 +168,125 @@ def resolve(args: argparse.Namespace) -> Settings:
         real=not args.no_real, scale=not args.no_scale, reference=not args.no_reference,
         seed=int(args.seed), command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         nic_queue_ms=args.nic_queue_ms, nic_bands=bool(getattr(args, "nic_bands", False)),
-        accuracy_seeds=_accuracy_seeds(args, q), data_dir=getattr(args, "data_dir", None))
+        accuracy_seeds=_accuracy_seeds(args, q), data_dir=data_dir, own_datasets=own,
+        normalize=normalize, notes=notes)
+
+
+def is_path(name: str) -> bool:
+    """A ``--datasets`` entry that names a file rather than a known dataset."""
+    return name.endswith(".npz") or "/" in name or name not in DATASETS and Path(
+        name).expanduser().is_file()
+
+
+def _datasets(names: list[str] | None, quick: bool, data_dir: str | None,
+              normalize: str | None, split: int
+              ) -> tuple[list[str], dict[str, dict[str, Any]], list[str]]:
+    """The datasets to evaluate (keys), each user file's settings, and notes to say.
+
+    By default the evaluation runs Cora and Physics; without Physics' file at hand (no
+    ``--data-dir``, ``$GNNSCHED_DATA_DIR`` or checkout's ``../shared``) it runs on the
+    bundled Cora and says so. A dataset asked for by name that is not at hand is a one-line
+    error naming where it was looked for; a path is validated with the dataset loader."""
+    notes: list[str] = []
+    if not names:
+        names = ["cora"] if quick else list(DATASETS)
+        missing = [n for n in names if not dataset_at_hand(n, data_dir)]
+        if missing:
+            names = [n for n in names if n not in missing]
+            notes.append(
+                "skipped " + ", ".join(f"{DATASETS[n].label} ({DATASETS[n].dataset}.npz)"
+                                       for n in missing)
+                + ": not found in the data directories; running on "
+                + ", ".join(DATASETS[n].label for n in names) + " (point --data-dir or "
+                "$GNNSCHED_DATA_DIR at a folder with the file to evaluate it too)")
+    keys: list[str] = []
+    own: dict[str, dict[str, Any]] = {}
+    for name in names:
+        if is_path(name):
+            d = own_dataset(name, split, normalize)
+            key = d["key"]
+        elif name in DATASETS:
+            key = name
+            if not dataset_at_hand(name, data_dir):
+                raise SystemExit(
+                    f"gnnsched bench: dataset {name!r} needs {DATASETS[name].dataset}.npz, "
+                    "not found in the data directories (pass --data-dir DIR or set "
+                    "$GNNSCHED_DATA_DIR to the folder that holds it; Cora ships with the "
+                    "package)")
+        else:
+            raise SystemExit(f"gnnsched bench: unknown dataset {name!r} (valid: "
+                             f"{', '.join(DATASETS)}, or a path to a .npz graph file)")
+        if key in keys:
+            raise SystemExit(f"gnnsched bench: two datasets named {key!r} (a file's name is "
+                             "its stem): rename one file")
+        keys.append(key)
+        if is_path(name):
+            own[key] = d
+    return keys, own, notes
+
+
+def dataset_at_hand(ds: str, data_dir: str | None = None) -> bool:
+    """Whether known dataset ``ds`` can be loaded here (its file, or its seeded copy)."""
+    from gnnsched.datasets import available_datasets
+
+    d = DATASETS[ds]
+    return d.dataset in available_datasets(data_dir) or (
+        d.split is not None and _split_copy(d).is_file())
+
+
+OWN_FIELDS = ("key", "dataset", "label", "feature_dim", "batch_size", "path", "file_split",
+              "normalize")
+
+
+def own_dataset(name: str, split: int = 0, normalize: str | None = None) -> dict[str, Any]:
+    """A user's ``.npz`` as an evaluation dataset: checked with the dataset loader (a bad
+    file fails here with its message), keyed by its file stem, linked into the gnnsched
+    cache under a name with its content hash (partitions are cached by the job's dataset
+    path: an edited file must not reuse the old one's), with a batch size for about
+    ``OWN_ITERATIONS`` iterations per trainer and epoch, its width kept up to
+    ``OWN_MAX_WIDTH`` (projected to ``OWN_PROJECT_TO`` beyond), and ``normalize``
+    (default ``OWN_NORMALIZE``). The fields are JSON (results.json keeps them)."""
+    import hashlib
+
+    from gnnsched.datasets import load_npz
+    from gnnsched.datasets.cache import cache_root
+    from gnnsched.spec import SpecError
+
+    path = Path(name).expanduser()
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "does not exist"
+        raise SystemExit(f"gnnsched bench: --datasets {name}: {what} (valid: cora, physics, "
+                         "or a path to a .npz graph file, see docs/fields.md)")
+    graph = load_npz(path, split=split)  # raises SpecError naming the file and the key
+    train, test = int(graph.train_mask.sum()), int(graph.test_mask.sum())
+    for what, count, least in (("train_mask", train, 4), ("test_mask", test, 1)):
+        if count < least:
+            raise SpecError(str(path), what, f"selects {count} node(s) in split {split}",
+                            f"at least {least}: the evaluation trains 2 trainers over 4 "
+                            "partitions and reports test accuracy")
+    sha = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            sha.update(chunk)
+    link = cache_root() / "datasets" / f"{path.stem}-{sha.hexdigest()[:12]}.npz"
+    if not link.is_file():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        tmp = link.with_name(f"{link.stem}.tmp{os.getpid()}.npz")
+        try:
+            tmp.symlink_to(path.resolve())
+        except OSError:
+            import shutil
+
+            shutil.copyfile(path, tmp)
+        tmp.replace(link)
+    width = graph.feature_dim
+    batch = max(8, min(1024, -(-train // (2 * OWN_ITERATIONS))))
+    del graph
+    return {"key": path.stem, "dataset": path.stem, "label": path.stem,
+            "feature_dim": OWN_PROJECT_TO if width > OWN_MAX_WIDTH else None,
+            "batch_size": int(batch), "path": str(link), "file_split": int(split),
+            "normalize": normalize or OWN_NORMALIZE, "file": str(path.resolve()),
+            "raw_feature_dim": int(width)}
 
 
 def _launcher(args: argparse.Namespace) -> tuple[str, str]:
@@ -198,19 +336,30 @@ def load_shape(name: str) -> ClusterSpec:
         return load_cluster(path)
 
 
-def dataset_path(ds: str, data_dir: str | None = None) -> str:
-    """The job's ``dataset``: the shared name, or a copy with a seeded split (made once)."""
-    d = DATASETS[ds]
+def _split_copy(d: DatasetCfg) -> Path:
+    """Where the copy of ``d`` with its seeded split lives (the gnnsched cache)."""
+    from gnnsched.datasets.cache import cache_root
+
+    assert d.split is not None
+    tr, va, te = d.split
+    return cache_root() / "datasets" / f"{d.dataset}-{tr}-{va}-{te}-s{SPLIT_SEED}.npz"
+
+
+def dataset_path(ds: str, data_dir: str | None = None, d: DatasetCfg | None = None) -> str:
+    """The job's ``dataset``: the shared name, a copy with a seeded split (made once), or
+    a user's file (its link in the cache)."""
+    d = d or DATASETS[ds]
+    if d.path is not None:
+        return d.path
     if d.split is None:
         return d.dataset
     import numpy as np
 
     from gnnsched.datasets import available_datasets
-    from gnnsched.datasets.cache import cache_root
     from gnnsched.spec import SpecError
 
     tr, va, te = d.split
-    path = cache_root() / "datasets" / f"{d.dataset}-{tr}-{va}-{te}-s{SPLIT_SEED}.npz"
+    path = _split_copy(d)
     if not path.is_file():
         src = available_datasets(data_dir).get(d.dataset)
         if src is None:
@@ -233,18 +382,23 @@ def dataset_path(ds: str, data_dir: str | None = None) -> str:
     return str(path)
 
 
-def make_job(ds: str, epochs: int, seed: int = 0, data_dir: str | None = None) -> JobSpec:
-    """The job of dataset ``ds``: GraphSAGE, fan-outs 10/25, 2 trainers over 4 METIS parts."""
+def make_job(ds: str, epochs: int, seed: int = 0, data_dir: str | None = None,
+             d: DatasetCfg | None = None) -> JobSpec:
+    """The job of dataset ``ds`` (``d``: its settings, default the known dataset's):
+    GraphSAGE, fan-outs 10/25, 2 trainers over 4 METIS parts."""
     from gnnsched.spec import job_from_dict
 
-    d = DATASETS[ds]
-    return job_from_dict({
-        "name": f"{ds}-sage", "dataset": dataset_path(ds, data_dir),
+    d = d or DATASETS[ds]
+    spec: dict[str, Any] = {
+        "name": f"{ds}-sage", "dataset": dataset_path(ds, data_dir, d),
         "feature_dim": d.feature_dim, "num_parts": 4, "part_method": "metis", "model": "sage",
         "hidden": 128, "fanouts": [10, 25], "batch_size": d.batch_size, "epochs": epochs,
-        "lr": 0.01, "dropout": 0.5, "trainers": 2, "seed": seed, "prefetch": 2,
-        "eval_every": epochs,
-    }, source=f"bench:{ds}")
+        "lr": 0.01, "dropout": 0.5, "trainers": 2, "seed": seed, "split": d.file_split,
+        "prefetch": 2, "eval_every": epochs,
+    }
+    if d.normalize != "none":
+        spec["features"] = {"normalize": d.normalize}
+    return job_from_dict(spec, source=f"bench:{ds}")
 
 
 def job_for_repeat(ds: str, st: Settings, rep: int) -> JobSpec:
@@ -297,6 +451,40 @@ def num(v: Any) -> float | None:
 
 def acc(r: dict[str, Any]) -> float | None:
     return num(r.get("test_accuracy"))
+
+
+def metric_fields(result: Any) -> dict[str, Any]:
+    """The task metric of a run's result (coordinator, reference or DistDGL result, or its
+    dict): ``metric`` (accuracy, macro_f1, roc_auc), ``test_metric``, the last
+    ``val_metric`` and ``majority_rate``; empty from a runtime that does not report one."""
+    get = result.get if isinstance(result, dict) else lambda k: getattr(result, k, None)
+    name = get("metric")
+    if not name:
+        return {}
+    val = get("val_metric")
+    if isinstance(val, (list, tuple)):
+        val = val[-1] if val else None
+    out = {"metric": str(name), "test_metric": _number(get("test_metric")),
+           "val_metric": _number(val)}
+    if get("majority_rate") is not None:
+        out["majority_rate"] = _number(get("majority_rate"))
+    return out
+
+
+def _number(v: Any) -> float | None:
+    try:
+        return num(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def metric_text(r: dict[str, Any], spec: str = ".4f") -> str:
+    """``", macro_f1 0.7312"`` for a row whose task metric is not accuracy (accuracy is
+    printed anyway); empty otherwise."""
+    name = r.get("metric")
+    if not name or name == "accuracy":
+        return ""
+    return f", {name} {fmt(r.get('test_metric'), spec)}"
 
 
 def mean_accuracy(accs: list[Any]) -> float | None:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from gnnsched.evaluation.config import (
-    DATASETS,
     EVAL_BATCH,
     RUNTIME_SYSTEMS,
     SPREAD_SEEDS,
@@ -22,10 +21,50 @@ from gnnsched.evaluation.config import (
     error_text,
     fmt,
     load_shape,
+    metric_fields,
+    metric_text,
     say,
 )
 from gnnsched.profile import CostProfile
-from gnnsched.spec import JobSpec
+from gnnsched.spec import JobSpec, SpecError
+
+_PARTITION_CHILD = """
+import json, sys
+from gnnsched.datasets.cache import partitions_for
+from gnnsched.spec import SpecError, job_from_dict
+a = json.loads(sys.argv[1])
+try:
+    out = {"path": str(partitions_for(job_from_dict(a["job"], a["source"]), a["data_dir"],
+                                      quiet=True))}
+except SpecError as exc:
+    out = {"error": [exc.source, exc.field, exc.problem, exc.valid]}
+print(json.dumps(out))
+"""
+
+
+def partitions_apart(job: JobSpec, data_dir: str | None = None) -> Path:
+    """The job's partitions (cached, else made) by another process. Partitioning calls
+    ``dgl.seed``, and where DGL runs more than one OpenMP thread an earlier ``dgl.seed`` in a
+    process changes the neighbours its later sampling draws; the single-process references
+    trained in this process would then sample other mini-batches than the runs they check
+    (a fresh cache failed the quick mode's reference invariant on small graphs)."""
+    import subprocess
+    import sys
+
+    arg = json.dumps({"job": job.to_dict(), "source": job.source, "data_dir": data_dir})
+    done = subprocess.run([sys.executable, "-c", _PARTITION_CHILD, arg], stdout=subprocess.PIPE,
+                          text=True, check=False)
+    lines = done.stdout.strip().splitlines()
+    try:
+        out = json.loads(lines[-1]) if done.returncode == 0 and lines else None
+    except ValueError:
+        out = None
+    if out is None:
+        raise RuntimeError(f"partitioning {job.dataset} failed (exit {done.returncode}; "
+                           "its error is above)")
+    if "error" in out:
+        raise SpecError(*out["error"])
+    return Path(out["path"])
 
 
 class Context:
@@ -47,14 +86,13 @@ class Context:
             return
         from gnnsched.calibrate import summarize
         from gnnsched.datasets import open_partitions
-        from gnnsched.datasets.cache import partitions_for
         from gnnsched.runtime.profiler import profile_partitions
         from gnnsched.spec import fingerprint
 
         st = self.st
         job = st.job(ds)
         t0 = time.perf_counter()
-        part_dir = partitions_for(job, st.data_dir, quiet=True)
+        part_dir = partitions_apart(job, st.data_dir)
         pset = open_partitions(part_dir)
         key = fingerprint([job.profile_key(), st.samples, st.seed])
         name = f"{ds}-{st.samples}-{key}.json"
@@ -78,17 +116,23 @@ class Context:
         meta = pset.meta
         counts = {k: int(sum(p.get(k, 0) for p in meta.get("parts", [])))
                   for k in ("train", "val", "test")}
-        d = DATASETS[ds]
+        d = st.dataset(ds)
+        own = st.own_datasets.get(ds, {})
         self.info[ds] = {
             "dataset": d.dataset, "label": d.label, "feature_dim": pset.feature_dim,
+            **({"file": own["file"], "split": job.split} if own else {}),
+            "normalize": job.normalize,
             "projected": d.feature_dim is not None, "num_nodes": int(len(pset.node_part)),
             "num_classes": int(pset.num_classes), **counts, "partitions": str(part_dir),
             "batch_size": job.batch_size, "fanouts": list(job.fanouts),
             "iterations_per_epoch": prof.iterations_per_epoch(job.trainers, job.batch_size),
             "profile": summarize(prof), "profile_file": str(path),
         }
-        say(f"[{ds}] {d.label}: {self.info[ds]['num_nodes']:,} nodes, "
-            f"{pset.feature_dim} features, train/val/test {counts['train']}/{counts['val']}/"
+        say(f"[{ds}] {d.label}" + (f" ({own['file']}, split {job.split})" if own else "")
+            + f": {self.info[ds]['num_nodes']:,} nodes, {pset.feature_dim} features"
+            + (f" (projected from {own['raw_feature_dim']})" if own and d.feature_dim else "")
+            + (f", normalised {job.normalize}" if job.normalize != "none" else "")
+            + f", train/val/test {counts['train']}/{counts['val']}/"
             f"{counts['test']}; {how} in {time.perf_counter() - t0:.1f} s")
 
     def spread(self, ds: str, split: list[list[int]]) -> dict[str, Any]:
@@ -184,12 +228,12 @@ class Context:
             try:
                 r = reference_train(job, str(self.parts[ds]), split, eval_batch_size=EVAL_BATCH)
                 self.references[key] = {"dataset": ds, "split": split, "seed": int(job.seed),
-                                        "test_accuracy": r.test_accuracy,
+                                        "test_accuracy": r.test_accuracy, **metric_fields(r),
                                         "seconds": time.perf_counter() - t0}
             except Exception as exc:  # noqa: BLE001 - recorded, checked as an invariant
                 self.references[key] = {"dataset": ds, "split": split, "seed": int(job.seed),
                                         "error": error_text(exc)}
             ref = self.references[key]
             say(f"    reference (one process) of split {split}, job seed {job.seed}: "
-                f"{ref.get('test_accuracy', ref.get('error'))}")
+                f"{ref.get('test_accuracy', ref.get('error'))}{metric_text(ref)}")
         return self.references[key]

@@ -81,6 +81,8 @@ def resimulate(st: Settings) -> int:
     st = replace(st, samples=int(old["samples"]), seed=int(old["seed"]),
                  epochs=int(old["epochs"]), quick=bool(old["quick"]),
                  datasets=list(old["datasets"]), shapes=list(old["shapes"]),
+                 own_datasets=dict(old.get("own_datasets") or {}),
+                 normalize=old.get("normalize"),
                  sizes=list(old["sizes"]), budget=float(old["budget"]),
                  launcher=str(old.get("launcher", st.launcher)))
     ctx = Context(st, from_results=True)
@@ -118,6 +120,8 @@ def study_only(st: Settings) -> int:
     old = doc["settings"]
     st = replace(st, samples=int(old["samples"]), seed=int(old["seed"]),
                  epochs=int(old["epochs"]), datasets=list(old["datasets"]),
+                 own_datasets=dict(old.get("own_datasets") or {}),
+                 normalize=old.get("normalize"),
                  launcher=str(old.get("launcher", st.launcher)))  # the timed runs' (no runs here)
     ctx = Context(st, from_results=True)
     for ref in doc.get("references", []):  # the timed runs' references: not trained again
@@ -165,6 +169,8 @@ def evaluate(args: argparse.Namespace) -> int:
     say(f"gnnsched bench{' --quick' if st.quick else ''}: shapes {', '.join(st.shapes)}; "
         f"datasets {', '.join(st.datasets)}; {st.epochs} epochs; launcher {st.launcher} "
         f"({st.launcher_reason}); results -> {st.out}, runs -> {st.work}")
+    for note in st.notes:
+        say(f"note: {note}")
     ctx = Context(st)
     for ds in st.datasets:
         ctx.prepare(ds)

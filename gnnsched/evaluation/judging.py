@@ -98,8 +98,10 @@ def invariants(configs: list[dict[str, Any]], scaling: list[dict[str, Any]],
     add("every configuration produced a number", not missing,
         "; ".join(missing) if missing else
         f"{sum(len(c['systems']) for c in configs)} real configurations and "
-        f"{len(scaling)} simulated ones (DistDGL's infeasibility on GPU-less stores counts "
-        "as its result)")
+        f"{len(scaling)} simulated ones"
+        + (" (DistDGL's infeasibility on GPU-less stores counts as its result)"
+           if any(c["systems"].get("distdgl", {}).get("feasible") is False for c in configs)
+           else ""))
     if not st.real:
         return out
     same_bad, same_n = [], 0

@@ -74,6 +74,9 @@ def _intro(doc: dict[str, Any], L: list[str]) -> None:
              + (f" Simulated predictions re-derived from these measurements on "
                 f"{doc['resimulated']} (`gnnsched bench --resimulate`; the command above "
                 "computes the same)." if doc.get("resimulated") else ""))
+    for note in st.get("notes") or []:
+        L.append("")
+        L.append(f"Note: {note}.")
     fifo = sorted({f"{c['shape']}/{c['dataset']}: {c['nic_queues']}" for c in doc["configs"]
                    if c.get("nic_queues", "tos bands") != "tos bands"})
     if st.get("nic_bands") and fifo:
@@ -96,10 +99,13 @@ def _headline(doc: dict[str, Any], L: list[str]) -> None:
              "over DistDGL, test accuracy, and the largest simulator error over the three "
              "gnnsched-runtime systems.")
     L.append("")
+    scored = _scored(doc)  # a task metric other than accuracy: its own column
     L.append("| shape | dataset | DistDGL | colocation + fifo | gnnsched + fifo | gnnsched | "
              "bound | vs colocation | vs DistDGL | accuracy (DistDGL / colo / gnnsched) | "
-             "sim error |")
-    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+             + ("task metric (DistDGL / colo / gnnsched) | " if scored else "")
+             + "sim error |")
+    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---|" + ("---|" if scored else "")
+             + "---:|")
     for c in doc["configs"]:
         sy = c["systems"]
 
@@ -121,6 +127,12 @@ def _headline(doc: dict[str, Any], L: list[str]) -> None:
                 if n in sy and sy[n].get("sim_error") is not None]
         accs = " / ".join(fmt(acc(sy.get(n, {})), ".3f") for n in
                           ("distdgl", "colocation+fifo", HEADLINE))
+        if scored:
+            names = sorted({sy[n]["metric"] for n in ("distdgl", "colocation+fifo", HEADLINE)
+                            if sy.get(n, {}).get("metric")})
+            accs += " | " + ("/".join(names) + " " if names else "") + " / ".join(
+                fmt(sy.get(n, {}).get("test_metric"), ".3f")
+                for n in ("distdgl", "colocation+fifo", HEADLINE))
         L.append(f"| {c['shape']} | {doc['datasets'][c['dataset']]['label']} | "
                  f"{cell('distdgl')} | {cell('colocation+fifo')} | {cell('gnnsched+fifo')} | "
                  f"{cell(HEADLINE)} | {fmt(c.get('bound_any_placement_s'))} | "
@@ -148,6 +160,12 @@ def _headline(doc: dict[str, Any], L: list[str]) -> None:
     L.extend(study_lines(doc))
     L.append("![speed-ups](speedup.png)")
     L.append("")
+
+
+def _scored(doc: dict[str, Any]) -> bool:
+    """Whether any run was scored by a task metric other than accuracy."""
+    return any(r.get("metric") not in (None, "accuracy") for c in doc["configs"]
+               for r in c["systems"].values())
 
 
 def _targets(doc: dict[str, Any], L: list[str]) -> None:
@@ -347,8 +365,11 @@ def _datasets(doc: dict[str, Any], L: list[str]) -> None:
     L.append("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for d in doc["datasets"].values():
         p = d["profile"]
-        feat = f"{d['feature_dim']}" + (" (projected)" if d["projected"] else "")
-        L.append(f"| {d['label']} | {d['num_nodes']:,} | {feat} | {d['train']} / {d['val']} / "
+        feat = f"{d['feature_dim']}" + (" (projected)" if d["projected"] else "") + (
+            f", {d['normalize']}-normalised" if d.get("normalize", "none") != "none" else "")
+        label = d["label"] + (f" (`{d['file']}`, split {d.get('split', 0)})"
+                              if d.get("file") else "")
+        L.append(f"| {label} | {d['num_nodes']:,} | {feat} | {d['train']} / {d['val']} / "
                  f"{d['test']} | {d['batch_size']} | {d['iterations_per_epoch']} | "
                  f"{1e3 * p['sample_s']:.1f} | {1e3 * p['train_s']:.1f} | "
                  f"{p['input_nodes']:.0f} | {p['local_input_share']:.0%} |")

@@ -22,6 +22,8 @@ from gnnsched.evaluation.config import (
     job_for_repeat,
     load_shape,
     mean_accuracy,
+    metric_fields,
+    metric_text,
     plan_rows,
     say,
     seed_split,
@@ -51,6 +53,7 @@ def run_runtime_once(st: Settings, cluster: ClusterSpec, job: JobSpec, plan: Pla
                 partitions=part_dir, profile=prof, options=runtime_options(),
                 progress=tracker, launcher_options=lopts)
     row = summary(res)
+    row.update(metric_fields(res))  # the task metric, where the runtime reports one
     row["steps"] = steady_steps(res.run_dir)
     row["allreduce_last_s"] = allreduce_last_s(row["steps"])
     row["nic_bytes_run"] = bytes_between(before, counters.read()) if counters else None
@@ -75,11 +78,24 @@ def _median_rep(reps: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _repeats(reps: list[dict[str, Any]]) -> dict[str, Any]:
-    """What every system reports over its repetitions: median epoch, mean accuracy, seeds."""
+    """What every system reports over its repetitions: median epoch, mean accuracy (and mean
+    task metric, where the runtime reports one), seeds."""
     times = [r["epoch_time_s"] for r in reps]
-    return {"epoch_time_s": float(statistics.median(times)),
-            "epoch_times_s": _median_rep(reps)["epoch_times_s"], "repeat_epoch_times_s": times,
-            "test_accuracy": mean_accuracy([r["test_accuracy"] for r in reps])}
+    out = {"epoch_time_s": float(statistics.median(times)),
+           "epoch_times_s": _median_rep(reps)["epoch_times_s"], "repeat_epoch_times_s": times,
+           "test_accuracy": mean_accuracy([r["test_accuracy"] for r in reps])}
+    return {**out, **mean_metric(reps)}
+
+
+def mean_metric(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The task metric over repetitions: its name, mean and per-run values (empty when no
+    run reported one)."""
+    names = {r["metric"] for r in rows if r.get("metric")}
+    if not names:
+        return {}
+    name = names.pop() if len(names) == 1 else "/".join(sorted(names))
+    vals = [r.get("test_metric") for r in rows]
+    return {"metric": name, "test_metric": mean_accuracy(vals), "repeat_test_metric": vals}
 
 
 def aggregate_runtime(reps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -91,6 +107,7 @@ def aggregate_runtime(reps: list[dict[str, Any]]) -> dict[str, Any]:
     nic = best["nic_bytes_per_epoch"]
     return {
         "ok": True, **_repeats(reps), "val_accuracy": best["val_accuracy"],
+        **{k: best[k] for k in ("val_metric", "majority_rate") if k in best},
         "repeat_test_accuracy": [r["test_accuracy"] for r in reps],
         "repeat_job_seeds": [r.get("job_seed") for r in reps],
         "bytes_per_epoch": float(sum(nic.values())) if nic else None,
@@ -139,6 +156,7 @@ def run_distdgl_once(st: Settings, cluster: ClusterSpec, job: JobSpec, part_dir:
     if not r.feasible:
         return {"feasible": False, "reason": r.reason}
     d = r.to_dict()
+    d.update(metric_fields(r))  # the task metric, where DistDGL's runner reports one
     d["nic_bytes_run"] = bytes_between(before, counters.read()) if counters else None
     d["seconds"] = time.perf_counter() - t0
     return d
@@ -346,7 +364,7 @@ def run_config(ctx: Context, shape: str, ds: str) -> dict[str, Any]:
                     say(f"[{label}] {sysname}"
                         + (f" #{rep + 1}" if st.repeats > 1 else "")
                         + f": epoch {one['epoch_time_s']:.3f} s, acc "
-                        f"{fmt(one.get('test_accuracy'), '.3f')} "
+                        f"{fmt(one.get('test_accuracy'), '.3f')}{metric_text(one, '.3f')} "
                         f"({time.perf_counter() - t0:.0f} s)")
         for sysname, row in rows.items():
             if sysname in failed or not raw[sysname]:
@@ -374,6 +392,10 @@ def _finish_row(ctx: Context, ds: str, sysname: str, row: dict[str, Any],
                 for seed in row["repeat_job_seeds"]]
         row["repeat_reference_accuracy"] = [r.get("test_accuracy") for r in refs]
         row["reference_accuracy"] = mean_accuracy(row["repeat_reference_accuracy"])
+        ref_metric = mean_metric(refs)
+        if ref_metric:
+            row["reference_metric"] = ref_metric["test_metric"]
+            row["repeat_reference_metric"] = ref_metric["repeat_test_metric"]
     sim = row.get("sim", {})
     if row.get("epoch_time_s") and sim.get("epoch_time_s"):
         try:
@@ -403,6 +425,10 @@ def describe(row: dict[str, Any]) -> str:
         parts.append(f"acc {row['test_accuracy']:.3f}")
     if row.get("reference_accuracy") is not None:
         parts.append(f"ref {row['reference_accuracy']:.3f}")
+    if metric_text(row):
+        parts.append(f"{row['metric']} {fmt(row.get('test_metric'), '.3f')}"
+                     + (f" (ref {row['reference_metric']:.3f})"
+                        if row.get("reference_metric") is not None else ""))
     if row.get("bytes_per_epoch"):
         parts.append(f"{row['bytes_per_epoch'] / 1e6:.1f} MB/epoch")
     return ", ".join(parts) or "planned only"
