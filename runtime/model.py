@@ -7,12 +7,19 @@ DGL's block convention) and the same code runs on CPU and CUDA with ``index_add_
 The layers reproduce ``dgl.nn.SAGEConv(aggregator_type="mean")``, ``GraphConv(norm="both")``
 and ``GATConv`` exactly (same parameters, same maths); ``tests/test_model.py`` checks outputs
 and gradients against DGL on the same blocks.
+
+Speed: SAGE and GCN aggregate with ``F.embedding_bag`` (one bag of source rows per
+destination, mean or sum; fused kernels on CPU and CUDA) over the block's edges grouped by
+destination (``Block.in_csr``, cached), instead of gathering one feature row per edge
+(``h[src]``, ``E x F`` floats) and scattering it back with ``index_add_``: on the scale job's
+batch that is as fast as DGL's SpMM, where the gather/scatter was 1.4-1.6x slower.
+``bench/bench_model.py`` times the model against ``dgl.nn.SAGEConv`` on a realistic batch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -30,6 +37,8 @@ class Block:
     dst: Tensor  # int64 [E], in 0..num_dst-1
     num_src: int
     num_dst: int
+    _csr: tuple[Tensor, Tensor] | None = field(default=None, init=False, repr=False,
+                                                compare=False)  # see ``in_csr``
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Block:
         return Block(self.src.to(device, non_blocking=non_blocking),
@@ -46,6 +55,21 @@ class Block:
     def out_degrees(self) -> Tensor:
         deg = torch.zeros(self.num_src, dtype=torch.float32, device=self.src.device)
         return deg.index_add_(0, self.src, torch.ones_like(self.src, dtype=torch.float32))
+
+    def in_csr(self) -> tuple[Tensor, Tensor]:
+        """The in-edges grouped by destination, cached on the block: ``(offsets, sources)``,
+        where destination ``v``'s sources are ``sources[offsets[v]:offsets[v + 1]]``
+        (``offsets`` has ``num_dst + 1`` entries). Edges already sorted by destination, as
+        the samplers and DGL produce them, are used as they are."""
+        if self._csr is None:
+            src, dst = self.src, self.dst
+            if dst.numel() > 1 and not bool((dst[1:] >= dst[:-1]).all()):
+                perm = torch.argsort(dst, stable=True)
+                src, dst = src[perm], dst[perm]
+            offsets = torch.zeros(self.num_dst + 1, dtype=torch.int64, device=dst.device)
+            torch.cumsum(torch.bincount(dst, minlength=self.num_dst), 0, out=offsets[1:])
+            self._csr = (offsets, src)
+        return self._csr
 
 
 def blocks_to_tensors(blocks: Sequence[Any]) -> list[Block]:
@@ -70,6 +94,19 @@ def _sum_into_dst(values: Tensor, block: Block) -> Tensor:
     return out.index_add_(0, block.dst, values)
 
 
+def aggregate(block: Block, h: Tensor, kind: str = "mean") -> Tensor:
+    """Sum (``kind="sum"``) or mean (``"mean"``) of ``h`` (``[num_src, F]``) over each
+    destination's in-edges: ``[num_dst, F]``, zeros where a destination has no in-edge.
+
+    One ``embedding_bag`` over the destinations' source lists (a bag per destination), which
+    reads each source row where it is needed instead of materialising ``h[src]`` (``E x F``)
+    and scattering it back; its backward scatters the output gradient to the sources."""
+    if kind not in ("mean", "sum"):
+        raise ValueError(f"unknown aggregation {kind!r} (valid: mean, sum)")
+    offsets, sources = block.in_csr()
+    return F.embedding_bag(sources, h, offsets, mode=kind, include_last_offset=True)
+
+
 class SAGEConv(nn.Module):
     """GraphSAGE with the mean aggregator: ``fc_self(h_dst) + fc_neigh(mean(h_src))``.
 
@@ -88,14 +125,11 @@ class SAGEConv(nn.Module):
         nn.init.zeros_(self.fc_self.bias)
 
     def forward(self, block: Block, h: Tensor) -> Tensor:
-        h_dst = h[: block.num_dst]
-        lin_before = self.in_feats > self.out_feats
-        msg = self.fc_neigh(h) if lin_before else h
-        summed = _sum_into_dst(msg[block.src], block)
-        neigh = summed / block.in_degrees().clamp(min=1).unsqueeze(-1)
-        if not lin_before:
-            neigh = self.fc_neigh(neigh)
-        return self.fc_self(h_dst) + neigh
+        h_self = self.fc_self(h[: block.num_dst])
+        if self.in_feats > self.out_feats:
+            return h_self + aggregate(block, self.fc_neigh(h), "mean")
+        # fc_self(h_dst) + fc_neigh(mean): the neighbour product accumulates into h_self
+        return torch.addmm(h_self, aggregate(block, h, "mean"), self.fc_neigh.weight.t())
 
 
 class GCNConv(nn.Module):
@@ -115,9 +149,9 @@ class GCNConv(nn.Module):
     def forward(self, block: Block, h: Tensor) -> Tensor:
         h = h * block.out_degrees().clamp(min=1).pow(-0.5).unsqueeze(-1)
         if self.in_feats > self.out_feats:
-            rst = _sum_into_dst((h @ self.weight)[block.src], block)
+            rst = aggregate(block, h @ self.weight, "sum")
         else:
-            rst = _sum_into_dst(h[block.src], block) @ self.weight
+            rst = aggregate(block, h, "sum") @ self.weight
         rst = rst * block.in_degrees().clamp(min=1).pow(-0.5).unsqueeze(-1)
         return rst + self.bias
 
@@ -208,5 +242,5 @@ def param_bytes(model: nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-__all__ = ["GATConv", "GCNConv", "GNN", "MODELS", "SAGEConv", "Block", "blocks_to_tensors",
-           "build_model", "param_bytes", "tensors_to_dgl"]
+__all__ = ["GATConv", "GCNConv", "GNN", "MODELS", "SAGEConv", "Block", "aggregate",
+           "blocks_to_tensors", "build_model", "param_bytes", "tensors_to_dgl"]
