@@ -94,12 +94,13 @@ def _headline(doc: dict[str, Any], L: list[str]) -> None:
     where = ("on the emulated cluster" if doc["launcher"]["name"] != "local" else
              "on local processes (NICs not shaped, so not comparable with the simulated "
              "epochs or the targets)")
+    scored = _scored(doc)  # a task metric other than accuracy: its own column
     L.append(f"Epoch seconds measured {where} (simulated steady-state epoch in "
              "brackets), speed-up of gnnsched (placement + policy) over colocation + fifo and "
-             "over DistDGL, test accuracy, and the largest simulator error over the three "
-             "gnnsched-runtime systems.")
+             "over DistDGL, test accuracy"
+             + (", the job's task metric on the test set (named in its cell)" if scored else "")
+             + ", and the largest simulator error over the three gnnsched-runtime systems.")
     L.append("")
-    scored = _scored(doc)  # a task metric other than accuracy: its own column
     L.append("| shape | dataset | DistDGL | colocation + fifo | gnnsched + fifo | gnnsched | "
              "bound | vs colocation | vs DistDGL | accuracy (DistDGL / colo / gnnsched) | "
              + ("task metric (DistDGL / colo / gnnsched) | " if scored else "")
