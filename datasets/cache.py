@@ -43,6 +43,17 @@ def check_made_for(job: JobSpec, path: Path, meta: dict) -> None:
                         f"feature_dim: {width}, or {redo}")
 
 
+def cache_path(job: JobSpec) -> Path:
+    """Where :func:`partitions_for` keeps the partitions of a job without ``partitions:``:
+    named by every field the partitioning depends on."""
+    key = fingerprint({k: v for k, v in job.to_dict().items()
+                       if k in ("dataset", "num_parts", "part_method", "feature_dim", "split",
+                                "synthetic", "seed")
+                       or k == "features"})  # present only when not "none": old keys stay
+    name = Path(job.dataset).stem if job.dataset.endswith(".npz") else job.dataset
+    return cache_root() / "parts" / f"{name}-{job.num_parts}{job.part_method[0]}-{key}"
+
+
 def partitions_for(job: JobSpec, data_dir: str | None = None, *, quiet: bool = False) -> Path:
     """Directory of the job's partitions, partitioning its dataset first if needed."""
     from gnnsched.datasets import load_dataset, open_partitions, partition_graph
@@ -59,12 +70,7 @@ def partitions_for(job: JobSpec, data_dir: str | None = None, *, quiet: bool = F
                             f"is {job.num_parts} but {path} holds {pset.num_parts} partitions")
         check_made_for(job, path, pset.meta)
         return path
-    key = fingerprint({k: v for k, v in job.to_dict().items()
-                       if k in ("dataset", "num_parts", "part_method", "feature_dim", "split",
-                                "synthetic", "seed")
-                       or k == "features"})  # present only when not "none": old keys stay
-    name = Path(job.dataset).stem if job.dataset.endswith(".npz") else job.dataset
-    path = cache_root() / "parts" / f"{name}-{job.num_parts}{job.part_method[0]}-{key}"
+    path = cache_path(job)
     if (path / "gnnsched.json").is_file():
         try:
             open_partitions(path)

@@ -150,8 +150,7 @@ def job_partitions(job: JobSpec, partitions: str | Path | None = None) -> Path |
     anything: ``partitions`` when given, else the job's ``partitions`` field, else the
     directory the job's dataset was already partitioned into in the cache; None when none
     exists (the profile's estimate is used then)."""
-    from gnnsched.datasets.cache import cache_root
-    from gnnsched.spec import fingerprint
+    from gnnsched.datasets.cache import cache_path
 
     if partitions is not None or job.partitions:
         where, field = (("--partitions", "") if partitions is not None else
@@ -162,12 +161,7 @@ def job_partitions(job: JobSpec, partitions: str | Path | None = None) -> Path |
                             f"`gnnsched partition {job.dataset} --parts {job.num_parts} --out "
                             f"{path}` first")
         return path
-    # where gnnsched.datasets.cache.partitions_for keeps the job's partitions
-    key = fingerprint({k: v for k, v in job.to_dict().items()
-                       if k in ("dataset", "num_parts", "part_method", "feature_dim", "split",
-                                "synthetic", "seed") or k == "features"})
-    name = Path(job.dataset).stem if job.dataset.endswith(".npz") else job.dataset
-    path = cache_root() / "parts" / f"{name}-{job.num_parts}{job.part_method[0]}-{key}"
+    path = cache_path(job)  # where partitions_for keeps the job's partitions
     return path if (path / "gnnsched.json").is_file() else None
 
 
@@ -318,6 +312,9 @@ def summary(result: Any) -> dict[str, Any]:
     return {"policy": result.policy, "placer": result.placer, "launcher": result.launcher,
             "epoch_time_s": result.epoch_time_s, "test_accuracy": result.test_accuracy,
             "val_accuracy": result.val_accuracy[-1] if result.val_accuracy else None,
+            "metric": result.metric, "test_metric": result.test_metric,
+            "val_metric": result.val_metric[-1] if result.val_metric else None,
+            "majority_rate": result.majority_rate,
             "bytes_sent": result.bytes_sent, "network_bytes": result.network_bytes,
             "allreduce_bytes": result.allreduce_bytes,
             "bytes_by_process": result.bytes_by_process, "stages": result.stages,
