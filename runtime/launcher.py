@@ -247,6 +247,7 @@ class Launcher:
     name = "base"
     loopback = False
     dilation = 1.0  # the scale model's D: measured times / D are the real cluster's
+    cpu_model = False  # roles run under their host's CPU quotas (device speed included)
 
     def __init__(self, cluster: ClusterSpec, python: str | None = None,
                  fork_server: bool = False) -> None:
@@ -456,6 +457,7 @@ class NetnsLauncher(Launcher):
         groups = getattr(self.net, "groups", None)
         self.groups = groups if groups is not None and groups.dirs else None
         self.dilation = float(getattr(self.net, "dilation", 1.0))
+        self.cpu_model = self.groups is not None  # a trainer's quota is its device's speed
         self._placed: set[str] = set()  # fork servers moved into their host's group
         self._devices: dict[tuple[str, str], int] = {}  # (machine, trainer id) -> device
         self._oom0 = {h: self.groups.usage(h).get("oom_kills") or 0

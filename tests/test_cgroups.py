@@ -241,7 +241,7 @@ def test_netns_launcher_starts_roles_in_their_hosts_groups(tmp_path: Path) -> No
         assert ec.dilation == 2.0
         launcher = NetnsLauncher(spec)
         groups = launcher.groups
-        assert groups is not None and launcher.dilation == 2.0
+        assert groups is not None and launcher.dilation == 2.0 and launcher.cpu_model
         endpoint = f"tcp://{ec.gateway_address}:9"  # nobody answers: roles just wait
 
         def launch(role: str, rid: str, **kw: Any) -> RoleLaunch:
