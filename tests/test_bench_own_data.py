@@ -106,11 +106,13 @@ def test_bad_files_and_names_fail_in_one_line(tmp_path: Path, cache: Path,
         config.resolve(_args("--datasets", str(f), str(g), "--launcher", "local"))
 
 
-def test_without_the_shared_data(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch,
+def test_without_the_shared_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture[str]) -> None:
     """A checkout not beside ../shared (no --data-dir, an empty $GNNSCHED_DATA_DIR): the
-    default evaluation runs on the bundled Cora with a note; Physics by name is one line."""
+    default evaluation runs on the bundled Cora with a note; Physics by name is one line.
+    (The session's cache keeps its Cora partitions; Physics' seeded copy there is hidden.)"""
     monkeypatch.setattr(datasets_pkg, "_REPO_SHARED", tmp_path / "no-shared")
+    monkeypatch.setattr(config, "_split_copy", lambda d: tmp_path / "no-copy.npz")
     (tmp_path / "empty").mkdir()
     monkeypatch.setenv("GNNSCHED_DATA_DIR", str(tmp_path / "empty"))
     st = config.resolve(_args("--launcher", "local"))
