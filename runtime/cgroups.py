@@ -446,7 +446,15 @@ class ClusterGroups:
                 if not d.exists():
                     self._mkdir(d)
                 if self.version == 2:
-                    _write(d / "cgroup.subtree_control", "+cpu +memory")
+                    try:
+                        _write(d / "cgroup.subtree_control", "+cpu +memory")
+                    except CgroupError as exc:  # v2: no controllers below a group with tasks
+                        raise CgroupError(
+                            f"{exc}: cgroup v2 cannot give {d}'s children the cpu and memory "
+                            "controllers while processes live in it; run `cluster up` from a "
+                            "delegated group (e.g. `systemd-run --scope -p Delegate=yes "
+                            f"gnnsched cluster up ...`), or set {PARENT_ENV} to an empty "
+                            "group") from None
             if self._has(root, "memory") and self.version == 1:
                 if _read_int(top / "memory.use_hierarchy") == 0:  # limits must reach children
                     with contextlib.suppress(CgroupError):

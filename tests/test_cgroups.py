@@ -104,6 +104,52 @@ def test_missing_controller_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
         cg.discover()
 
 
+def test_v1_and_v2_files_on_a_fake_hierarchy(tmp_path: Path) -> None:
+    """What a host's groups hold, written into plain directories: v2 ``cpu.max``,
+    ``memory.max`` and the controllers enabled down the tree; v1 CFS quota and period,
+    ``cpu.shares`` and both memory limits; usage read back from both."""
+    spec = _spec("f", [{"name": "h", "cpus": 2, "memory_gb": 1, "gpus": [{"speed": 0.5}]}])
+    shares = cg.plan_shares(spec, 4.0)
+    v2 = tmp_path / "v2" / cg.TOP / "c"
+    g = cg.ClusterGroups("c", shares, 4.0, dirs={"cpu": str(v2), "memory": str(v2)},
+                         version=2)
+    g.create()
+    assert (v2 / "h" / "cpu.max").read_text().split() == ["6250", "10000"]  # 2.5 / 4 cores
+    assert (v2 / "h" / "cpu" / "cpu.max").read_text().split() == ["5000", "10000"]
+    assert (v2 / "h" / "dev0" / "cpu.max").read_text().split() == ["1250", "10000"]
+    assert (v2 / "h" / "memory.max").read_text().strip() == str(int(GB))
+    for d in (v2.parent, v2, v2 / "h", v2 / "h" / "cpu"):
+        assert (d / "cgroup.subtree_control").read_text().strip() == "+cpu +memory", d
+    leaf = g.role("h", "sampler-0", threads=4)  # capped at the host's 2 cpus
+    assert (v2 / leaf / "cpu.max").read_text().split() == ["5000", "10000"]
+    assert g.procs_files(leaf) == [str(v2 / leaf / "cgroup.procs")]
+    (v2 / "h" / "cpu.stat").write_text("usage_usec 2500000\nthrottled_usec 10\n")
+    (v2 / "h" / "memory.events").write_text("oom 1\noom_kill 1\n")
+    (v2 / "h" / "memory.peak").write_text("123\n")
+    u = g.usage("h")
+    assert (u["cpu_s"], u["oom_kills"], u["memory_peak"]) == (2.5, 1, 123)
+
+    v1 = {c: tmp_path / "v1" / c / cg.TOP / "c" for c in ("cpu", "cpuacct", "memory")}
+    for c in ("cpu", "cpuacct", "memory"):
+        v1[c].parent.parent.mkdir(parents=True)
+    (v1["memory"].parent.parent / "memory.use_hierarchy").write_text("1\n")
+    g = cg.ClusterGroups("c", shares, 4.0, dirs={c: str(d) for c, d in v1.items()},
+                         version=1)
+    g.create()
+    cpu = v1["cpu"] / "h"
+    assert (cpu / "cpu.cfs_quota_us").read_text().strip() == "6250"
+    assert (cpu / "cpu.cfs_period_us").read_text().strip() == "10000"
+    assert (cpu / "cpu.shares").read_text().strip() == str(round(1024 * 2.5 / 4))
+    assert (v1["memory"] / "h" / "memory.limit_in_bytes").read_text().strip() == str(int(GB))
+    assert not (v1["cpu"] / "h" / "memory.limit_in_bytes").exists()
+    assert not (v1["memory"] / "h" / "cpu.cfs_quota_us").exists()
+    (v1["cpuacct"] / "h" / "cpuacct.usage").write_text("3000000000\n")
+    for d, n in ((v1["memory"] / "h", 0), (v1["memory"] / "h" / "cpu", 2)):
+        (d / "memory.oom_control").write_text(f"oom_kill_disable 0\noom_kill {n}\n")
+    u = g.usage("h")
+    assert u["cpu_s"] == 3.0 and u["oom_kills"] == 2  # v1: the host's subtree, added up
+
+
 # --------------------------------------------------------------------------------------
 # Real groups
 
