@@ -315,6 +315,7 @@ def summary(result: Any) -> dict[str, Any]:
             "metric": result.metric, "test_metric": result.test_metric,
             "val_metric": result.val_metric[-1] if result.val_metric else None,
             "majority_rate": result.majority_rate,
+            "dilation": result.dilation, "real_epoch_time_s": result.real_epoch_time_s,
             "bytes_sent": result.bytes_sent, "network_bytes": result.network_bytes,
             "allreduce_bytes": result.allreduce_bytes,
             "bytes_by_process": result.bytes_by_process, "stages": result.stages,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -268,6 +268,16 @@ class ClusterSpec:
     def machine(self, name: str) -> Machine:
         return self.machines[self.machine_index(name)]
 
+    def dilated(self, factor: float) -> ClusterSpec:
+        """The cluster as the scale model at dilation ``factor`` runs it (``docs/scale-model.md``):
+        every NIC's rates / factor and latency x factor; CPUs, devices and memory as written
+        (their slow-down is the control groups' quota). What sizes transfers on the model."""
+        if factor == 1:
+            return self
+        machines = tuple(_replace(m, egress=m.egress / factor, ingress=m.ingress / factor)
+                         for m in self.machines)
+        return _replace(self, machines=machines, latency=self.latency * factor)
+
     def store_of(self, part: int) -> int:
         """Index of the machine that stores partition `part`."""
         return self._owner[part]  # type: ignore[attr-defined]
@@ -330,9 +340,7 @@ class ClusterSpec:
                            self.keys_dir, self.source)
 
 
-def _replace(m: Machine, **kw: Any) -> Machine:
-    from dataclasses import replace
-
+def _replace(m: Any, **kw: Any) -> Any:
     return replace(m, **kw)
 
 

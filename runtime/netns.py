@@ -782,17 +782,8 @@ def dilation(cluster: str) -> float | None:
 
 
 def dilated(spec: ClusterSpec, factor: float) -> ClusterSpec:
-    """``spec`` as the scale model at dilation ``factor`` runs it: every NIC's rates / factor,
-    latency x factor (CPUs, devices and memory as in the file: their slow-down is the control
-    groups' quota, not the file's numbers). What a scheduler sizing transfers by bandwidth on
-    the scale model should use."""
-    import dataclasses
-
-    if factor == 1:
-        return spec
-    machines = tuple(dataclasses.replace(m, egress=m.egress / factor, ingress=m.ingress / factor)
-                     for m in spec.machines)
-    return dataclasses.replace(spec, machines=machines, latency=spec.latency * factor)
+    """``spec`` as the scale model at dilation ``factor`` runs it (:meth:`ClusterSpec.dilated`)."""
+    return spec.dilated(factor)
 
 
 @contextlib.contextmanager

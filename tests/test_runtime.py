@@ -386,7 +386,7 @@ def test_gradient_hold_starts_at_the_barrier_and_spares_fast_ingress() -> None:
         {"name": "g0", "cpus": 2, "memory_gb": 8, "nic_gbps": 0.2,
          "gpus": [{"kind": "t4", "speed": 1.0, "memory_gb": 16}]}]})
     c = Coordinator.__new__(Coordinator)
-    c.cluster, c.T, c.W = cl, [2, 1], 2  # trainer 0 on g0, trainer 1 on s1
+    c.cluster, c.net, c.T, c.W = cl, cl, [2, 1], 2  # trainer 0 on g0, trainer 1 on s1
     c.stores, c.fetchers = {0: "store:s0", 1: "store:s1"}, ["fetcher:x"]
     c.roles = {"fetcher:x": SimpleNamespace(launch=SimpleNamespace(machine="s0"))}
     c.reducing, c.entered, c.holding = defaultdict(int), defaultdict(int), set()
@@ -438,7 +438,7 @@ def test_shaped_links_chunk_each_store_by_its_own_nic() -> None:
 
     def sizes(launcher: str, **opts: Any) -> dict[str, Any]:
         c = Coordinator.__new__(Coordinator)
-        c.cluster, c.opts = cl, RuntimeOptions(**opts)
+        c.cluster, c.net, c.opts = cl, cl, RuntimeOptions(**opts)
         c.launcher = SimpleNamespace(name=launcher)
         return c._sizes()
 

@@ -399,8 +399,10 @@ def run(args: argparse.Namespace) -> int:
 
     curve = draw_curve(Path(result.run_dir) / "metrics.jsonl")
     out = sys.stderr if args.json else sys.stdout
+    real = f" = {result.real_epoch_time_s:.3f} s on the real cluster (scale model, D " \
+        f"{result.dilation:g})" if getattr(result, "dilation", 1.0) != 1.0 else ""
     print(f"{metric_line(result)}; epoch time {result.epoch_time_s:.3f} s "
-          f"(median after the first); {result.bytes_sent / 1e6:.1f} MB sent "
+          f"(median after the first){real}; {result.bytes_sent / 1e6:.1f} MB sent "
           f"({result.network_bytes / 1e6:.1f} MB across machines); run dir {result.run_dir}"
           + (f"; learning curve {curve}" if curve else ""), file=out)
     for rc in result.recoveries:

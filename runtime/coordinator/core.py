@@ -161,6 +161,8 @@ class Coordinator(PolicyDriver, RoleTable):
         """Adopt a (new) cluster and plan: machine indices and where trainers run."""
         self.cluster, self.plan = cluster, plan
         self.launcher.cluster = cluster
+        self.dilation = float(getattr(self.launcher, "dilation", 1.0) or 1.0)
+        self.net = cluster.dilated(self.dilation)
         self.names = [m.name for m in cluster.machines]
         idx = cluster.machine_index
         self.T = [idx(t.machine) for t in plan.trainers]
@@ -191,7 +193,10 @@ class Coordinator(PolicyDriver, RoleTable):
             "num_classes": self.pset.num_classes, "feature_bytes": 4 * self.pset.feature_dim,
             "sharing": self.policy.sharing, **self._sizes(),
             "grad_first": o.grad_first and len(set(self.T)) > 1,
-            "request_timeout": o.request_timeout, "emulate_speed": o.emulate_speed,
+            "request_timeout": o.request_timeout * self.dilation,
+            # on the scale model a device's speed is its trainer's CPU quota: no second slow-down
+            "emulate_speed": o.emulate_speed if o.emulate_speed is not None else (
+                False if getattr(self.launcher, "cpu_model", False) else None),
             "verify_partitions": o.verify_partitions, "trace": o.trace,
             "checkpoint_every": o.checkpoint_every, "resume": resume,
             "trainers": trainers,
@@ -380,7 +385,7 @@ class Coordinator(PolicyDriver, RoleTable):
         now = self.now()
         if start == 0:
             self.t_train = now
-            self.event({"type": "training", "time": now})
+            self.event({"type": "training", "dilation": self.dilation, "time": now})
         self.trained = {k: v for k, v in self.trained.items() if k[1] < start}
         self.outputs = {k: v for k, v in self.outputs.items() if k[1] < start}
         self.barriers = [W if s < start else 0 for s in range(n)]
@@ -622,7 +627,9 @@ class Coordinator(PolicyDriver, RoleTable):
             val_accuracy=[e["val_accuracy"] for e in self.epochs if e["val_accuracy"] is not None],
             test_accuracy=float(self.test_accuracy),
             metric=self.metric, test_metric=float(self.test_metric),
-            majority_rate=self.test_majority,
+            majority_rate=self.test_majority, dilation=self.dilation,
+            real_epoch_time_s=float(median) / self.dilation,
+            host_usage=self.launcher.usage() if hasattr(self.launcher, "usage") else {},
             val_metric=[e["val_metric"] for e in self.epochs if e["val_metric"] is not None],
             bytes_sent=int(sum(by_proc.values())), network_bytes=network,
             allreduce_bytes=allreduce, bytes_by_process=by_proc, stages=stages,
@@ -640,6 +647,8 @@ class Coordinator(PolicyDriver, RoleTable):
         self.event({"type": "run", **{k: v for k, v in result.to_dict().items()
                                       if k not in ("epochs", "processes")},
                     "cpu_s_by_process": cpu,
+                    "ledger_by_process": {n: r.stats.get("ledger") for n, r in self.roles.items()
+                                          if r.stats and r.stats.get("ledger")},
                     "stale_messages": self.stale, "rejected_messages": self.rejected})
         return result
 

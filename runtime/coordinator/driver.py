@@ -68,6 +68,8 @@ class PolicyDriver:
 
     # the coordinator's state this mixin reads (set by the core or by a test)
     cluster: ClusterSpec
+    net: ClusterSpec  # the cluster as its NICs really run: rates / the scale model's D
+    dilation: float  # the scale model's D (1.0: real hosts, or an undilated emulation)
     plan: Plan
     job: JobSpec
     opts: RuntimeOptions
@@ -105,7 +107,7 @@ class PolicyDriver:
         elif on_loopback(self.launcher):
             chunk = CHUNK_BYTES
         else:
-            slowest = min(min(m.egress, m.ingress) for m in self.cluster.machines)
+            slowest = min(min(m.egress, m.ingress) for m in self.net.machines)
             chunk = int(min(CHUNK_BYTES, max(16 << 10, slowest * 0.002)))
         out: dict[str, Any] = {
             "chunk_bytes": chunk,
@@ -130,20 +132,20 @@ class PolicyDriver:
             # Priority and holds act at window granularity anyway.
             chunks = {} if o.chunk_bytes else {
                 m.name: int(min(CHUNK_BYTES, max(16 << 10, m.egress * NIC_CHUNK_S)))
-                for m in self.cluster.machines if m.partitions}
+                for m in self.net.machines if m.partitions}
             out["nic_chunk_bytes"] = chunks
             out["nic_windows"] = {
                 m.name: [max(out["window_bytes"], 4 * chunks.get(m.name, chunk),
                              int(m.egress * NIC_WINDOW_S)),
                          max(out["peer_window_bytes"], 2 * chunks.get(m.name, chunk),
                              int(m.egress * PEER_WINDOW_S))]
-                for m in self.cluster.machines if m.partitions}
+                for m in self.net.machines if m.partitions}
         return out
 
     def _context(self) -> PolicyContext:
         """The policy's view of the run: the advisor's expected stage times when there is a
         cost profile, else zeros that :meth:`_learn` fills from measurements."""
-        cl = self.cluster
+        cl = self.net
         ctx = PolicyContext(
             trainers=self.W, iterations=len(self.items), prefetch=self.job.prefetch,
             egress=[m.egress for m in cl.machines], ingress=[m.ingress for m in cl.machines],
@@ -151,6 +153,9 @@ class PolicyDriver:
         if self.profile is not None and self.advisor is not None:
             ctx.train_s, ctx.fetch_s, ctx.sample_s, ctx.buffer_batches = \
                 self.advisor.reference(cl, self.job, self.plan, self.profile)
+            if self.dilation != 1:  # compute runs at 1/D of the profile's speed on the model
+                ctx.train_s = [t * self.dilation for t in ctx.train_s]
+                ctx.sample_s = [t * self.dilation for t in ctx.sample_s]
             self.learn = False
         else:  # learnt online from measurements
             ctx.train_s, ctx.fetch_s, ctx.sample_s = [0.0] * self.W, [0.0] * self.W, \
@@ -335,15 +340,15 @@ class PolicyDriver:
         """The gradients' time on the wire (:func:`gnnsched.workload.ring_wire_s`), without
         the all-reduce's fixed overhead, during which the cost model's NICs carry other
         traffic."""
-        ms = self.cluster.machines
+        ms = self.net.machines
         return ring_wire_s(volume, list(self.T), [m.egress for m in ms],
-                           [m.ingress for m in ms], self.cluster.latency)
+                           [m.ingress for m in ms], self.net.latency)
 
     def _contending(self) -> dict[int, list[str]]:
         """Per trainer machine, the stores and relays whose traffic into it would slow its
         gradients (:func:`gnnsched.policy.gradient_contenders`). Fixed by the plan, so
         computed once per (re)start."""
-        ms = self.cluster.machines
+        ms = self.net.machines
         senders = [*((n, i) for i, n in self.stores.items()),
                    *((n, self.cluster.machine_index(self.roles[n].launch.machine))
                      for n in self.fetchers)]

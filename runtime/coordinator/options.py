@@ -157,6 +157,11 @@ class RunResult:
     test_metric: float = float("nan")
     val_metric: list[float] = field(default_factory=list)
     majority_rate: float | None = None  # test accuracy of always predicting the commonest class
+    # the scale model's D (docs/scale-model.md): every time above is measured; divided by D
+    # it is the real cluster's
+    dilation: float = 1.0
+    real_epoch_time_s: float | None = None  # epoch_time_s / dilation
+    host_usage: dict[str, dict[str, Any]] = field(default_factory=dict)  # control groups
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

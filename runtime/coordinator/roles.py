@@ -130,7 +130,9 @@ class RoleTable:
                             self.run_dir / "logs" / f"{role}-{rid}.log", o.threads,
                             o.orphan_timeout, o.start_timeout, gen=self.recovery.attempt,
                             heartbeat_s=o.heartbeat_s,
-                            curve_keys=self.keys.folder if self.keys else None)
+                            curve_keys=self.keys.folder if self.keys else None,
+                            device=self.plan.trainers[int(rid)].device
+                            if role == "trainer" else None)
         self.roles[launch.name] = RoleState(launch)
         return launch.name
 
@@ -188,7 +190,9 @@ class RoleTable:
                     soft = soft or r
                     continue
                 r.state = "exited"
-                raise self._failure(r, exit_text(code))
+                explain = getattr(self.launcher, "explain_exit", None)
+                why = explain(r.proc) if explain and r.proc else None  # e.g. out of memory
+                raise self._failure(r, exit_text(code) + (f": {why}" if why else ""))
             if r.last_heard is not None and now - r.last_heard > self.opts.dead_after_s:
                 raise self._failure(r, f"sent no heartbeat for {now - r.last_heard:.1f} s "
                                        f"(dead_after_s={self.opts.dead_after_s:g})")
