@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import signal
 import sys
 from typing import Any
@@ -46,6 +47,14 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+def plain(doc: str | None) -> str | None:
+    """A module docstring as ``--help`` shows it: reST roles and literals as plain text."""
+    if doc is None:
+        return None
+    doc = re.sub(r":[a-z]+:`~?([^`]+)`", lambda m: m.group(1).rsplit(".", 1)[-1], doc)
+    return doc.replace("``", "")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole CLI; with ``only`` a verb, that verb's flags alone are filled in (the others
     still list with their one-line help), so a command imports just what it needs."""
@@ -61,7 +70,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             if exc.name != modname:
                 raise
             continue  # verb not built yet
-        p = sub.add_parser(verb, help=mod.HELP, description=mod.__doc__,
+        p = sub.add_parser(verb, help=mod.HELP, description=plain(mod.__doc__),
                            formatter_class=HelpFormatter)
         if only is not None and verb != only:
             continue

@@ -163,3 +163,15 @@ def test_partition_writes_beside_the_user_without_out(two_splits: Path, tmp_path
     with pytest.raises(SpecError, match=r"--normalize standard --out DIR"):
         partitions_for(_job(two_splits, partitions=str(out),
                             features={"normalize": "standard"}), quiet=True)
+
+
+def test_help_is_plain_text(capsys: pytest.CaptureFixture) -> None:
+    """``--help`` shows the verb's docstring without reST literals or roles (``--any-job``
+    read as a different flag from the one the parser knows)."""
+    from gnnsched.cli import VERBS, build_parser
+
+    for verb in VERBS:
+        with pytest.raises(SystemExit):
+            build_parser(only=verb).parse_args([verb, "--help"])
+        text = capsys.readouterr().out
+        assert "``" not in text and ":func:" not in text and ":mod:" not in text, verb
