@@ -37,8 +37,9 @@ class Block:
     dst: Tensor  # int64 [E], in 0..num_dst-1
     num_src: int
     num_dst: int
-    _csr: tuple[Tensor, Tensor] | None = field(default=None, init=False, repr=False,
-                                                compare=False)  # see ``in_csr``
+    # the edges grouped by destination ("in") and by source ("out"): ``in_csr``, ``out_csr``
+    _csr: dict[str, tuple[Tensor, Tensor]] = field(default_factory=dict, init=False,
+                                                   repr=False, compare=False)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Block:
         return Block(self.src.to(device, non_blocking=non_blocking),
@@ -61,15 +62,26 @@ class Block:
         where destination ``v``'s sources are ``sources[offsets[v]:offsets[v + 1]]``
         (``offsets`` has ``num_dst + 1`` entries). Edges already sorted by destination, as
         the samplers and DGL produce them, are used as they are."""
-        if self._csr is None:
-            src, dst = self.src, self.dst
-            if dst.numel() > 1 and not bool((dst[1:] >= dst[:-1]).all()):
-                perm = torch.argsort(dst, stable=True)
-                src, dst = src[perm], dst[perm]
-            offsets = torch.zeros(self.num_dst + 1, dtype=torch.int64, device=dst.device)
-            torch.cumsum(torch.bincount(dst, minlength=self.num_dst), 0, out=offsets[1:])
-            self._csr = (offsets, src)
-        return self._csr
+        if "in" not in self._csr:
+            self._csr["in"] = _group(self.dst, self.src, self.num_dst)
+        return self._csr["in"]
+
+    def out_csr(self) -> tuple[Tensor, Tensor]:
+        """The out-edges grouped by source: ``(offsets, destinations)``, ``num_src + 1``
+        offsets; what the aggregation's backward reads (cached, built on first use)."""
+        if "out" not in self._csr:
+            self._csr["out"] = _group(self.src, self.dst, self.num_src)
+        return self._csr["out"]
+
+
+def _group(keys: Tensor, values: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """``values`` grouped by ``keys`` (in ``0..n-1``), in a stable order: ``(offsets, values)``."""
+    if keys.numel() > 1 and not bool((keys[1:] >= keys[:-1]).all()):
+        perm = torch.argsort(keys, stable=True)
+        keys, values = keys[perm], values[perm]
+    offsets = torch.zeros(n + 1, dtype=torch.int64, device=keys.device)
+    torch.cumsum(torch.bincount(keys, minlength=n), 0, out=offsets[1:])
+    return offsets, values
 
 
 def blocks_to_tensors(blocks: Sequence[Any]) -> list[Block]:
@@ -94,17 +106,43 @@ def _sum_into_dst(values: Tensor, block: Block) -> Tensor:
     return out.index_add_(0, block.dst, values)
 
 
+class _Aggregate(torch.autograd.Function):
+    """Forward: an ``embedding_bag`` per destination over its sources (mean or sum).
+    Backward: the transpose, an ``embedding_bag`` per source over its destinations' output
+    gradients (weighted ``1 / in-degree`` for the mean). Both are parallel fused kernels;
+    autograd's own ``embedding_bag`` backward sorts the indices and scales worse."""
+
+    @staticmethod
+    def forward(ctx: Any, h: Tensor, block: Block, kind: str) -> Tensor:
+        ctx.block, ctx.kind = block, kind
+        offsets, sources = block.in_csr()
+        return F.embedding_bag(sources, h, offsets, mode=kind, include_last_offset=True)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None]:
+        if not ctx.needs_input_grad[0]:
+            return None, None, None
+        block = ctx.block
+        offsets, destinations = block.out_csr()
+        weights = None
+        if ctx.kind == "mean":
+            in_offsets = block.in_csr()[0]
+            inv_deg = (in_offsets[1:] - in_offsets[:-1]).clamp_(min=1).to(grad.dtype)
+            weights = inv_deg.reciprocal_()[destinations]
+        return F.embedding_bag(destinations, grad.contiguous(), offsets, mode="sum",
+                               include_last_offset=True, per_sample_weights=weights), None, None
+
+
 def aggregate(block: Block, h: Tensor, kind: str = "mean") -> Tensor:
     """Sum (``kind="sum"``) or mean (``"mean"``) of ``h`` (``[num_src, F]``) over each
     destination's in-edges: ``[num_dst, F]``, zeros where a destination has no in-edge.
 
     One ``embedding_bag`` over the destinations' source lists (a bag per destination), which
     reads each source row where it is needed instead of materialising ``h[src]`` (``E x F``)
-    and scattering it back; its backward scatters the output gradient to the sources."""
+    and scattering it back; the backward is the same over the sources' destination lists."""
     if kind not in ("mean", "sum"):
         raise ValueError(f"unknown aggregation {kind!r} (valid: mean, sum)")
-    offsets, sources = block.in_csr()
-    return F.embedding_bag(sources, h, offsets, mode=kind, include_last_offset=True)
+    return _Aggregate.apply(h, block, kind)
 
 
 class SAGEConv(nn.Module):
@@ -125,11 +163,11 @@ class SAGEConv(nn.Module):
         nn.init.zeros_(self.fc_self.bias)
 
     def forward(self, block: Block, h: Tensor) -> Tensor:
-        h_self = self.fc_self(h[: block.num_dst])
+        out = self.fc_self(h[: block.num_dst])  # a new tensor: updated in place below
         if self.in_feats > self.out_feats:
-            return h_self + aggregate(block, self.fc_neigh(h), "mean")
-        # fc_self(h_dst) + fc_neigh(mean): the neighbour product accumulates into h_self
-        return torch.addmm(h_self, aggregate(block, h, "mean"), self.fc_neigh.weight.t())
+            return out.add_(aggregate(block, self.fc_neigh(h), "mean"))
+        # + fc_neigh(mean): the product accumulates into out, no temporary, no extra pass
+        return out.addmm_(aggregate(block, h, "mean"), self.fc_neigh.weight.t())
 
 
 class GCNConv(nn.Module):
@@ -226,7 +264,7 @@ class GNN(nn.Module):
             if self.kind == "gat":
                 h = h.mean(1) if last else F.elu(h.flatten(1))
             elif not last:
-                h = F.relu(h)
+                h = F.relu_(h)  # the layer's fresh output, which its backward does not need
             if not last:
                 h = self.dropout(h)
         return h
