@@ -5,7 +5,8 @@ split by owning partition. Partitions whose store is on this machine are sampled
 (:class:`~gnnsched.runtime.store.PartGraph`, DGL ``sample_neighbors`` on the partition); the
 others become ``SAMPLE_REQ`` messages to their stores, all in flight at once, and the local hops
 run while they travel. The edges are then compacted into a block (:func:`compact`: destination
-nodes first, then new sources in id order; edges sorted by (dst, src)), so a mini-batch is a
+nodes first, then new sources in id order; edges sorted by (dst, src); a few linear numpy
+passes and one sort of packed keys, no Python loop per node or edge), so a mini-batch is a
 pure function of (job seed, trainer, sequence number): whichever process samples it, it is the
 same -- which is what makes the single-process reference an exact baseline.
 
@@ -17,6 +18,7 @@ input nodes to that fetcher (``FETCH_REQ``), and reports ``sampled`` with the me
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,23 +48,75 @@ class SampledBatch:
         return sum(len(s) for s, _, _, _ in self.layers)
 
 
-def compact(dst_nodes: np.ndarray, src: np.ndarray, dst: np.ndarray
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+class _Scratch:
+    """Per-thread lookup tables over the graph's node ids, all ``-1`` / ``False`` between
+    calls: ``pos`` maps a node to its local id in the block being built, ``mark`` flags the
+    new sources. Allocated once per thread and graph size (9 bytes a node)."""
+
+    def __init__(self, n: int) -> None:
+        self.pos = np.full(n, -1, dtype=np.int64)
+        self.mark = np.zeros(n, dtype=bool)
+
+
+_tls = threading.local()
+
+
+def _scratch(n: int) -> _Scratch:
+    s = getattr(_tls, "scratch", None)
+    if s is None or len(s.pos) < n:
+        s = _tls.scratch = _Scratch(n)
+    return s
+
+
+def compact(dst_nodes: np.ndarray, src: np.ndarray, dst: np.ndarray,
+            num_nodes: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """DGL ``to_block`` on original ids: (src_nodes, src_local, dst_local).
 
     ``src_nodes`` is ``dst_nodes`` followed by the other sources in increasing id; edges are
     returned sorted by (dst_local, src_local), a canonical order independent of who sampled.
+    ``num_nodes``: a bound on the node ids (the graph's size; default: the largest id + 1).
+
+    Linear passes and one sort of the edges' packed keys, no Python loop: ids are relabelled
+    through a per-thread table indexed by node id (``pos``), the new sources are found with a
+    bitmap over the ids (``np.unique`` when the edges are few against the graph), and the
+    edges are put in order by sorting ``dst_local << b | src_local`` as one int64 array.
     """
-    extra = np.setdiff1d(src, dst_nodes)  # sorted, unique
-    src_nodes = np.concatenate([dst_nodes, extra]).astype(np.int64)
-    order = np.argsort(src_nodes, kind="stable")
-    ranked = src_nodes[order]
-    src_local = order[np.searchsorted(ranked, src)]
-    dst_local = order[np.searchsorted(ranked, dst)]
-    if len(dst_local) and dst_local.max() >= len(dst_nodes):
-        raise ValueError("an edge points to a node outside the block's destinations")
-    perm = np.lexsort((src_local, dst_local))
-    return src_nodes, src_local[perm].astype(np.int64), dst_local[perm].astype(np.int64)
+    dst_nodes = np.asarray(dst_nodes, dtype=np.int64)
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    nd = len(dst_nodes)
+    if num_nodes is None:
+        num_nodes = 1 + max(int(dst_nodes.max(initial=-1)), int(src.max(initial=-1)),
+                            int(dst.max(initial=-1)))
+    s = _scratch(int(num_nodes))
+    pos = s.pos
+    done = False
+    try:
+        pos[dst_nodes[::-1]] = np.arange(nd - 1, -1, -1)  # a repeated node: its first place
+        d_loc = pos[dst]
+        if len(d_loc) and d_loc.min() < 0:
+            raise ValueError("an edge points to a node outside the block's destinations")
+        if num_nodes <= 32 * len(src):  # a bitmap over the ids: O(E + N), no sort
+            s.mark[src] = True
+            s.mark[dst_nodes] = False
+            extra = np.flatnonzero(s.mark)
+            s.mark[extra] = False
+        else:  # few edges against the graph: sort the new sources
+            extra = np.unique(src[pos[src] < 0])
+        ns = nd + len(extra)
+        pos[extra] = np.arange(nd, ns)
+        s_loc = pos[src]
+        pos[dst_nodes] = -1
+        pos[extra] = -1
+        done = True
+    finally:
+        if not done:  # the tables may be dirty: the next call builds new ones
+            _tls.scratch = None
+    bits = max(int(ns).bit_length(), 1)
+    key = (d_loc << bits) | s_loc
+    key.sort()
+    src_nodes = np.concatenate([dst_nodes, extra])
+    return src_nodes, key & ((1 << bits) - 1), key >> bits
 
 
 SampleFn = Callable[[dict[int, tuple[np.ndarray, int, int]]],
@@ -80,7 +134,7 @@ def sample_blocks(seeds: np.ndarray, fanouts: list[int], node_part: np.ndarray,
         with section("work:split"):  # the frontier by owning partition
             owner = node_part[dst_nodes]
             requests = {}
-            for p in np.unique(owner).tolist():
+            for p in np.flatnonzero(np.bincount(owner)).tolist():
                 requests[int(p)] = (dst_nodes[owner == p], int(fanouts[layer]),
                                     seed_of(job_seed, trainer, seq, layer, p))
         edges = sample_parts(requests)
@@ -90,7 +144,7 @@ def sample_blocks(seeds: np.ndarray, fanouts: list[int], node_part: np.ndarray,
             dst = np.concatenate([edges[p][1] for p in sorted(edges)]
                                  or [np.zeros(0, np.int64)])
         with section("work:compact"):
-            src_nodes, s_loc, d_loc = compact(dst_nodes, src, dst)
+            src_nodes, s_loc, d_loc = compact(dst_nodes, src, dst, len(node_part))
         layers.insert(0, (s_loc, d_loc, len(src_nodes), len(dst_nodes)))
         dst_nodes = src_nodes
     return SampledBatch(np.asarray(seeds, dtype=np.int64), dst_nodes, layers)
