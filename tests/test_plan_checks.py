@@ -167,11 +167,15 @@ def test_plan_refuses_stores_that_cannot_hold_their_partitions(cora2: dict[str, 
     assert str(cora2["parts"]) in made["part_bytes_from"]
 
 
-def test_plan_partitions_flag_and_the_profile_estimate(cora2: dict[str, Path]) -> None:
+def test_plan_partitions_flag_and_the_profile_estimate(cora2: dict[str, Path], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A job without `partitions`: --partitions DIR gives the real sizes; without it a
     profile that knows the graph's size gives an estimate, and says so."""
     from gnnsched import api
     from gnnsched.profile import CostProfile
+
+    # an empty cache: partitions an earlier test cached for this job are not its own
+    monkeypatch.setenv("GNNSCHED_CACHE", str(tmp_path / "cache"))
 
     root = cora2["root"]
     job = root / "job-noparts.yaml"
