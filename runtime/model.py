@@ -110,27 +110,43 @@ class _Aggregate(torch.autograd.Function):
     """Forward: an ``embedding_bag`` per destination over its sources (mean or sum).
     Backward: the transpose, an ``embedding_bag`` per source over its destinations' output
     gradients (weighted ``1 / in-degree`` for the mean). Both are parallel fused kernels;
-    autograd's own ``embedding_bag`` backward sorts the indices and scales worse."""
+    autograd's own ``embedding_bag`` backward sorts the indices and scales worse.
+
+    With ``with_dst`` it also returns a copy of the destinations' own rows ``h[:num_dst]``
+    (what SAGE's self term reads), whose gradient is added into the first rows of the
+    aggregation's: slicing ``h`` instead would make autograd allocate and zero a second
+    ``[num_src, F]`` gradient and add the two."""
 
     @staticmethod
-    def forward(ctx: Any, h: Tensor, block: Block, kind: str) -> Tensor:
-        ctx.block, ctx.kind = block, kind
+    def forward(ctx: Any, h: Tensor, block: Block, kind: str,
+                with_dst: bool) -> Tensor | tuple[Tensor, Tensor]:
+        ctx.block, ctx.kind, ctx.shape = block, kind, h.shape
+        ctx.set_materialize_grads(False)
         offsets, sources = block.in_csr()
-        return F.embedding_bag(sources, h, offsets, mode=kind, include_last_offset=True)
+        h = h.detach()  # embedding_bag then skips the bookkeeping its own backward would need
+        out = F.embedding_bag(sources, h, offsets, mode=kind, include_last_offset=True)
+        return (out, h[: block.num_dst].clone()) if with_dst else out
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None]:
+    def backward(ctx: Any, grad: Tensor | None,
+                 grad_dst: Tensor | None = None) -> tuple[Tensor | None, None, None, None]:
         if not ctx.needs_input_grad[0]:
-            return None, None, None
+            return None, None, None, None
         block = ctx.block
-        offsets, destinations = block.out_csr()
-        weights = None
-        if ctx.kind == "mean":
-            in_offsets = block.in_csr()[0]
-            inv_deg = (in_offsets[1:] - in_offsets[:-1]).clamp_(min=1).to(grad.dtype)
-            weights = inv_deg.reciprocal_()[destinations]
-        return F.embedding_bag(destinations, grad.contiguous(), offsets, mode="sum",
-                               include_last_offset=True, per_sample_weights=weights), None, None
+        if grad is None:
+            grad_h = torch.zeros(ctx.shape, dtype=grad_dst.dtype, device=grad_dst.device)
+        else:
+            offsets, destinations = block.out_csr()
+            weights = None
+            if ctx.kind == "mean":
+                in_offsets = block.in_csr()[0]
+                inv_deg = (in_offsets[1:] - in_offsets[:-1]).clamp_(min=1).to(grad.dtype)
+                weights = inv_deg.reciprocal_()[destinations]
+            grad_h = F.embedding_bag(destinations, grad.contiguous(), offsets, mode="sum",
+                                     include_last_offset=True, per_sample_weights=weights)
+        if grad_dst is not None:
+            grad_h[: block.num_dst] += grad_dst
+        return grad_h, None, None, None
 
 
 def aggregate(block: Block, h: Tensor, kind: str = "mean") -> Tensor:
@@ -142,7 +158,16 @@ def aggregate(block: Block, h: Tensor, kind: str = "mean") -> Tensor:
     and scattering it back; the backward is the same over the sources' destination lists."""
     if kind not in ("mean", "sum"):
         raise ValueError(f"unknown aggregation {kind!r} (valid: mean, sum)")
-    return _Aggregate.apply(h, block, kind)
+    return _Aggregate.apply(h, block, kind, False)
+
+
+def aggregate_with_dst(block: Block, h: Tensor, kind: str = "mean") -> tuple[Tensor, Tensor]:
+    """``(aggregate(block, h, kind), h[:num_dst])`` with one gradient buffer for ``h``."""
+    if not (torch.is_grad_enabled() and h.requires_grad):
+        return aggregate(block, h, kind), h[: block.num_dst]
+    if kind not in ("mean", "sum"):
+        raise ValueError(f"unknown aggregation {kind!r} (valid: mean, sum)")
+    return _Aggregate.apply(h, block, kind, True)
 
 
 class SAGEConv(nn.Module):
@@ -163,11 +188,12 @@ class SAGEConv(nn.Module):
         nn.init.zeros_(self.fc_self.bias)
 
     def forward(self, block: Block, h: Tensor) -> Tensor:
-        out = self.fc_self(h[: block.num_dst])  # a new tensor: updated in place below
         if self.in_feats > self.out_feats:
+            out = self.fc_self(h[: block.num_dst])  # a new tensor: updated in place
             return out.add_(aggregate(block, self.fc_neigh(h), "mean"))
-        # + fc_neigh(mean): the product accumulates into out, no temporary, no extra pass
-        return out.addmm_(aggregate(block, h, "mean"), self.fc_neigh.weight.t())
+        neigh, h_dst = aggregate_with_dst(block, h, "mean")
+        # fc_self(h_dst) + fc_neigh(mean): the product accumulates into fc_self's output
+        return self.fc_self(h_dst).addmm_(neigh, self.fc_neigh.weight.t())
 
 
 class GCNConv(nn.Module):

@@ -11,7 +11,14 @@ import pytest
 import torch
 
 from gnnsched.compat import dgl
-from gnnsched.runtime.model import Block, SAGEConv, aggregate, blocks_to_tensors, build_model
+from gnnsched.runtime.model import (
+    Block,
+    SAGEConv,
+    aggregate,
+    aggregate_with_dst,
+    blocks_to_tensors,
+    build_model,
+)
 
 torch.set_num_threads(1)
 
@@ -91,6 +98,27 @@ def test_sum_and_empty_blocks() -> None:
     assert aggregate(no_dst, torch.randn(4, 2)).shape == (0, 2)
     with pytest.raises(ValueError, match="unknown aggregation"):
         aggregate(block, h, "max")
+
+
+@pytest.mark.parametrize("use", ["both", "neigh", "dst"])
+def test_aggregate_with_dst_gradients(use: str) -> None:
+    """One gradient buffer for h: the same gradients as slicing h, whichever output is used."""
+    block = _random_block(5)
+    h1 = torch.randn(block.num_src, 4, requires_grad=True)
+    h2 = h1.detach().clone().requires_grad_(True)
+    neigh, h_dst = aggregate_with_dst(block, h1)
+    torch.testing.assert_close(h_dst, h1[: block.num_dst])
+    ref_neigh, ref_dst = _reference_mean(block, h2), h2[: block.num_dst]
+    torch.testing.assert_close(neigh, ref_neigh)
+    w1, w2 = torch.randn_like(neigh), torch.randn_like(h_dst)
+    pick = {"both": lambda a, b: (a * w1).sum() + (b * w2).sum(),
+            "neigh": lambda a, b: (a * w1).sum(), "dst": lambda a, b: (b * w2).sum()}[use]
+    pick(neigh, h_dst).backward()
+    pick(ref_neigh, ref_dst).backward()
+    torch.testing.assert_close(h1.grad, h2.grad)
+    with torch.no_grad():
+        _, view = aggregate_with_dst(block, h1)
+    assert view.data_ptr() == h1.data_ptr(), "no copy when no gradient is needed"
 
 
 def _graph_with_isolated_nodes(seed: int):
