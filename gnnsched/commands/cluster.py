@@ -8,6 +8,14 @@ latency x D; see docs/scale-model.md). ``down`` removes everything ``up`` create
 every ``gs-*`` namespace and ``gnnsched`` control group); ``status`` lists the clusters that
 are up, with the rates the kernel actually enforces, each host's quota, limit and usage.
 Without root, train with ``--launcher local`` instead.
+
+``check`` probes real hosts before a run (machines with ``ssh:``, each over one ssh session):
+ssh reachability, the remote Python and the versions of gnnsched, torch, dgl and pyzmq
+against this machine's, the host's address, the partitions at the path the run will use, the
+run directory, ports (each host to the coordinator's address and to every other host) and
+clock skew. It reports every problem at once, one line each naming the host and the fix, and
+exits 2; 0 when every host is ready. ``gnnsched train --launcher ssh`` runs the same checks
+before any role starts (docs/deployment.md).
 """
 
 from __future__ import annotations
@@ -19,10 +27,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gnnsched.commands import milliseconds, mtu_int, number
+from gnnsched.commands import milliseconds, mtu_int, number, port_int, seconds
 
 HELP = ("emulated cluster: network namespaces with tc-shaped NICs and per-host control groups "
-        "(up | down | status)")
+        "(up | down | status); check real hosts before a run (check)")
 dilation_factor = number(1, 1e6, what="a dilation factor")
 core_count = number(0, 1e5, lo_open=True, what="cores")
 memory_factor = number(0, 1e3, lo_open=True, what="a memory scale")
@@ -77,6 +85,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     st = sub.add_parser("status", help="list emulated clusters that are up")
     st.add_argument("--cluster", default=None, help="only this cluster (file or name)")
     st.add_argument("--json", action="store_true", help="print as JSON")
+    ck = sub.add_parser("check", help="probe every host before a run: ssh, Python and package "
+                        "versions, partitions, ports, clock skew; every problem at once")
+    ck.add_argument("--cluster", required=True, help="cluster file (YAML)")
+    ck.add_argument("--job", default=None,
+                    help="job file: check its partitions (the job's partitions: folder, else "
+                         "where gnnsched train caches them)")
+    ck.add_argument("--partitions", default=None,
+                    help="partition folder the run will use (as gnnsched train --partitions)")
+    ck.add_argument("--verify", action="store_true",
+                    help="also hash every partition file on every host against gnnsched.json "
+                         "(reads all the data; default: presence and gnnsched.json's sha256)")
+    ck.add_argument("--remote-python", default="python3",
+                    help="the Python on the hosts, as gnnsched train --remote-python")
+    ck.add_argument("--remote-dir", default=None,
+                    help="working directory on the hosts, as gnnsched train --remote-dir "
+                         "(default: this one's path)")
+    ck.add_argument("--coordinator-address", default=None,
+                    help="this machine's address as the hosts reach it (default: its address "
+                         "on the route to the first host)")
+    ck.add_argument("--port", type=port_int, default=None,
+                    help="the coordinator port you will pin with gnnsched train --port "
+                         "(default: a port of the role range 20000-60000)")
+    ck.add_argument("--out", default=None,
+                    help="run directory (or its parent) the run will write; checked writable "
+                         "and shared on every host (default: ./runs)")
+    ck.add_argument("--timeout", type=seconds, default=10.0,
+                    help="ssh connect timeout per host (seconds)")
+    ck.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def _mbit(bps: float | None) -> str:
@@ -198,9 +234,113 @@ def _notes(ec: Any) -> list[str]:
     return notes
 
 
+def _check_partitions(partitions: str | None, job_file: str | None) -> tuple[str | None,
+                                                                              list[str]]:
+    """The partition folder the run will use (``--partitions``, else the job's) and this
+    machine's problems with it."""
+    from gnnsched.runtime.hostcheck import partition_files
+
+    path = partitions
+    if path is None and job_file:
+        from gnnsched.datasets.cache import cache_path
+        from gnnsched.spec import load_job
+
+        job = load_job(job_file)
+        path = job.partitions or str(cache_path(job))
+    if path is None:
+        return None, []
+    path = str(Path(path).resolve())
+    if not (Path(path) / "gnnsched.json").is_file():
+        return path, [f"this machine: no partitions at {path} (no gnnsched.json); fix: make "
+                      "them first (gnnsched partition, or one gnnsched train run with "
+                      "--launcher local), then copy them to every host at the same path"]
+    missing = [f for f in partition_files(path) if not (Path(path) / f).is_file()]
+    if missing:
+        return path, [f"this machine: {len(missing)} partition file(s) missing in {path} "
+                      f"(e.g. {missing[0]}); fix: make the partitions again"]
+    return path, []
+
+
+def _check(args: argparse.Namespace) -> int:
+    """``gnnsched cluster check`` (see the module text)."""
+    from gnnsched.spec import load_cluster
+
+    spec = load_cluster(args.cluster)
+    parts, problems = _check_partitions(args.partitions, args.job)
+    err = sys.stderr
+    if not any(m.ssh for m in spec.machines):
+        from gnnsched.runtime import netns
+
+        state = netns.read_state(spec.name)
+        up = bool(state) and all(h["ns"] in netns.list_namespaces()
+                                 for h in state.get("hosts", []))
+        print(f"cluster {spec.name}: no machine has ssh:, so its hosts run on this machine "
+              "(--launcher local, or --launcher netns in network namespaces): one Python "
+              "environment, one filesystem, one clock; the ssh, version, port and clock "
+              "checks do not apply")
+        print(f"emulated cluster {spec.name}: " + (
+            "up (--launcher netns can run)" if up else
+            "not up (--launcher netns needs `gnnsched cluster up --cluster "
+            f"{args.cluster}` first, as root; --launcher local needs nothing)"))
+        if parts:
+            print(f"partitions {parts}: " + ("problem" if problems else "ok"))
+        for p in problems:
+            print(f"gnnsched cluster check: error: {p}", file=err)
+        return 2 if problems else 0
+
+    from gnnsched.runtime.hostcheck import DISTS, check_hosts
+    from gnnsched.runtime.launcher import LaunchError, SshLauncher
+
+    launcher = SshLauncher(spec, coordinator_address=args.coordinator_address,
+                           remote_python=args.remote_python, remote_dir=args.remote_dir,
+                           connect_timeout=args.timeout)
+    out = Path(args.out or "runs").resolve()
+    try:
+        report = check_hosts(launcher, [m.name for m in spec.machines], partitions=parts,
+                             run_dir=str(out), verify=args.verify, timeout=args.timeout,
+                             cluster_file=args.cluster, coordinator_port=args.port)
+    except LaunchError as exc:
+        print(f"gnnsched cluster check: error: {exc}", file=err)
+        return 2
+    problems += [str(p) for p in report.problems]
+    if args.json:
+        print(json.dumps({
+            "cluster": spec.name, "remote_python": launcher.remote_python,
+            "remote_dir": launcher.remote_dir, "partitions": parts, "run_dir": str(out),
+            "coordinator": report.coordinator, "local": report.local,
+            "hosts": [{"machine": h.machine, "ssh": h.destination, "facts": h.facts,
+                       "clock_skew_s": h.skew_s, "rtt_s": h.rtt_s, "ports": h.ports,
+                       "problems": [str(p) for p in h.problems], "warnings": h.warnings}
+                      for h in report.hosts],
+            "problems": problems, "warnings": report.warnings}, indent=1))
+    else:
+        v = report.local.get("versions", {})
+        print(f"checking {len(report.hosts)} hosts over ssh: remote python "
+              f"{launcher.remote_python} in {launcher.remote_dir}; this machine: python "
+              f"{report.local.get('python')}, "
+              + ", ".join(f"{d} {v.get(d)}" for d in DISTS))
+        print(f"partitions {parts or '- (give --job or --partitions to check them)'}; run "
+              f"directory {out}; {report.coordinator or 'coordinator: -'}")
+        width = max(len(h.machine) for h in report.hosts)
+        for h in report.hosts:
+            state = "ok     " if not h.problems else f"{len(h.problems)} problem" +                 "s" * (len(h.problems) != 1)
+            print(f"  {h.machine.ljust(width)}  {state}  {h.destination}: {h.summary()}")
+    for w in report.warnings:
+        print(f"gnnsched cluster check: warning: {w}", file=err)
+    for p in problems:
+        print(f"gnnsched cluster check: error: {p}", file=err)
+    if not problems and not args.json:
+        print(f"ok: all {len(report.hosts)} hosts are ready for gnnsched train --launcher ssh"
+              + (f" --remote-python {launcher.remote_python}"
+                 if launcher.remote_python != "python3" else ""))
+    return 2 if problems else 0
+
+
 def run(args: argparse.Namespace) -> int:
     from gnnsched.runtime import netns
 
+    if args.action == "check":
+        return _check(args)
     try:
         if args.action == "up":
             spec, _ = _spec_or_name(args.cluster)
