@@ -37,7 +37,18 @@ HELP = "run the evaluation (real runs vs colocation and DistDGL, fidelity, scali
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
-                   help="CI mode: Cora, one shape, 2 epochs, small sweep; checks invariants")
+                   help="CI mode: Cora, one shape, 2 epochs, small sweep; checks invariants "
+                        "(with --scale: a 20k-node graph, 1 epoch)")
+    p.add_argument("--scale", action="store_true",
+                   help="the scale tier instead: a products-like synthetic graph (1M nodes, "
+                        "40M directed edges) partitioned, profiled, planned and trained on 4 "
+                        "emulated hosts with 1 Gbit/s NICs by the single-process reference, "
+                        "DistDGL, colocation + fifo and gnnsched; seeds/s against the box's "
+                        "limit, CPU per seed, memory, bytes and test metric (default out: "
+                        "docs/results/scale; --quick: runs/bench-scale-quick)")
+    p.add_argument("--nodes", type=positive_int, default=None,
+                   help="with --scale: nodes of the synthetic graph (default 1000000; "
+                        "--quick 20000)")
     p.add_argument("--out", type=output_dir, default=None,
                    help="results folder (default: docs/results under the current directory; "
                         "--quick: runs/bench-quick)")
@@ -107,6 +118,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.scale:
+        from gnnsched.evaluation.scale import run_scale
+
+        return int(run_scale(args))
+    if args.nodes is not None:
+        raise SystemExit("gnnsched bench: --nodes goes with --scale")
     from gnnsched.evaluation import evaluate
 
     return int(evaluate(args))
