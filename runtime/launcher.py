@@ -621,8 +621,7 @@ class NetnsLauncher(Launcher):
 
 
 SSH_OPTIONS_ENV = "GNNSCHED_SSH_OPTIONS"
-SSH_DEFAULTS = ("-o", "BatchMode=yes", "-o", "ServerAliveInterval=5",
-                "-o", "ServerAliveCountMax=3")
+SSH_DEFAULTS = ("-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3")
 
 
 class RemoteProcess(ForkedProcess):
@@ -668,6 +667,7 @@ class SshLauncher(Launcher):
     partitions: docs/deployment.md). ssh options: ``ssh_options``, else
     ``$GNNSCHED_SSH_OPTIONS`` (e.g. ``-i KEY -o UserKnownHostsFile=FILE -p 2222``), then
     ``~/.ssh/config``; ``BatchMode=yes`` always (no prompt can hang a run).
+    ``connect_timeout``: ssh's ``ConnectTimeout`` (unless the options set it).
 
     :meth:`preflight` runs :func:`gnnsched.runtime.hostcheck.check_hosts` on every host before
     any role starts: ssh, Python and package versions, the host's address, partitions, the
@@ -742,10 +742,11 @@ class SshLauncher(Launcher):
     # ---------------------------------------------------------------- ssh
     def ssh_argv(self, machine: str, remote: str, *, tty: bool = False,
                  connect_timeout: float | None = None) -> list[str]:
-        """``ssh`` running ``remote`` (a shell command line) on ``machine``. The user's
-        options come first: for ssh the first value of an option wins."""
+        """``ssh`` running ``remote`` (a shell command line) on ``machine``. For ssh the
+        first value of an option wins: ``BatchMode=yes`` first (no prompt can hang a run),
+        then the user's options, then our defaults."""
         t = self.connect_timeout if connect_timeout is None else connect_timeout
-        return [self.ssh, *self.ssh_options, *SSH_DEFAULTS,
+        return [self.ssh, "-o", "BatchMode=yes", *self.ssh_options, *SSH_DEFAULTS,
                 "-o", f"ConnectTimeout={max(1, int(t))}", "-tt" if tty else "-T",
                 self.destination(machine), remote]
 

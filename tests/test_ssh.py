@@ -536,3 +536,22 @@ def test_cluster_check(ssh_cluster: SshCluster, tmp_path: Path) -> None:
     assert set(hosts) == {"gpu0", "gpu1", "store0", "store1"}, res.stderr
     assert all("; fix: " in ln for ln in errors)
     assert any("store1" in ln and "partitions missing" in ln for ln in errors)
+
+
+def test_cluster_check_ports(ssh_cluster: SshCluster, tmp_path: Path) -> None:
+    """A coordinator address the hosts cannot reach (here: this machine's loopback, which is
+    each host's own) is found before a run: every host says it cannot connect to it."""
+    sc = ssh_cluster
+    res = subprocess.run([PY, "-m", "gnnsched", "cluster", "check", "--cluster",
+                          str(sc.cluster_file), "--remote-python", PY, "--out",
+                          str(tmp_path / "runs"), "--coordinator-address", "127.0.0.1",
+                          "--port", "29999"],
+                         env=sc.env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stdout + res.stderr
+    errors = [ln for ln in res.stderr.splitlines() if "error: " in ln]
+    assert len(errors) == 4, res.stderr
+    for h, ln in zip(sc.net.hosts, errors):
+        assert ln.startswith(f"gnnsched cluster check: error: {h} (root@{sc.addr(h)}): cannot "
+                             "connect to the coordinator at 127.0.0.1:29999 ("), ln
+        assert "fix: open TCP ports 20000-60000 (or the --port you pin)" in ln
+    assert "ports blocked to coordinator" in res.stdout

@@ -323,8 +323,10 @@ def _check(args: argparse.Namespace) -> int:
               f"directory {out}; {report.coordinator or 'coordinator: -'}")
         width = max(len(h.machine) for h in report.hosts)
         for h in report.hosts:
-            state = "ok     " if not h.problems else f"{len(h.problems)} problem" +                 "s" * (len(h.problems) != 1)
-            print(f"  {h.machine.ljust(width)}  {state}  {h.destination}: {h.summary()}")
+            state = "ok" if not h.problems else (
+                f"{len(h.problems)} problem" + "s" * (len(h.problems) != 1))
+            print(f"  {h.machine.ljust(width)}  {state.ljust(10)}  {h.destination}: "
+                  + (h.summary() if h.facts else "no answer (see below)"))
     for w in report.warnings:
         print(f"gnnsched cluster check: warning: {w}", file=err)
     for p in problems:
