@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -161,8 +162,9 @@ def main(argv: list[str] | None = None) -> dict:
     result = {
         "what": "median forward+backward seconds of one mini-batch, gnnsched's SAGE layers vs "
                 "a dgl.nn.SAGEConv(mean) stack, same blocks and weights, CPU",
-        "command": "python bench/bench_model.py " + " ".join(argv or []),
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "command": " ".join(["python bench/bench_model.py",
+                             *(sys.argv[1:] if argv is None else argv)]),
+        "config": {k: v for k, v in vars(args).items() if k != "out"},
         "blocks": shape, "max_abs_diff": diff,
         "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
         "cpus": os.cpu_count(), "torch": torch.__version__, "dgl": dgl.__version__, "machine": platform.processor()
