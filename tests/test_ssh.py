@@ -480,25 +480,46 @@ def test_preflight_missing_partitions(ssh_cluster: SshCluster) -> None:
 
 def test_train_says_every_problem_before_any_role_starts(ssh_cluster: SshCluster,
                                                          tmp_path: Path) -> None:
-    """``gnnsched train --launcher ssh`` on a cluster with a bad address, a missing host and
-    a host with another torch: one error line, exit 2, and no role was started."""
+    """``gnnsched train --launcher ssh`` on a cluster with a bad address (store0), a missing
+    host (gpu1), a host with another torch (gpu0) and a host without the partitions (store1):
+    one error line, exit 2, and no role was started.
+
+    The partitions are checked once the coordinator tells the launcher which folder the run
+    uses (``Launcher.bind_run`` before ``preflight``); until then three problems are found."""
+    import inspect
+
+    from gnnsched.runtime.coordinator import Coordinator
+
+    binds = "bind_run" in inspect.getsource(Coordinator.run)
     sc = ssh_cluster
-    bad = _bad_cluster(sc, store0=f"root@{_nobody(sc)}", gpu1="root@gpu9.invalid")
-    _plan(load_cluster(bad)).save(tmp_path / "plan.json")  # a plan for this cluster file
-    argv = sc.train_argv(tmp_path / "run", cluster=bad)
-    argv[argv.index("--plan") + 1] = str(tmp_path / "plan.json")
-    argv[argv.index("--remote-python") + 1] = str(_fake_versions(sc, "gpu0"))
-    env = dict(sc.env, GNNSCHED_SSH_OPTIONS=sc.env["GNNSCHED_SSH_OPTIONS"]
-               + " -o ConnectTimeout=3")
-    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    sshd = _hidden_partitions_sshd(sc, "store1")
+    try:
+        bad = _bad_cluster(sc, store0=f"root@{_nobody(sc)}", gpu1="root@gpu9.invalid",
+                           store1=f"ssh://root@{sc.addr('store1')}:2222")
+        _plan(load_cluster(bad)).save(tmp_path / "plan.json")  # a plan for this cluster file
+        argv = sc.train_argv(tmp_path / "run", cluster=bad)
+        argv[argv.index("--plan") + 1] = str(tmp_path / "plan.json")
+        argv[argv.index("--remote-python") + 1] = str(_fake_versions(sc, "gpu0"))
+        env = dict(sc.env, GNNSCHED_SSH_OPTIONS=sc.env["GNNSCHED_SSH_OPTIONS"]
+                   + " -o ConnectTimeout=3")
+        res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        os.killpg(sshd.pid, signal.SIGTERM)
+        sshd.wait(10)
     assert res.returncode == 2, res.stderr[-3000:]
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    n = 4 if binds else 3
     assert len(lines) == 1 and lines[0].startswith("gnnsched train: error: host check failed "
-                                                   "before any role started (3 problems)"), lines
-    for what in (f"store0 (root@{_nobody(sc)}): host unreachable", "gpu1 (root@gpu9.invalid): "
-                 "host name does not resolve", f"gpu0 (root@{sc.addr('gpu0')}): torch 1.0.0"):
+                                                   f"before any role started ({n} problems)"), \
+        lines
+    want = [f"store0 (root@{_nobody(sc)}): host unreachable", "gpu1 (root@gpu9.invalid): "
+            "host name does not resolve", f"gpu0 (root@{sc.addr('gpu0')}): torch 1.0.0"]
+    if binds:
+        want.append(f"store1 (ssh://root@{sc.addr('store1')}:2222): partitions missing at "
+                    f"{sc.parts}")
+    for what in want:
         assert what in lines[0]
-    assert lines[0].count("fix: ") == 3
+    assert lines[0].count("fix: ") == n
     logs = {p.name for p in (tmp_path / "run" / "logs").iterdir()}
     assert logs == {"coordinator.log"}, logs  # no role, no fork server ever started
     assert not sc.leftovers(grace=0)
