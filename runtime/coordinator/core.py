@@ -246,6 +246,10 @@ class Coordinator(PolicyDriver, RoleTable):
             except TransportError as exc:
                 raise RunError(f"coordinator: {exc}") from None
             try:
+                bind = getattr(self.launcher, "bind_run", None)
+                if bind is not None:  # what the preflight checks on every host (ssh)
+                    bind(partitions=self.partitions, run_dir=str(self.run_dir.resolve()),
+                         endpoint=self.endpoint)
                 self.launcher.preflight(sorted({m for _, _, m in self._role_specs()}))
             except LaunchError as exc:
                 raise RunError(str(exc)) from None
