@@ -10,9 +10,12 @@ NIC can order it. Priority transmission is real, not a label:
 * a chunk leaves only while the bytes sent but not yet acknowledged by their receiver stay
   under ``window_bytes``, so data waits in *this* queue, not in socket buffers nobody can
   reorder (sockets also get a small ``SNDHWM`` and ``SO_SNDBUF``);
-* sends never block: when one receiver's pipe is full its chunk goes back to the queue and
-  the NIC serves the others (a blocking send would stall every transfer, sampling answers
-  included, behind the slowest receiver);
+* at most ``SNDHWM`` chunks are unacknowledged per receiver, same-machine ones included, so
+  a receiver's pipe is never found full; sends never block: if a pipe is full anyway its
+  chunk goes back to the queue *encoded* (a retry does not encode it again) and that
+  receiver is skipped until it acknowledges a chunk (or ``RETRY_S``), while the NIC serves
+  the others (a blocking send would stall every transfer, sampling answers included, behind
+  the slowest receiver; retrying every loop round spun the CPU);
 * with ``sharing == "priority"`` the next chunk always comes from the first transfer in the
   policy's order; with ``"fair"`` active transfers take turns chunk by chunk, like TCP flows
   sharing a link. The coordinator runs the policy: it sends each transfer's priority key
@@ -31,8 +34,15 @@ they would share a NIC with the gradients, for the gradients' time on the wire (
 bandwidth; the rest of the all-reduce call leaves the NIC to prefetch), so feature prefetch
 does not slow the barrier.
 
+Feature rows are gathered from one stacked :class:`FeatureTable` straight into the buffer the
+chunks are sent from (pooled, :class:`~gnnsched.runtime.transport.BufferPool`; chunks are
+views of it, handed to ZeroMQ without a copy). The table lives in anonymous shared memory: a
+receiver on the store's own machine maps it read-only and gathers those rows itself, so they
+never touch a socket (the store's ``local_bytes`` count only what still does).
+
 :class:`StoreClient` is the other side (used by samplers and fetchers): one DEALER per store,
-request ids, chunk reassembly with size checks before any allocation, and acks.
+request ids, chunk reassembly with size checks before any allocation, and acks; with ``shm``
+it maps its own machine's store table.
 :class:`PartGraph` wraps one loaded partition for sampling and feature look-ups in original
 node ids; samplers on a store's machine use it for local hops.
 """
@@ -43,7 +53,7 @@ import itertools
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,19 +65,23 @@ from gnnsched.runtime.role import Role
 from gnnsched.runtime.transport import (
     BULK,
     BULK_TOS,
+    BufferPool,
     Channel,
     CurveKeys,
+    Encoded,
     Kind,
     Message,
     MessageError,
     SocketOptions,
     ctrl,
+    ctrl_body,
     make_socket,
 )
 
 CHUNK_BYTES = 256 << 10
 WINDOW_BYTES = 1 << 20  # total bytes in flight from one NIC
 PEER_WINDOW_BYTES = 512 << 10  # bytes in flight to one receiver
+RETRY_S = 0.02  # a receiver whose pipe was full is retried after this at the latest
 STORE_SOCKET = SocketOptions(sndhwm=8, rcvhwm=256, sndbuf=128 << 10, rcvbuf=1 << 20,
                              tos=BULK_TOS)  # replies are the bulk data
 
@@ -169,6 +183,178 @@ def load_parts(partitions: str, parts: list[int], keep_features: bool = True,
 
 
 # --------------------------------------------------------------------------------------
+# Feature rows in shared memory (same-machine receivers gather them themselves)
+
+SHM_MAGIC = b"GNSHROWS"
+_SHM_HEAD = 64  # magic (8) | token (16) | zero padding; arrays start 64-byte aligned
+
+
+def _align(n: int, to: int = 64) -> int:
+    return (n + to - 1) // to * to
+
+
+def boot_id() -> str:
+    """This kernel's boot id: two processes that read the same one share a kernel, hence
+    memory ('' where Linux does not say)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+class FeatureTable:
+    """A store's feature rows, every partition it serves stacked in one matrix, plus
+    ``rowmap[original node id]`` -> row (-1: not stored here).
+
+    The store builds it at start in an anonymous shared-memory file (Linux ``memfd_create``):
+    it has *no name* anywhere (nothing in ``/dev/shm``), so nothing can outlive its users --
+    the kernel frees it when the store and every process that mapped it have exited or
+    unmapped it, whether they ended cleanly, failed, were interrupted or SIGKILLed. The
+    store's own gathers read it; a receiver on the same machine (a relay fetcher, a trainer
+    gathering its own features) asks the store over its data socket (``CTRL {"op": "shm"}``),
+    opens the file through ``/proc/<store pid>/fd/<fd>`` read-only, checks the random token
+    the store wrote at its head (and the kernel's boot id), and gathers its rows straight
+    into its batch buffer: no socket, no copy in the store, no chunk, no acknowledgement.
+    Where any of that is unavailable (no memfd, another kernel or PID namespace, permission
+    denied), rows keep flowing through ZeroMQ.
+    """
+
+    def __init__(self, buf: Any, fd: int, rowmap: np.ndarray, feats: np.ndarray,
+                 token: bytes, offsets: tuple[int, int], size: int) -> None:
+        self.buf, self.fd, self.rowmap, self.feats = buf, fd, rowmap, feats
+        self.token, self.offsets, self.size = token, offsets, size
+
+    @classmethod
+    def build(cls, num_nodes: int, parts: Iterable[tuple[np.ndarray, Any]],
+              dim: int | None = None, shared: bool = True) -> FeatureTable:
+        """Stack ``parts`` -- (original ids of its rows, ``[n, dim]`` float32 rows), consumed
+        one at a time, so a caller that loads each part lazily holds one part's own copy at a
+        time -- into a new table (in shared memory if ``shared`` and the OS has memfd).
+        ``dim``: the feature width (None: the first part's)."""
+        import mmap
+        import os
+        import secrets
+
+        map_off = _SHM_HEAD
+        feat_off = _align(map_off + 8 * num_nodes)
+        fd = -1
+        if shared and hasattr(os, "memfd_create"):
+            try:
+                fd = os.memfd_create("gnnsched-features", os.MFD_CLOEXEC)
+            except OSError:
+                fd = -1
+        ids_all, kept, rows = [], [], 0
+        for ids, block in parts:
+            block = np.ascontiguousarray(block, dtype=np.float32)
+            if dim is None and block.ndim == 2:
+                dim = block.shape[1]
+            if block.shape != (len(ids), dim):
+                raise ValueError(f"feature rows of shape {block.shape}, expected "
+                                 f"({len(ids)}, {dim})")
+            ids_all.append(np.asarray(ids, dtype=np.int64))
+            if fd >= 0:  # straight into the shared file; the part's copy can go at once
+                view, off = memoryview(block).cast("B"), feat_off + rows * dim * 4
+                while len(view):
+                    n = os.pwrite(fd, view, off)
+                    view, off = view[n:], off + n
+            else:
+                kept.append(block)
+            rows += len(ids)
+            del block
+        dim = dim or 0
+        size = max(feat_off + rows * dim * 4, _SHM_HEAD)
+        if fd >= 0:
+            os.ftruncate(fd, size)
+            buf: Any = mmap.mmap(fd, size)
+            mem = np.frombuffer(buf, np.uint8)
+        else:  # private memory (transparent huge pages where the OS gives them to numpy)
+            buf = mem = np.empty(size, np.uint8)
+        token = secrets.token_bytes(16)
+        mem[:8], mem[8:24] = np.frombuffer(SHM_MAGIC, np.uint8), np.frombuffer(token, np.uint8)
+        rowmap = mem[map_off:map_off + 8 * num_nodes].view(np.int64)
+        rowmap[:] = -1
+        feats = mem[feat_off:feat_off + rows * dim * 4].view(np.float32).reshape(rows, dim)
+        at = 0
+        for i, ids in enumerate(ids_all):
+            if fd < 0:
+                feats[at:at + len(ids)] = kept[i]
+            rowmap[ids] = np.arange(at, at + len(ids))
+            at += len(ids)
+        return cls(buf, fd, rowmap, feats, token, (map_off, feat_off), size)
+
+    def offer(self) -> dict[str, Any]:
+        """What a same-machine receiver needs to map this table (the ``shm`` answer)."""
+        import os
+
+        if self.fd < 0:
+            return {"error": "the store's rows are not in shared memory (no gatherer was "
+                             "planned on its machine, or no memfd here)"}
+        return {"pid": os.getpid(), "fd": self.fd, "boot_id": boot_id(),
+                "token": self.token.hex(), "size": self.size, "nodes": len(self.rowmap),
+                "rows": int(self.feats.shape[0]), "dim": int(self.feats.shape[1]),
+                "map_off": self.offsets[0], "feat_off": self.offsets[1]}
+
+    @classmethod
+    def attach(cls, offer: dict[str, Any], num_nodes: int, dim: int) -> FeatureTable:
+        """Map a table another process on this machine offered, read-only; raises OSError or
+        ValueError (with the reason) when it cannot be mapped or is not what was offered."""
+        import mmap
+        import os
+
+        if "error" in offer:
+            raise ValueError(str(offer["error"]))
+        try:
+            pid, fd, size = int(offer["pid"]), int(offer["fd"]), int(offer["size"])
+            nodes, rows = int(offer["nodes"]), int(offer["rows"])
+            map_off, feat_off = int(offer["map_off"]), int(offer["feat_off"])
+            token = bytes.fromhex(str(offer["token"]))
+            if int(offer["dim"]) != dim or nodes != num_nodes:
+                raise ValueError(f"{nodes} nodes x {offer['dim']} features, this run has "
+                                 f"{num_nodes} x {dim}")
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed offer ({exc!r})") from None
+        if offer.get("boot_id") != boot_id() or not boot_id():
+            raise ValueError("the store runs on another kernel")
+        if not (map_off >= _SHM_HEAD and feat_off >= map_off + 8 * nodes
+                and size >= feat_off + rows * dim * 4 and rows >= 0):
+            raise ValueError("inconsistent offsets")
+        own = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if os.fstat(own).st_size != size:
+                raise ValueError(f"/proc/{pid}/fd/{fd} is not the offered table (size)")
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)  # no fault per page
+            buf = mmap.mmap(own, size, flags=flags, prot=mmap.PROT_READ)
+        finally:
+            os.close(own)  # the mapping keeps the file alive; no descriptor is kept
+        if buf[:8] != SHM_MAGIC or buf[8:24] != token:
+            buf.close()
+            raise ValueError(f"/proc/{pid}/fd/{fd} is not the offered table (token)")
+        rowmap = np.frombuffer(buf, np.int64, nodes, map_off)
+        feats = np.frombuffer(buf, np.float32, rows * dim, feat_off).reshape(rows, dim)
+        return cls(buf, -1, rowmap, feats, token, (map_off, feat_off), size)
+
+    def rows_of(self, nodes: np.ndarray) -> np.ndarray | None:
+        """Rows of ``nodes`` (original ids, in range); None if any is not stored here."""
+        rows = self.rowmap[nodes]
+        return None if len(rows) and rows.min() < 0 else rows
+
+    def close(self) -> None:
+        """Unmap (once no array views it) and close the descriptor."""
+        import os
+
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.rowmap = self.feats = np.zeros(0)
+        try:
+            if hasattr(self.buf, "close"):
+                self.buf.close()
+        except BufferError:  # a view is still alive: the mapping goes with the process
+            pass
+
+
+# --------------------------------------------------------------------------------------
 # The NIC queue
 
 
@@ -183,7 +369,7 @@ class OutTransfer:
     trainer: int
     seq: int
     dst_machine: int
-    chunks: list[Message | None]
+    chunks: list[Any]  # a Message, its Encoded frames once a send was refused, None once sent
     sizes: list[int]
     created: float
     local: bool = False  # same machine: no NIC involved, sent at once
@@ -244,12 +430,15 @@ class NicQueue:
     transfer's receiver is the slow side. ``fair``: pending transfers take turns, one chunk each.
     Bytes in flight (sent, not acknowledged) are bounded per receiver (``peer_window``) and in
     total (``window``); same-machine transfers bypass both (they never touch the NIC).
+    ``peer_chunks`` bounds the chunks in flight to one receiver, local or remote: set to the
+    socket's ``SNDHWM``, a send can never find the receiver's pipe full (every chunk in the
+    pipe is unacknowledged), so none is refused and retried.
     :meth:`hold` marks a machine whose trainer is all-reducing (:class:`Holds`: gradients go
     ahead of all other traffic in the cost model).
     """
 
     def __init__(self, sharing: str = "fair", window: int = WINDOW_BYTES,
-                 peer_window: int | None = None) -> None:
+                 peer_window: int | None = None, peer_chunks: int | None = None) -> None:
         if sharing not in ("fair", "priority"):
             raise ValueError(f"sharing must be 'fair' or 'priority', got {sharing!r}")
         self.sharing, self.window = sharing, window
@@ -260,6 +449,8 @@ class NicQueue:
         self.in_flight: dict[tuple[bytes, int, int], tuple[int, int, bool]] = {}
         self.in_flight_bytes = 0
         self.peer_bytes: dict[bytes, int] = {}
+        self.peer_chunks = peer_chunks
+        self.peer_count: dict[bytes, int] = {}  # chunks in flight per receiver
         self.held = Holds()
         self.full: set[bytes] = set()  # receivers whose socket pipe was full this round
         self._rr = 0
@@ -300,6 +491,8 @@ class NicQueue:
         return any(t.pending for t in self.active.values())
 
     def _room(self, t: OutTransfer, size: int) -> bool:
+        if self.peer_chunks and self.peer_count.get(t.peer, 0) >= self.peer_chunks:
+            return False
         if t.local:
             return True
         held = self.peer_bytes.get(t.peer, 0)
@@ -309,11 +502,11 @@ class NicQueue:
 
     def _pick(self) -> OutTransfer | None:
         ready = [t for t in self.active.values() if t.pending]
-        for t in ready:
-            if t.local:
+        for t in ready:  # same machine: at once, unless its receiver's pipe is full
+            if t.local and t.peer not in self.full and self._room(t, 0):
                 return t
         now = time.monotonic()
-        ready = [t for t in ready if not self.held.blocks(t.dst_machine, t.seq, now)
+        ready = [t for t in ready if not t.local and not self.held.blocks(t.dst_machine, t.seq, now)
                  and t.peer not in self.full and self._room(t, t.sizes[t.next_chunk])]
         if not ready:
             return None
@@ -340,8 +533,9 @@ class NicQueue:
             return "pipe"
         return "window"
 
-    def next_chunk(self) -> tuple[OutTransfer, Message, int] | None:
-        """The next (transfer, chunk, bytes) to send, or None if nothing may go now."""
+    def next_chunk(self) -> tuple[OutTransfer, Any, int] | None:
+        """The next (transfer, chunk, bytes) to send, or None if nothing may go now; the chunk
+        is its Message, or its frames if an earlier send of it was refused."""
         t = self._pick()
         if t is None:
             return None
@@ -349,6 +543,7 @@ class NicQueue:
         size = t.sizes[i]
         t.next_chunk += 1
         self.in_flight[(t.peer, t.req, i)] = (t.tid, size, t.local)
+        self.peer_count[t.peer] = self.peer_count.get(t.peer, 0) + 1
         if not t.local:
             self.in_flight_bytes += size
             self.peer_bytes[t.peer] = self.peer_bytes.get(t.peer, 0) + size
@@ -357,10 +552,12 @@ class NicQueue:
         assert msg is not None
         return t, msg, size
 
-    def unsend(self, t: OutTransfer, msg: Message, size: int) -> None:
+    def unsend(self, t: OutTransfer, msg: Any, size: int) -> None:
         """Take back the chunk :meth:`next_chunk` just returned: its receiver's pipe is full.
-        The receiver is skipped until :meth:`next_round`, so one slow receiver never blocks
-        the NIC's other transfers."""
+        ``msg`` is what goes back in its place (the store keeps the encoded frames, so a retry
+        does not encode it again). The receiver is skipped until :meth:`retry` (it
+        acknowledged a chunk: its pipe drains) or :meth:`next_round`, so one slow receiver
+        never blocks the NIC's other transfers."""
         t.next_chunk -= 1
         i = t.next_chunk
         t.chunks[i] = msg
@@ -369,9 +566,19 @@ class NicQueue:
         self.full.add(t.peer)
 
     def next_round(self) -> None:
+        """Retry every receiver whose pipe was full."""
         self.full.clear()
 
+    def retry(self, peer: bytes) -> None:
+        """Retry ``peer`` (it acknowledged a chunk, so its pipe has drained)."""
+        self.full.discard(peer)
+
     def _release(self, peer: bytes, size: int, local: bool) -> None:
+        left = self.peer_count.get(peer, 0) - 1
+        if left > 0:
+            self.peer_count[peer] = left
+        else:
+            self.peer_count.pop(peer, None)
         if local:
             return
         self.in_flight_bytes -= size
@@ -404,6 +611,8 @@ class NicQueue:
         self.in_flight.clear()
         self.in_flight_bytes = 0
         self.peer_bytes.clear()
+        self.peer_count.clear()
+        self.full.clear()
         self.held.clear()
 
     def drop_peer(self, peer: bytes) -> None:
@@ -413,6 +622,7 @@ class NicQueue:
         for key in [k for k in self.in_flight if k[0] == peer]:
             _, size, local = self.in_flight.pop(key)
             self._release(peer, size, local)
+        self.full.discard(peer)
 
 
 def chunked(kind: Kind, req: int, arrays: dict[str, np.ndarray], row_bytes: int,
@@ -446,14 +656,50 @@ class Store(Role):
         self.my_parts = [p for p, m in enumerate(cfg["part_store"]) if m == self.machine_index]
         self.doing = f"loading partitions {self.my_parts}"
         t0 = time.monotonic()
-        self.parts = load_parts(cfg["partitions"], self.my_parts,
-                                verify=bool(cfg.get("verify_partitions", False)))
-        self.log(f"loaded partitions {self.my_parts} in {time.monotonic() - t0:.2f} s"
-                 + (" (checksums verified)" if cfg.get("verify_partitions") else ""))
         self.node_part = np.load(cfg["node_part_file"], allow_pickle=False)
+        self.parts, self.table = self.load_features()
+        self.buffers = BufferPool(keep=4)  # gathered rows, reused once sent
+        self.log(f"loaded partitions {self.my_parts} in {time.monotonic() - t0:.2f} s"
+                 + (" (checksums verified)" if cfg.get("verify_partitions") else "")
+                 + ("; rows in shared memory" if self.table.fd >= 0 else ""))
         self.sock, self.endpoint = self.bind(zmq.ROUTER, STORE_SOCKET)
         self.data = Channel(self.sock, f"store {me} data")
         self.doing = f"serving partitions {self.my_parts}"
+
+    def shares_rows(self) -> bool:
+        """Whether the table goes into shared memory: when a feature gatherer runs on this
+        machine (a trainer whose ``fetch_at`` is here: its relay, or itself), unless the
+        config's ``shm_features`` says (``true``: always, ``false``: never). Private memory
+        otherwise: the OS backs it with huge pages, which shared memory here does not get."""
+        want = self.config.get("shm_features")
+        if want is not None:
+            return bool(want)
+        return any(t.get("fetch_at") == self.args.machine
+                   for t in self.config.get("trainers", ()))
+
+    def load_features(self) -> tuple[dict[int, PartGraph], FeatureTable]:
+        """Load the served partitions one by one, their rows into one :class:`FeatureTable`
+        (in shared memory if :meth:`shares_rows`); each part's own copy of its rows is dropped
+        once in the table, so loading holds one extra part at most. The parts' ``features``
+        are views of the table afterwards."""
+        cfg = self.config
+        parts: dict[int, PartGraph] = {}
+
+        def rows() -> Iterable[tuple[np.ndarray, Any]]:
+            for p in self.my_parts:
+                pg = load_parts(cfg["partitions"], [p],
+                                verify=bool(cfg.get("verify_partitions", False)))[p]
+                parts[p] = pg
+                block, pg.features = pg.features, None
+                yield pg.inner_orig, block
+
+        table = FeatureTable.build(len(self.node_part), rows(), cfg.get("feature_dim"),
+                                   shared=self.shares_rows())
+        at = 0
+        for pg in parts.values():
+            pg.features = table.feats[at:at + len(pg.inner_orig)]
+            at += len(pg.inner_orig)
+        return parts, table
 
     def ready_fields(self) -> dict[str, Any]:
         return {"endpoint": self.endpoint, "parts": self.my_parts}
@@ -474,7 +720,8 @@ class Store(Role):
         cfg = self.config
         window, peer = cfg.get("nic_windows", {}).get(self.args.machine, (
             cfg.get("window_bytes", WINDOW_BYTES), cfg.get("peer_window_bytes", PEER_WINDOW_BYTES)))
-        self.nic = NicQueue(cfg["sharing"], int(window), int(peer))
+        self.nic = NicQueue(cfg["sharing"], int(window), int(peer),
+                            peer_chunks=STORE_SOCKET.sndhwm)
         self.chunk_bytes = int(cfg.get("nic_chunk_bytes", {}).get(
             self.args.machine, cfg.get("chunk_bytes", CHUNK_BYTES)))
         self.tids = itertools.count()
@@ -485,6 +732,9 @@ class Store(Role):
         self.served = {"sample": 0, "feat": 0}
         self.rejected = 0
         self.send_full = 0  # sends refused because the receiver's pipe was full (retried)
+        self.retry_at = math.inf  # when receivers with a full pipe are retried regardless
+        self.shm_clients: set[bytes] = set()  # same-machine receivers offered the table
+        self.replies: list[tuple[bytes, Message]] = []  # answers whose pipe was full
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.control.sock, zmq.POLLIN)
@@ -492,8 +742,13 @@ class Store(Role):
         self.waits = {"idle": 0.0, "window": 0.0, "held": 0.0, "pipe": 0.0, "send": 0.0}
         state, last = "idle", time.monotonic()
         while not self.stopping:
+            # a receiver with a full pipe is retried when it acknowledges a chunk (an ACK is a
+            # message: it ends the poll) or, at the latest, RETRY_S later -- never by spinning
             left = self.nic.hold_left()
-            wait = 2 if self.nic.full else 50 if left is None else min(50, 1 + left * 1e3)
+            if self.nic.full:
+                retry = max(0.0, self.retry_at - time.monotonic())
+                left = retry if left is None else min(left, retry)
+            wait = 50 if left is None else min(50, 1 + left * 1e3)
             with section("wait:poll"):
                 events = dict(poller.poll(int(wait)))
             if self.sock in events:
@@ -525,8 +780,12 @@ class Store(Role):
         assert peer is not None
         if msg.kind == Kind.ACK:
             t = self.nic.ack(peer, msg["req"], msg["chunk"])
+            self.nic.retry(peer)  # its pipe drained by a chunk: worth another send
             if t is not None and not t.local:
                 self.done.append(t.tid)
+            return
+        if msg.kind == Kind.CTRL:
+            self.on_data_ctrl(peer, ctrl_body(msg, f"store {self.args.machine} data"))
             return
         if msg.kind not in (Kind.SAMPLE_REQ, Kind.FEAT_REQ):
             raise MessageError(f"store: unexpected {msg.kind.name} from {peer!r}")
@@ -565,39 +824,64 @@ class Store(Role):
                                 t.tid in self.nic.keys])
 
     def gather(self, nodes: np.ndarray) -> np.ndarray:
-        """Feature rows of ``nodes`` in request order (they may span this store's parts)."""
-        owner = self.node_part[nodes] if len(nodes) else np.zeros(0, np.int64)
-        if len(self.parts) == 1:
-            (p, pg), = self.parts.items()
-            if len(nodes) and (owner != p).any():
-                raise MessageError(f"FEAT_REQ.nodes: node {int(nodes[np.argmax(owner != p)])} "
-                                   f"is not stored here")
-            return pg.rows(nodes)
-        dim = next(iter(self.parts.values())).features.shape[1]
-        out = np.empty((len(nodes), dim), dtype=np.float32)
-        seen = np.zeros(len(nodes), dtype=bool)
-        for p, pg in self.parts.items():
-            sel = owner == p
-            if sel.any():
-                out[sel] = pg.rows(nodes[sel])
-                seen |= sel
-        if not seen.all():
-            raise MessageError(f"FEAT_REQ.nodes: node {int(nodes[np.argmax(~seen)])} is not "
+        """Feature rows of ``nodes`` in request order (they may span this store's parts): one
+        gather from the stacked table straight into the buffer the chunks are sent from (the
+        chunks are views of it, handed to ZeroMQ without a copy)."""
+        rows = self.table.rowmap[nodes]
+        if len(rows) and rows.min() < 0:
+            raise MessageError(f"FEAT_REQ.nodes: node {int(nodes[np.argmax(rows < 0)])} is not "
                                "stored here")
-        return out
+        out = self.buffers.take(len(nodes), self.table.feats.shape[1])
+        return np.take(self.table.feats, rows, axis=0, out=out)
+
+    def on_data_ctrl(self, peer: bytes, body: dict[str, Any]) -> None:
+        """``shm``: a receiver on this machine asks for the shared feature table."""
+        if body["op"] != "shm":
+            raise MessageError(f"store: unexpected control op {body['op']!r} from {peer!r}")
+        if body.get("machine") != self.machine_index:
+            offer = {"error": f"machine {body.get('machine')} is not this store's "
+                              f"({self.machine_index})"}
+        else:
+            offer = self.table.offer()
+        if "error" not in offer:
+            self.shm_clients.add(peer)
+        self.replies.append((peer, ctrl("shm", **offer)))
+        self.send_replies()
+
+    def send_replies(self) -> None:
+        keep = []
+        for peer, msg in self.replies:
+            try:
+                self.data.send(msg, peer, flags=zmq.NOBLOCK, remote=False)
+            except zmq.Again:
+                keep.append((peer, msg))
+            except zmq.ZMQError as exc:
+                self.log(f"cannot answer {peer!r}: {exc}")
+        self.replies = keep
 
     def pump(self) -> None:
-        self.nic.next_round()
+        """Send every chunk the NIC queue lets go now. A send the receiver's pipe refuses
+        (rare: ``peer_chunks`` keeps fewer chunks in flight than the pipe holds) goes back to
+        the queue *encoded*, and its receiver is skipped until it acknowledges a chunk or
+        ``RETRY_S`` has passed -- no re-encoding, no retry loop."""
+        now = time.monotonic()
+        if self.nic.full and now >= self.retry_at:
+            self.nic.next_round()
+        if self.replies:
+            self.send_replies()
         while True:
             nxt = self.nic.next_chunk()  # bookkeeping: other:loop (no section per chunk)
             if nxt is None:
-                return
-            t, msg, size = nxt
+                break
+            t, chunk, size = nxt
+            enc = chunk if isinstance(chunk, Encoded) else self.data.encode(chunk)
             try:
-                self.data.send(msg, t.peer, flags=zmq.NOBLOCK, remote=not t.local)
-            except zmq.Again:  # its pipe is full: send to others, retry it next round
-                self.nic.unsend(t, msg, size)
+                self.data.send_encoded(enc, t.peer, flags=zmq.NOBLOCK, remote=not t.local)
+            except zmq.Again:  # its pipe is full: send to others, retry it later
+                self.nic.unsend(t, enc, size)
                 self.send_full += 1
+                if not math.isfinite(self.retry_at) or self.retry_at <= now:
+                    self.retry_at = now + RETRY_S
                 continue
             except zmq.ZMQError as exc:  # the receiver is gone: drop what was for it
                 self.log(f"dropping transfers to {t.peer!r}: {exc}")
@@ -607,6 +891,8 @@ class Store(Role):
                 self.local_bytes += size
             else:
                 self.remote_bytes += size
+        if not self.nic.full:
+            self.retry_at = math.inf
 
     def flush_events(self) -> None:
         if self.queued:
@@ -640,14 +926,19 @@ class Store(Role):
         waits = {k: round(v, 3) for k, v in getattr(self, "waits", {}).items()}
         if waits:
             self.log("NIC queue: " + ", ".join(f"{k} {v:.2f} s" for k, v in waits.items()))
+        table = getattr(self, "table", None)
         return {"local_bytes": getattr(self, "local_bytes", 0),
                 "served": getattr(self, "served", {}), "rejected": getattr(self, "rejected", 0),
                 "send_full": getattr(self, "send_full", 0),
+                "shm": table is not None and table.fd >= 0,
+                "shm_clients": len(getattr(self, "shm_clients", ())),
                 "waits_s": waits}
 
     def close(self) -> None:
         if hasattr(self, "data"):
             self.data.close()
+        if getattr(self, "table", None) is not None:
+            self.table.close()
 
 
 # --------------------------------------------------------------------------------------
@@ -671,10 +962,17 @@ class StoreClient:
     ``poll_sockets`` lists the sockets to register with the caller's poller; ``handle``
     processes one ready socket. Each answer is validated (known request, chunk index, sizes
     within what was asked) before it is written anywhere, then acknowledged.
+
+    ``shm=(num_nodes, feature_dim)``: ask the store on this client's own machine for its
+    shared :class:`FeatureTable`; once it is mapped, ``tables[machine]`` holds it and a
+    gatherer reads those rows itself instead of requesting them (``log`` says why not when it
+    cannot be mapped: the rows then keep coming over the socket).
     """
 
     def __init__(self, ctx: zmq.Context, stores: dict[int, str], name: str,
-                 identity: bytes, machine: int = -1, curve: CurveKeys | None = None) -> None:
+                 identity: bytes, machine: int = -1, curve: CurveKeys | None = None,
+                 shm: tuple[int, int] | None = None,
+                 log: Callable[[str], None] | None = None) -> None:
         self.channels: dict[int, Channel] = {}
         for m, endpoint in stores.items():
             sock = make_socket(ctx, zmq.DEALER, BULK, identity=identity, curve=curve)
@@ -683,6 +981,22 @@ class StoreClient:
         self.by_sock = {ch.sock: m for m, ch in self.channels.items()}
         self.pending: dict[int, _Pending] = {}
         self.ids = itertools.count(1)
+        self.tables: dict[int, FeatureTable] = {}
+        self.shm, self.log = shm, log or (lambda text: None)
+        if shm is not None and machine in self.channels:  # queued until connected
+            self.channels[machine].send(ctrl("shm", machine=machine))
+
+    def _on_ctrl(self, m: int, msg: Message) -> None:
+        body = ctrl_body(msg, self.channels[m].name)
+        if body["op"] != "shm" or self.shm is None or m in self.tables:
+            raise MessageError(f"{self.channels[m].name}: unexpected control op {body['op']!r}")
+        try:
+            self.tables[m] = FeatureTable.attach(body, *self.shm)
+        except (OSError, ValueError) as exc:
+            self.log(f"store {m}'s rows stay on the socket (no shared memory: {exc})")
+            return
+        self.log(f"reading store {m}'s rows from shared memory "
+                 f"({self.tables[m].feats.nbytes / 1e6:.1f} MB mapped read-only)")
 
     @property
     def poll_sockets(self) -> list[zmq.Socket]:
@@ -706,6 +1020,9 @@ class StoreClient:
             if got is None:
                 return done
             _, msg = got
+            if msg.kind == Kind.CTRL:
+                self._on_ctrl(self.by_sock[sock], msg)
+                continue
             req = msg["req"] if msg.kind in (Kind.SAMPLE_CHUNK, Kind.FEAT_CHUNK) else -1
             p = self.pending.get(req)
             if p is None or msg.kind != p.kind:
@@ -733,7 +1050,9 @@ class StoreClient:
     def close(self) -> None:
         for ch in self.channels.values():
             ch.close()
+        for table in self.tables.values():
+            table.close()
 
 
-__all__ = ["CHUNK_BYTES", "NicQueue", "OutTransfer", "PartGraph", "Store", "StoreClient",
+__all__ = ["CHUNK_BYTES", "FeatureTable", "NicQueue", "OutTransfer", "PartGraph", "Store", "StoreClient",
            "WINDOW_BYTES", "chunked", "load_parts", "verify_files"]

@@ -38,6 +38,7 @@ import errno
 import ipaddress
 import json
 import struct
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -515,6 +516,15 @@ class Stats:
 STATS = Stats()  # one per process: every Channel of the process adds to it
 
 
+@dataclass
+class Encoded:
+    """A message as wire frames (header + raw buffers), and its payload bytes."""
+
+    kind: Kind
+    frames: list[Any]
+    nbytes: int
+
+
 class Channel:
     """One ZeroMQ socket with typed send/recv, byte accounting and receive timeouts.
 
@@ -533,17 +543,28 @@ class Channel:
 
     def send(self, msg: Message, identity: bytes | None = None, *, flags: int = 0,
              remote: bool | None = None) -> int:
+        return self.send_encoded(self.encode(msg), identity, flags=flags, remote=remote)
+
+    def encode(self, msg: Message) -> Encoded:
+        """``msg`` as wire frames, ready for :meth:`send_encoded` (which may be retried with
+        the same frames: a refused send need not be encoded again)."""
         with section("serialise:encode"):
             frames = encode(msg)
+        return Encoded(msg.kind, frames, sum(_nbytes(f) for f in frames))
+
+    def send_encoded(self, enc: Encoded, identity: bytes | None = None, *, flags: int = 0,
+                     remote: bool | None = None) -> int:
+        """Send encoded frames (zero-copy: the buffers are handed to ZeroMQ as they are).
+        With ``zmq.NOBLOCK`` a full pipe raises ``zmq.Again`` and nothing is counted."""
+        frames = enc.frames
         if self.router:
             if identity is None:
                 raise ValueError(f"{self.name}: ROUTER send needs a peer identity")
             frames = [identity, *frames]
         with section("rpc:send"):
             self.sock.send_multipart(frames, flags=flags, copy=False)
-        nbytes = sum(_nbytes(f) for f in (frames[1:] if self.router else frames))
-        self.stats.add(msg.kind, nbytes, self.remote if remote is None else remote)
-        return nbytes
+        self.stats.add(enc.kind, enc.nbytes, self.remote if remote is None else remote)
+        return enc.nbytes
 
     def recv_frames(self, timeout: float | None) -> list[zmq.Frame]:
         if timeout is not None:
@@ -593,6 +614,44 @@ def _nbytes(frame: Any) -> int:
     return len(frame)
 
 
+class BufferPool:
+    """Reusable row buffers for the big per-batch arrays (a store's gathered rows, a
+    gatherer's batch): a buffer is handed out again only once nothing references it any more
+    -- no array or view of it, no memoryview, no zero-copy ZeroMQ frame still being sent (each
+    holds a reference) -- so reuse can never overwrite data in use. Reusing saves the page
+    faults of fresh memory (first-touch faults cost as much as the copy itself here). At most
+    ``keep`` buffers are kept; beyond that, arrays are allocated as usual."""
+
+    def __init__(self, keep: int = 4, slack: float = 1.25) -> None:
+        self.keep, self.slack = keep, slack
+        self.bufs: list[np.ndarray] = []
+        self.reused = self.allocated = 0
+
+    def take(self, rows: int, dim: int, dtype: Any = np.float32) -> np.ndarray:
+        """A ``[rows, dim]`` C-contiguous array (uninitialised)."""
+        dtype = np.dtype(dtype)
+        need = rows * dim * dtype.itemsize
+        free = small = -1
+        for i in range(len(self.bufs)):
+            if sys.getrefcount(self.bufs[i]) > 2:  # the list's + the call's: in use
+                continue
+            if self.bufs[i].nbytes >= need:
+                if free < 0 or self.bufs[i].nbytes < self.bufs[free].nbytes:
+                    free = i
+            else:
+                small = i
+        if free >= 0:
+            self.reused += 1
+            return self.bufs[free][:need].view(dtype).reshape(rows, dim)
+        self.allocated += 1
+        buf = np.empty(max(need, int(need * self.slack)), dtype=np.uint8)
+        if small >= 0:
+            self.bufs[small] = buf  # too small to serve anyone again: replace it
+        elif len(self.bufs) < self.keep:
+            self.bufs.append(buf)
+        return buf[:need].view(dtype).reshape(rows, dim)
+
+
 class Deadline:
     """A wall-clock budget shared by several receives (``left()`` never negative)."""
 
@@ -607,7 +666,8 @@ class Deadline:
 
 
 __all__ = [
-    "BULK", "BULK_OUT", "BULK_TOS", "CONTROL", "Channel", "CurveKeys", "Deadline", "Kind",
+    "BULK", "BULK_OUT", "BULK_TOS", "CONTROL", "BufferPool", "Channel", "CurveKeys", "Deadline", "Encoded",
+    "Kind",
     "Message", "MessageError",
     "SCHEMAS", "STATS", "Schema", "SocketOptions", "Stats", "TransportError",
     "TransportTimeout", "bind_port", "bind_random", "ctrl", "ctrl_body", "decode", "encode",
