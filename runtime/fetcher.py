@@ -10,6 +10,13 @@ never from a peer's header). It runs wherever the plan's ``fetch_at`` says:
   NIC): the :class:`Fetcher` role there receives ``FETCH_REQ`` from samplers and pushes one
   ``FEATS`` message per mini-batch to the trainer.
 
+Rows of a store on the gatherer's own machine do not go through a socket at all: the store's
+rows are in shared memory (:class:`~gnnsched.runtime.store.FeatureTable`), mapped read-only
+here, and gathered straight into the batch buffer (``shm_rows`` / ``shm_bytes`` in the stats:
+bytes read, not sent -- no socket and no NIC counts them). Rows from other machines arrive
+in chunks that are decoded as views of the received frames and scattered once into the
+buffer.
+
 The fetcher role needs neither torch nor DGL, so it starts in a fraction of a second.
 """
 
@@ -26,7 +33,15 @@ import zmq
 from gnnsched.runtime.ledger import section
 from gnnsched.runtime.role import Role
 from gnnsched.runtime.store import Holds, StoreClient
-from gnnsched.runtime.transport import BULK, BULK_OUT, Channel, Kind, Message, MessageError
+from gnnsched.runtime.transport import (
+    BULK,
+    BULK_OUT,
+    BufferPool,
+    Channel,
+    Kind,
+    Message,
+    MessageError,
+)
 
 
 @dataclass
@@ -52,6 +67,10 @@ class Gather:
         self.owner: dict[int, tuple[int, int]] = {}
         self.fetched = 0
         self.busy_s = 0.0
+        self.shm_rows = self.shm_bytes = 0  # read from a same-machine store's shared memory
+        self.buffers = BufferPool(keep=3)  # batch buffers, reused once trained / sent
+        self.tmp = np.empty((max(1, (512 << 10) // max(4 * feature_dim, 1)), feature_dim),
+                            dtype=np.float32)  # rows in transit from shared memory
 
     @property
     def in_flight(self) -> int:
@@ -66,25 +85,34 @@ class Gather:
         key = (trainer, seq)
         if key in self.jobs:
             raise MessageError(f"fetch for trainer {trainer} seq {seq} requested twice")
-        out = np.empty((len(nodes), self.dim), dtype=np.float32)
+        out = self.buffers.take(len(nodes), self.dim)
         job = _Job(trainer, seq, out, set())
         self.jobs[key] = job
         with section("work:split"):  # the input nodes by owning store
             machine = self.part_store[self.node_part[nodes]] if len(nodes) else nodes
             split = [(m, np.nonzero(machine == m)[0]) for m in np.unique(machine).tolist()]
         for m, idx in split:
+            with section("copy:ids"):
+                ids = nodes[idx]
+            table = self.stores.tables.get(int(m))
+            if table is not None and self._from_shm(table, ids, idx, out):
+                continue
 
-            def write(msg: Message, idx: np.ndarray = idx, out: np.ndarray = out) -> None:
+            dense = bool(len(idx)) and int(idx[-1]) - int(idx[0]) + 1 == len(idx)
+
+            def write(msg: Message, idx: np.ndarray = idx, out: np.ndarray = out,
+                      dense: bool = dense) -> None:
                 rows = msg.arrays["feats"]
                 if rows.shape[1] != out.shape[1]:
                     raise MessageError(f"FEAT_CHUNK.feats: {rows.shape[1]} columns, expected "
                                        f"{out.shape[1]}")
                 s = msg["start"]
-                with section("copy:scatter"):
-                    out[idx[s:s + len(rows)]] = rows
+                with section("copy:scatter"):  # from the received frame: the one copy
+                    if dense:  # this store's rows are one run of the batch: a block copy
+                        out[idx[0] + s:idx[0] + s + len(rows)] = rows
+                    else:
+                        out[idx[s:s + len(rows)]] = rows
 
-            with section("copy:ids"):
-                ids = nodes[idx]
             req = self.stores.request(int(m), Kind.FEAT_REQ, {
                 "trainer": trainer, "seq": seq, "src_machine": self.machine_index},
                 ids, len(idx), len(idx), write)
@@ -92,6 +120,26 @@ class Gather:
             self.owner[req] = key
         if not job.reqs:
             self._finish(key)
+
+    def _from_shm(self, table: Any, ids: np.ndarray, idx: np.ndarray, out: np.ndarray) -> bool:
+        """Rows ``ids`` from a same-machine store's shared table into ``out[idx]``; False
+        (the caller requests them instead) if the table does not hold them all."""
+        with section("copy:shm_gather"):
+            rows = table.rows_of(ids)
+            if rows is None:
+                return False
+            lo = int(idx[0]) if len(idx) else 0
+            if len(idx) and int(idx[-1]) - lo + 1 == len(idx):  # one run of the batch:
+                np.take(table.feats, rows, axis=0, out=out[lo:lo + len(idx)])  # in place
+            else:  # block by block through a small buffer that stays in cache
+                tmp = self.tmp
+                for s in range(0, len(rows), len(tmp)):
+                    part = np.take(table.feats, rows[s:s + len(tmp)], axis=0,
+                                   out=tmp[:min(len(tmp), len(rows) - s)])
+                    out[idx[s:s + len(part)]] = part
+        self.shm_rows += len(rows)
+        self.shm_bytes += len(rows) * out.shape[1] * out.itemsize
+        return True
 
     def handle(self, sock: zmq.Socket) -> None:
         for req in self.stores.handle(sock):
@@ -113,6 +161,22 @@ class Gather:
         if not self.jobs:
             return 0.0
         return time.monotonic() - min(j.started for j in self.jobs.values())
+
+
+def shm_of(config: dict[str, Any], node_part: np.ndarray) -> tuple[int, int] | None:
+    """What :class:`StoreClient` needs to map a same-machine store's rows (None: the run's
+    ``shm_features`` is off)."""
+    if config.get("shm_features") is False:
+        return None
+    return len(node_part), int(config["feature_dim"])
+
+
+def gather_stats(g: Gather | None) -> dict[str, Any]:
+    """A gatherer's shared-memory counters (and which stores it mapped)."""
+    if g is None:
+        return {"shm_rows": 0, "shm_bytes": 0, "shm_stores": []}
+    return {"shm_rows": g.shm_rows, "shm_bytes": g.shm_bytes,
+            "shm_stores": sorted(g.stores.tables)}
 
 
 class Fetcher(Role):
@@ -137,7 +201,8 @@ class Fetcher(Role):
         peers = self.peers
         self.stores = StoreClient(self.ctx, {int(m): ep for m, ep in peers["stores"].items()},
                                   self.name, self.ident.encode(), self.machine_index,
-                                  curve=self.curve)
+                                  curve=self.curve, shm=shm_of(self.config, self.node_part),
+                                  log=self.log)
         self.to_trainer: dict[int, Channel] = {}
         self.trainer_machine: dict[int, int] = {}
         for t in peers["trainers"]:
@@ -229,7 +294,8 @@ class Fetcher(Role):
 
     def stats(self) -> dict[str, Any]:
         g = getattr(self, "gather", None)
-        return {"fetched": g.fetched if g else 0, "busy_s": g.busy_s if g else 0.0}
+        return {"fetched": g.fetched if g else 0, "busy_s": g.busy_s if g else 0.0,
+                **gather_stats(g)}
 
     def close(self) -> None:
         for ch in getattr(self, "to_trainer", {}).values():

@@ -54,7 +54,7 @@ import torch
 import zmq
 
 from gnnsched.runtime import ledger
-from gnnsched.runtime.fetcher import Gather
+from gnnsched.runtime.fetcher import Gather, gather_stats, shm_of
 from gnnsched.runtime.ledger import section
 from gnnsched.runtime.model import Block, build_model
 from gnnsched.runtime.role import PHASES, Role, seeds_hash
@@ -178,12 +178,7 @@ class Inbox(threading.Thread):
                 elif sock is t.control.sock:
                     t.poll_control()
                 elif sock is self.wake_rx:
-                    with section("rpc:events"):
-                        while True:
-                            try:
-                                self.wake_rx.recv(zmq.NOBLOCK)
-                            except zmq.Again:
-                                break
+                    self.drain_wake()
                 else:
                     gather.handle(sock)
             while True:  # forward the main thread's events
@@ -204,14 +199,33 @@ class Inbox(threading.Thread):
                 raise TimeoutError(f"{t.name}: a feature gather waited more than "
                                    f"{t.timeout:.0f} s for the stores")
 
+    def drain_wake(self) -> None:
+        with section("rpc:events"):
+            while True:
+                try:
+                    self.wake_rx.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+
     def _stop_when_told(self, poller: zmq.Poller) -> None:
-        while not self.t.stopping and not self.abort.is_set():
+        """After ``done``: wait for ``stop``, draining every socket so peers never block on
+        us (each ready socket is read, or the poll would return at once, again and again)."""
+        t = self.t
+        while not t.stopping and not self.abort.is_set():
             with section("wait:poll"):
                 ready = dict(poller.poll(200))
-            if self.t.control.sock in ready:
-                self.t.poll_control()
-            else:  # drain anything else so peers never block on us
-                self.drain(lambda msg: None)
+            for sock in ready:
+                if sock is t.control.sock:
+                    t.poll_control()
+                elif sock is self.wake_rx:
+                    self.drain_wake()
+                elif sock is t.data_sock:
+                    self.drain(lambda msg: None)
+                elif t.gather is not None:
+                    try:
+                        t.gather.handle(sock)
+                    except MessageError as exc:  # an answer to nothing we still need
+                        t.log(f"dropped a late store answer: {exc}")
         with self.cond:
             self.stopped = True
             self.cond.notify_all()
@@ -395,12 +409,12 @@ class Trainer(Role):
         self.gather = None
         self.inbox = Inbox(self)
         if me.get("relay") is None:  # fetch_at == this machine: gather in process
+            node_part = np.load(cfg["node_part_file"], allow_pickle=False)
             stores = StoreClient(self.ctx, {int(m): ep for m, ep in peers["stores"].items()},
                                  self.name, self.ident.encode(), self.machine_index,
-                                 curve=self.curve)
-            self.gather = Gather(stores, np.load(cfg["node_part_file"], allow_pickle=False),
-                                 cfg["part_store"], self.feature_dim, self.machine_index,
-                                 self.inbox.on_gathered)
+                                 curve=self.curve, shm=shm_of(cfg, node_part), log=self.log)
+            self.gather = Gather(stores, node_part, cfg["part_store"], self.feature_dim,
+                                 self.machine_index, self.inbox.on_gathered)
         self.inbox.start()
         self.log(f"model on {self.device}, {sum(p.numel() for p in model.parameters())} "
                  f"parameters; fetching {'in process' if self.gather else 'via relay'}")
@@ -541,7 +555,7 @@ class Trainer(Role):
 
     def stats(self) -> dict[str, Any]:
         g = getattr(self, "gather", None)
-        return {"fetched": g.fetched if g else 0,
+        return {"fetched": g.fetched if g else 0, **gather_stats(g),
                 "allreduce_bytes": getattr(self, "allreduce_bytes", 0),
                 "rejected": getattr(self, "rejected", 0)}
 
