@@ -358,3 +358,47 @@ def test_killed_store_leaves_nothing_and_recovery_maps_again(lab4: tuple, refere
     assert res.processes["store:store0"]["generation"] >= 1
     assert res.test_accuracy == reference.test_accuracy, (res.test_accuracy, reference)
     _check_shm_path(res, maps, before)
+
+
+class _Stores:
+    """A StoreClient stand-in: store 0's table mapped, store 1 answered by hand."""
+
+    def __init__(self, table: FeatureTable) -> None:
+        self.tables = {0: table}
+        self.asked: list[tuple[int, np.ndarray, Any]] = []
+
+    def request(self, machine: int, kind: Kind, ints: dict, nodes: np.ndarray, *rest: Any
+                ) -> int:
+        self.asked.append((machine, nodes, rest[-1]))
+        return len(self.asked)
+
+
+@pytest.mark.parametrize("layout", ["mixed", "one run", "all here"])
+def test_gather_reads_same_machine_rows_into_the_batch(layout: str) -> None:
+    """Rows of the same-machine store come from its table (no request), in place when they
+    are one run of the batch; the other store's rows still arrive as chunks."""
+    from gnnsched.runtime.fetcher import Gather
+
+    n, dim = 40, 3
+    feats = np.arange(n * dim, dtype=np.float32).reshape(n, dim)
+    node_part = (np.arange(n) >= 20).astype(np.int64)  # nodes 0..19 on store 0, rest store 1
+    table = FeatureTable.build(n, iter([(np.arange(20), feats[:20])]), shared=False)
+    stores = _Stores(table)
+    done: dict[tuple[int, int], np.ndarray] = {}
+    g = Gather(stores, node_part, [0, 1], dim, 0,  # type: ignore[arg-type]
+               lambda w, s, f, t: done.update({(w, s): f.copy()}))
+    nodes = {"mixed": np.array([25, 3, 31, 7, 0, 22]), "one run": np.array([4, 9, 2, 30, 21]),
+             "all here": np.array([5, 1, 19])}[layout]
+    g.start(0, 1, nodes)
+    assert g.shm_rows == int((nodes < 20).sum()) and g.shm_bytes == g.shm_rows * dim * 4
+    remote = nodes[nodes >= 20]
+    assert [m for m, *_ in stores.asked] == ([1] if len(remote) else [])
+    if len(remote):
+        _, asked, write = stores.asked[0]
+        np.testing.assert_array_equal(asked, remote)
+        write(Message(Kind.FEAT_CHUNK, {"req": 1, "chunk": 0, "chunks": 1, "start": 0,
+                                        "total": len(remote)}, {"feats": feats[remote]}))
+        g.owner.pop(1)
+        g.jobs[(0, 1)].reqs.clear()
+        g._finish((0, 1))
+    np.testing.assert_array_equal(done[(0, 1)], feats[nodes])
