@@ -84,6 +84,11 @@ def extras(res: Any, b: dict[str, Any]) -> dict[str, Any]:
         sum(int(p.get("local_bytes", 0)) for n, p in procs.items() if n.startswith("store:"))
         / max(1, sum(int(p.get("bytes_sent", 0)) for n, p in procs.items()
                      if n.startswith("store:"))), 3)
+    shm = sum(int(p.get("shm_bytes", 0)) for n, p in procs.items()
+              if n.startswith(("fetcher:", "trainer:")))
+    out["shm_feature_bytes_per_batch"] = round(shm / batches) if batches else None
+    out["peak_rss_bytes"] = {n: p["peak_rss_bytes"] for n, p in procs.items()
+                             if "peak_rss_bytes" in p}
     model = {}
     for n, p in procs.items():
         if not n.startswith("trainer:"):
@@ -184,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     fb = ext["store_feature_bytes_per_batch"]
     print(f"feature bytes the stores sent per mini-batch: {fb / 1e6:.2f} MB"
           if fb is not None else "no feature bytes")
+    print(f"feature bytes read from same-machine shared memory per mini-batch: "
+          f"{(ext['shm_feature_bytes_per_batch'] or 0) / 1e6:.2f} MB")
     for n, v in ext["trainer"].items():
         print(f"{n}: {v['cpu_s_per_batch']:.4f} CPU-s per batch, of which forward/backward + "
               f"optimizer {v['model_cpu_s_per_batch']:.4f}")

@@ -111,6 +111,22 @@ def die_with_parent() -> None:
         pass
 
 
+
+def memory_stats() -> dict[str, int]:
+    """This process's peak resident memory (``peak_rss_bytes``, the kernel's high-water mark)
+    and its proportional share now (``pss_bytes``: pages shared with other processes, such as
+    a store's feature table a relay maps, counted once across them)."""
+    import resource
+
+    out = {"peak_rss_bytes": int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024}
+    try:
+        import psutil
+
+        out["pss_bytes"] = int(psutil.Process().memory_full_info().pss)
+    except Exception:  # noqa: BLE001  (no /proc/PID/smaps: leave it out)
+        pass
+    return out
+
 class Role:
     """Base of the store / sampler / fetcher / trainer processes."""
 
@@ -288,7 +304,7 @@ class Role:
                 with ledger.section("other:loop"):  # the loops' own code, outside any section
                     self.run()
             self.event("stats", **STATS.to_dict(), cpu_s=time.process_time(), **self.stats(),
-                       ledger=ledger.report())
+                       **memory_stats(), ledger=ledger.report())
             return 0
         except Exception as exc:  # report, then exit non-zero: the coordinator aborts the run
             tb = traceback.format_exc()
