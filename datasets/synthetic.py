@@ -37,10 +37,15 @@ kind of real dataset. ``products`` is the scale tier of ``gnnsched bench --scale
 directed edges, 100-d features, 47 classes) at 1M nodes and 40M directed edges, with a task
 that is learnable but not trivial -- edge homophily 0.3 (a node's sampled neighbourhood is
 mostly other classes) and feature noise 1.75 (each feature vector is its class mean plus
-noise of 1.75 times the means' scale), so neither the features alone nor the graph alone
-classify a node. Single-process mini-batch training of the scale job (SAGE, 3 layers, 256
-hidden, fan-outs 15/10/5) reaches a test accuracy between 0.6 and 0.9 after one or two
-epochs; the measured values are in :data:`PRESET_ACCURACY` and docs/evaluation.md.
+noise of 1.75 times the means' scale, in every one of the 100 dimensions). The classes are
+separable in the limit (the 47 means are far apart in 100 dimensions), so the difficulty is
+how many steps a model needs to find them under the noise: accuracy climbs with training,
+and within the epoch or two a benchmark trains it stays well below 1. Measured (``gnnsched bench --scale``,
+docs/results/scale): single-process mini-batch training of the scale job (SAGE, 3 layers, 256
+hidden, fan-outs 15/10/5, 4 x 1024 seeds per step, Adam lr 0.01) reaches test accuracy 0.746
+after one epoch (140,000 training nodes, ``train_frac`` 0.14: 35 steps), DistDGL 0.747 on the
+same job; at 200k nodes the same local structure gave 0.58 after 30 steps of 4,096 seeds. The
+task is learnable but not trivial: after the epoch the issue measures, between 0.6 and 0.9.
 """
 
 from __future__ import annotations
@@ -58,11 +63,6 @@ PRESETS: dict[str, dict[str, int | float]] = {
         "train_frac": 0.14, "val_frac": 0.1,
     },
 }
-
-# What single-process training reached on each preset, measured (docs/evaluation.md): the
-# graph, the job and the test accuracy, so a change to the generator that makes the task
-# trivial or unlearnable shows up as a different number.
-PRESET_ACCURACY: dict[str, list[dict[str, object]]] = {"products": []}
 
 
 def preset(name: str, **overrides: int | float | str) -> dict[str, int | float | str]:

@@ -266,12 +266,29 @@ def _run_child(argv: list[str], env: dict[str, str] | None = None) -> dict[str, 
     child's and its waited-for descendants' ``ru_maxrss``) and CPU seconds (user + system)."""
     t0 = time.perf_counter()
     p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+    done = threading.Event()
+
+    def heartbeat() -> None:  # a long step says it is alive, and how big it is
+        while not done.wait(60):
+            try:
+                import psutil
+
+                rss = psutil.Process(p.pid).memory_info().rss
+                size = f", {rss / GB:.2f} GB resident"
+            except Exception:  # noqa: BLE001
+                size = ""
+            say(f"    ... still running ({time.perf_counter() - t0:.0f} s{size})")
+
+    beat = threading.Thread(target=heartbeat, daemon=True)
+    beat.start()
     try:
         _, status, ru = os.wait4(p.pid, 0)
     except BaseException:
         p.kill()
         p.wait()
         raise
+    finally:
+        done.set()
     p.returncode = os.waitstatus_to_exitcode(status)
     return {"rc": p.returncode, "seconds": time.perf_counter() - t0,
             "peak_rss_bytes": int(ru.ru_maxrss) * 1024, "cpu_s": ru.ru_utime + ru.ru_stime}
@@ -962,6 +979,7 @@ def run_shape(st: ScaleSettings, steps: Steps, shape: str, parts: Path, cost: Pa
                 rjob = make_job(st, st.seed + rep) if rep else job
                 tag = sysname + (f" #{rep + 1}" if st.repeats > 1 else "")
                 rdir = run_dir / f"{sysname.replace('+', '-')}-{rep}"
+                load0 = os.getloadavg()[0]
                 try:
                     with steps.timed(f"train/{shape}/{tag}", f"training {LABELS[sysname]} on "
                                      f"{shape} ({rjob.epochs} epoch(s))"):
@@ -983,6 +1001,8 @@ def run_shape(st: ScaleSettings, steps: Steps, shape: str, parts: Path, cost: Pa
                     traceback.print_exc()
                     one = {"error": error_text(exc)}
                 one["job_seed"] = rjob.seed
+                # other work on the box slows every system: each run says how busy it was
+                one["load_before_after"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
                 reps.append(one)
                 say(f"[scale] {shape}/{tag}: {_describe(one)}")
                 if one.get("feasible") is False or one.get("error"):
@@ -1086,9 +1106,11 @@ def run_scale(args: argparse.Namespace) -> int:
         rjob = make_job(st, st.seed + rep)
         with steps.timed(f"reference #{rep + 1}", f"single-process reference of split {split}, "
                          f"job seed {rjob.seed} (a child process, 1 thread)"):
+            load0 = os.getloadavg()[0]
             try:
                 r = child_step("reference", {"job": rjob.to_dict(), "partitions": str(parts),
                                              "split": split})
+                r["load_before_after"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
                 r["job_seed"] = rjob.seed
                 r["seeds_per_epoch"] = _split_seeds(parts, split)
                 r["seeds_per_s"] = steady_seeds_per_s(r["seeds_per_epoch"], r["epoch_times_s"])
@@ -1127,17 +1149,9 @@ def run_scale(args: argparse.Namespace) -> int:
     doc["limit"].update(compute_bound(limit, refs))
     for c in configs:
         c["limit"] = box_limit(doc["limit"], c.get("network_bound"))
-    doc["targets"] = targets(doc)
-    doc["invariants"] = invariants(doc)
     if previous is not None:
         doc["before"] = previous
-    (st.out / "results.json").write_text(json.dumps(doc, indent=1, default=_json) + "\n")
-    plots = []
-    try:
-        plots = [plot(doc, st.out)]
-    except Exception:  # noqa: BLE001 - the plot must not hide the numbers
-        traceback.print_exc()
-    (st.out / "report.md").write_text(report(doc))
+    plots = render(doc, st.out)
     say("")
     say(report(doc).split("## Method")[0].strip())
     say("")
@@ -1151,6 +1165,23 @@ def run_scale(args: argparse.Namespace) -> int:
     if st.quick:
         return 0 if all(i["ok"] for i in doc["invariants"]) else 1
     return 0 if doc["invariants"] and doc["invariants"][0]["ok"] else 1
+
+
+def render(doc: dict[str, Any], out: Path) -> list[str]:
+    """Judge the targets and invariants of a results document again, and write
+    ``results.json``, ``report.md`` and ``scale.png`` to ``out`` (also to re-render stored
+    results: ``render(json.load(...), out)``); returns the plots written."""
+    doc["targets"] = targets(doc)
+    doc["invariants"] = invariants(doc)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(doc, indent=1, default=_json) + "\n")
+    plots = []
+    try:
+        plots = [plot(doc, out)]
+    except Exception:  # noqa: BLE001 - the plot must not hide the numbers
+        traceback.print_exc()
+    (out / "report.md").write_text(report(doc))
+    return plots
 
 
 def _split_seeds(parts: Path, split: list[list[int]]) -> int:
@@ -1268,6 +1299,28 @@ def _overhead_text(row: dict[str, Any]) -> str:
             f"{led.get('cpu_s_per_iter', 0):.2f} CPU-s per iteration")
 
 
+def _load_text(row: dict[str, Any], doc: dict[str, Any],
+               other: dict[str, Any] | None = None) -> str:
+    """The box's 1-minute load average around the runs compared, when it was above its
+    cores (other work then slowed them, each by another amount)."""
+    cores = doc["host"].get("cpus") or 1
+    parts = []
+    for name, r in (("gnnsched", row), ("the other", other or {})):
+        la = r.get("load_before_after")
+        if la and max(la) > cores:
+            parts.append(f"{name} ran at load {la[0]:.1f}..{la[1]:.1f}")
+    h = doc["host"]
+    if not parts and not any(r and r.get("load_before_after") for r in (row, other)) and \
+            max(h.get("load_start") or 0, h.get("load_end") or 0) > cores:
+        parts.append(f"the whole run went from load {h['load_start']:.1f} to "
+                     f"{h['load_end']:.1f}")
+    if not parts:
+        return ""
+    return (f"; the box was busy with other work ({', '.join(parts)} on {cores} cores): "
+            "every throughput here is lower than on a quiet box, by amounts that differ "
+            "between runs")
+
+
 def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """One entry per target of the issue's Done-when, judged from the measurements."""
     out: list[dict[str, Any]] = []
@@ -1294,6 +1347,7 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         oh = _overhead_text(g)
         if oh:
             why += "; " + oh
+        why += _load_text(g, doc)
         if g.get("error"):
             why = f"gnnsched's run failed: {g['error'][:300]}"
         out.append(_target("gnnsched >= 0.8 of the box's limit (trained seeds/s)", shape, frac,
@@ -1304,7 +1358,7 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
             v = gs / ds if gs and ds else None
             why = (f"gnnsched {gs or 0:.0f} seeds/s, DistDGL {ds or 0:.0f}; CPU per trained "
                    f"seed: gnnsched {1e3 * (cps or 0):.2f} ms, DistDGL "
-                   f"{1e3 * (dd.get('cpu_s_per_seed') or 0):.2f} ms")
+                   f"{1e3 * (dd.get('cpu_s_per_seed') or 0):.2f} ms" + _load_text(g, doc, dd))
             if dd.get("error"):
                 why = f"DistDGL failed: {dd['error'][:300]}"
             out.append(_target("gnnsched >= 1.2x DistDGL (plentiful shape)", shape, v,
@@ -1317,7 +1371,8 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
                     c["plans"].get("colocation", {}).get("trainers"))
             why = (f"gnnsched {gs or 0:.0f} seeds/s, colocation + fifo {cs or 0:.0f}"
                    + ("; both plans place every task alike, so only the policy differs and "
-                      "the gap is run-to-run noise on a shared box" if same else ""))
+                      "the gap is run-to-run noise on a shared box" if same else "")
+                   + _load_text(g, doc, co))
             out.append(_target("gnnsched >= 1.0x colocation + fifo", shape, v,
                                GOALS["vs_colocation"], False, why))
         gm = g.get("test_metric_mean", _metric(g))
@@ -1458,8 +1513,9 @@ def report(doc: dict[str, Any]) -> str:
     L.append("")
     L.append("## Method")
     L.append("")
-    L.append(__doc__.split("The rest of this docstring is the report's Method section.")[1]
-             .strip())
+    method = __doc__.split("The rest of this docstring is the report's Method section.")[1]
+    method = re.sub(r":(?:mod|func|meth|data|class):`~?([^`]+)`", r"`\1`", method)
+    L.append(method.replace("``", "`").strip())
     return "\n".join(L) + "\n"
 
 
@@ -1475,8 +1531,8 @@ def _shape_section(doc: dict[str, Any], c: dict[str, Any], L: list[str]) -> None
              "plan).")
     L.append("")
     L.append("| system | seeds/s | of the limit | epoch s | CPU-ms / seed | largest role peak MB |"
-             " all roles' peak MB | MB moved / iteration | test metric |")
-    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+             " all roles' peak MB | MB moved / iteration | test metric | box load |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     ref = doc["reference"]
     rr = ref["runs"][0] if ref["runs"] else {}
     rows = [("reference", {**rr, "test_metric_mean": ref.get("test_metric")})]
@@ -1484,10 +1540,10 @@ def _shape_section(doc: dict[str, Any], c: dict[str, Any], L: list[str]) -> None
     for name, r in rows:
         label = LABELS.get(name, name)
         if r.get("feasible") is False:
-            L.append(f"| {label} | infeasible: {r.get('reason', '')[:120]} | | | | | | | |")
+            L.append(f"| {label} | infeasible: {r.get('reason', '')[:120]} | | | | | | | | |")
             continue
         if r.get("error"):
-            L.append(f"| {label} | failed: {r['error'][:120].replace('|', '/')} | | | | | | | |")
+            L.append(f"| {label} | failed: {r['error'][:120].replace('|', '/')} | | | | | | | | |")
             continue
         sps = r.get("seeds_per_s")
         frac = sps / lim["seeds_per_s"] if sps and lim.get("seeds_per_s") else None
@@ -1498,10 +1554,12 @@ def _shape_section(doc: dict[str, Any], c: dict[str, Any], L: list[str]) -> None
         epochs = r.get("epoch_times_s") or []
         ep = statistics.median(epochs[1:] or epochs) if epochs else None
         m = r.get("test_metric_mean", _metric(r))
+        la = r.get("load_before_after")
+        load = f"{la[0]:.1f} → {la[1]:.1f}" if la else ""
         L.append(f"| {label} | {fmt(sps, '.0f')} | {fmt(frac, '.2f')} | {fmt(ep, '.1f')} | "
                  f"{fmt(1e3 * r['cpu_s_per_seed'] if r.get('cpu_s_per_seed') else None, '.2f')}"
                  f" | {_mb(max(peaks) if peaks else None)} | {_mb(sum(peaks) if peaks else None)}"
-                 f" | {_mb(r.get('bytes_per_iter'))} | {fmt(m)} |")
+                 f" | {_mb(r.get('bytes_per_iter'))} | {fmt(m)} | {load} |")
     L.append("")
     L.append("Per role (CPU-seconds per training iteration over the training window, from "
              "/proc; peak resident memory):")
@@ -1553,7 +1611,7 @@ def plot(doc: dict[str, Any], out: Path) -> str:
     import matplotlib.pyplot as plt
 
     configs = doc["configs"]
-    fig, axes = plt.subplots(len(configs), 2, figsize=(11, 3.6 * len(configs)), squeeze=False)
+    fig, axes = plt.subplots(len(configs), 2, figsize=(12.5, 3.6 * len(configs)), squeeze=False)
     for (ax, ax2), c in zip(axes, configs):
         names = ["reference"] + list(c["systems"])
         ref = doc["reference"]["runs"][0] if doc["reference"]["runs"] else {}
@@ -1603,7 +1661,7 @@ def plot(doc: dict[str, Any], out: Path) -> str:
         ax2.set_xticklabels([LABELS.get(n, n).replace(" (", "\n(") for n in sysn], fontsize=7)
         ax2.set_ylabel("CPU-ms per trained seed")
         ax2.set_title(f"{c['shape']}: CPU per trained seed by role", fontsize=9)
-        ax2.legend(fontsize=7)
+        ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(out / "scale.png", dpi=110)
     plt.close(fig)
