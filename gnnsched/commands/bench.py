@@ -10,6 +10,12 @@ mini-batches agree on accuracy within 1 point, each run matches single-process t
 exits 1 when one fails. The full mode exits 1 only when a configuration produced no number;
 missed performance targets are reported, by how much and why.
 
+``--scale`` runs the scale tier instead (:mod:`gnnsched.evaluation.scale`): a products-like
+synthetic graph of 1M nodes and 40M directed edges (``--nodes``) partitioned, profiled,
+planned and trained on 4 emulated hosts with 1 Gbit/s NICs by the single-process reference,
+DistDGL, colocation + fifo and gnnsched, reported against the box's compute and network
+limits (``docs/results/scale``); ``--scale --quick`` is its CI version (20k nodes).
+
 The work is in :mod:`gnnsched.evaluation` (installed with the package); the datasets come
 from ``--data-dir``, ``$GNNSCHED_DATA_DIR`` or a checkout's ``../shared/datasets`` (without
 Physics' file there, the default evaluation runs on the bundled Cora and says so).
@@ -71,18 +77,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the jobs' split for a .npz of yours: which row of its [S, N] masks "
                         "(default 0)")
     p.add_argument("--shapes", nargs="+", default=None,
-                   help="plentiful, gpuless, hetero, mixedgen (default: all; --quick: gpuless)")
+                   help="plentiful, gpuless, hetero, mixedgen (default: all; --quick: gpuless); "
+                        "with --scale: plentiful, limited (default: plentiful)")
     p.add_argument("--systems", nargs="+", default=None,
-                   help="subset of distdgl, colocation+fifo, gnnsched+fifo, gnnsched+gnnsched")
+                   help="subset of distdgl, colocation+fifo, gnnsched+fifo, gnnsched+gnnsched "
+                        "(--scale default: all but gnnsched+fifo; the single-process "
+                        "reference always runs)")
     p.add_argument("--epochs", type=epochs_int, default=None,
-                   help="training epochs per run (default 8; --quick 2)")
+                   help="training epochs per run (default 8; --quick 2; --scale 1)")
     p.add_argument("--repeats", type=positive_int, default=1,
                    help="real runs per system, run r with job seed SEED + r in every "
                         "system; the median epoch time and the mean accuracy are reported")
     p.add_argument("--budget", type=seconds, default=None,
-                   help="gnnsched planning seconds per plan (default 10; --quick 3)")
+                   help="gnnsched planning seconds per plan (default 10; --quick 3; "
+                        "--scale --quick 2)")
     p.add_argument("--samples", type=positive_int, default=None,
-                   help="profiled mini-batches per partition (default 32; --quick 8)")
+                   help="profiled mini-batches per partition (default 32; --quick 8; "
+                        "--scale 8, --scale --quick 2)")
     p.add_argument("--sizes", type=sizes_int, nargs="+", default=None,
                    help="machines per simulated cluster (default 16 32 64 128 256; "
                         "--quick 16 32)")

@@ -23,7 +23,8 @@ dropout 0.5; evaluation with the training fan-outs in batches of 1024, over at m
 speed 1.0 (a device of speed 1.0 trains as fast as one core of this box), 2 cores, 1 Gbit/s
 NICs (network namespaces with ``tc``-shaped NICs when root, else local processes). This is
 where DistDGL runs and compute, not the network, should bind. *limited* (``--shapes``):
-2 GPU-less stores holding 2 partitions each and 2 hosts with 2 devices each, 1 Gbit/s.
+2 GPU-less stores (2 cores) holding 2 partitions each and 2 hosts with 2 devices and 4 cores
+each, 1 Gbit/s.
 No control groups and no dilation: every emulated host shares this box's cores, as the
 systems do on one real machine.
 
@@ -105,8 +106,9 @@ GB = 1e9
 SCALE_SHAPES: dict[str, str] = {
     "plentiful": "4 hosts, each storing one partition with one trainer device (speed 1.0), "
                  "2 cores, 1 Gbit/s NICs (DistDGL's home ground; compute should bind)",
-    "limited": "2 GPU-less stores with 2 partitions each + 2 hosts with 2 devices each, "
-               "2 cores, 1 Gbit/s NICs (colocation must move its trainers; no DistDGL)",
+    "limited": "2 GPU-less stores (2 cores) with 2 partitions each + 2 hosts with 2 devices "
+               "and 4 cores each, 1 Gbit/s NICs (colocation must move its trainers; no "
+               "DistDGL)",
 }
 CLUSTER_SYSTEMS = ("distdgl", "colocation+fifo", "gnnsched+fifo", "gnnsched+gnnsched")
 DEFAULT_SYSTEMS = ("distdgl", "colocation+fifo", "gnnsched+gnnsched")
@@ -244,7 +246,7 @@ def make_cluster(st: ScaleSettings, shape: str) -> ClusterSpec:
         machines = [{"name": f"store{i}", "cpus": 2, "memory_gb": 16, "nic_gbps": nic,
                      "partitions": [2 * i, 2 * i + 1], "address": f"10.78.{net}.{i + 1}"}
                     for i in range(2)]
-        machines += [{"name": f"gpu{i}", "cpus": 2, "memory_gb": 16, "nic_gbps": nic,
+        machines += [{"name": f"gpu{i}", "cpus": 4, "memory_gb": 16, "nic_gbps": nic,
                       "address": f"10.78.{net}.{i + 3}", "gpus": [gpu, gpu]} for i in range(2)]
     name = f"scale{'q' if st.quick else ''}-{shape[:4]}"
     return cluster_from_dict({"name": name, "storage": "shared", "machines": machines},
@@ -808,7 +810,7 @@ def run_gnnsched(st: ScaleSettings, cluster: ClusterSpec, job: JobSpec, plan: An
         row["cpu_s"] = win
         row["cpu_s_other_processes"] = other  # fork servers, counters: not the system's
         seeds = sum(seeds_epoch)
-        row["cpu_s_per_seed"] = win / seeds if seeds else None
+        row["cpu_s_per_seed"] = win / seeds if seeds and win > 0 else None
     if prog.nic0 is not None and prog.nic1 is not None:
         moved = sum(prog.nic1[h] - prog.nic0.get(h, 0) for h in prog.nic1)
         row["bytes_per_iter"] = moved / max(row["iterations"], 1)
@@ -842,8 +844,10 @@ def run_distdgl_scale(st: ScaleSettings, cluster: ClusterSpec, job: JobSpec, par
     if st.launcher == "netns":
         kw = {"exec_prefix": net.exec_prefix,
               "hosts": {m.name: net.address(m.name) for m in cluster.machines}}
+    log = run_dir / "logs" / "trainer-0.log"
+    log.unlink(missing_ok=True)  # an earlier run's lines would mark its epochs as this one's
     with ProcWatch() as watch:
-        watch.watch(run_dir / "logs" / "trainer-0.log", r"rank 0 epoch (\d+):", "epoch{}")
+        watch.watch(log, r"rank 0 epoch (\d+):", "epoch{}")
         r = run_distdgl(cluster, job, parts, out_dir=run_dir, timeout_s=3600,
                         eval_fanouts=list(job.evaluation_fanouts),
                         eval_batch_size=job.eval_batch_size, split=split, **kw)
@@ -875,7 +879,8 @@ def run_distdgl_scale(st: ScaleSettings, cluster: ClusterSpec, job: JobSpec, par
     if t0 and t1:
         d["cpu_window_s"] = t1 - t0
         d["cpu_s"] = sum(x["cpu_s_window"] or 0.0 for x in roles.values())
-        d["cpu_s_per_seed"] = d["cpu_s"] / (seeds * len(r.epoch_times_s)) if seeds else None
+        d["cpu_s_per_seed"] = (d["cpu_s"] / (seeds * len(r.epoch_times_s))
+                               if seeds and d["cpu_s"] > 0 else None)
     if r.bytes_sent:
         d["bytes_per_iter"] = sum(r.bytes_sent.values()) / max(d["iterations"], 1)
         d["bytes_note"] = r.bytes_note
