@@ -303,8 +303,9 @@ class Role:
             if not self.stopping:
                 with ledger.section("other:loop"):  # the loops' own code, outside any section
                     self.run()
+            books = ledger.report()  # before memory_stats, whose /proc reads are not the run's
             self.event("stats", **STATS.to_dict(), cpu_s=time.process_time(), **self.stats(),
-                       **memory_stats(), ledger=ledger.report())
+                       **memory_stats(), ledger=books)
             return 0
         except Exception as exc:  # report, then exit non-zero: the coordinator aborts the run
             tb = traceback.format_exc()
