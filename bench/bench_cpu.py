@@ -33,6 +33,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from labelled import write_labelled  # bench/ is on sys.path when a script runs
+
 ROOT = Path(__file__).resolve().parents[1]
 LAB4 = ROOT / "examples" / "lab4"
 
@@ -219,13 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         "table": table.splitlines(), "breakdown": b, "claims": ext, "dgl_reference": ref,
         "ledgers": {n: p["ledger"] for n, p in res.processes.items() if "ledger" in p},
     }
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    doc = json.loads(out.read_text()) if out.is_file() else {}
-    runs = [r for r in doc.get("runs", []) if r.get("label") != entry["label"]]
-    doc = {"about": __doc__.split("\n\n")[0], "runs": [*runs, entry]}
-    out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {out} ({entry['label']})")
+    write_labelled(a.out, __doc__.split("\n\n")[0], entry)
     return 0
 
 

@@ -24,7 +24,6 @@ an entry (by ``--label``) into ``docs/bench/sampler.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -32,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from labelled import write_labelled  # bench/ is on sys.path when a script runs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -171,13 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                 "threads": 1},
         **r,
     }
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    doc = json.loads(out.read_text()) if out.is_file() else {}
-    runs = [x for x in doc.get("runs", []) if x.get("label") != entry["label"]]
-    doc = {"about": __doc__.split("\n\n")[0], "runs": [*runs, entry]}
-    out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {out} ({entry['label']})")
+    write_labelled(a.out, __doc__.split("\n\n")[0], entry)
     return 0
 
 
