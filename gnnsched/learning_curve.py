@@ -3,9 +3,10 @@ metric per epoch, drawn from its ``metrics.jsonl`` as one PNG beside it (``curve
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from gnnsched.trace import records
 
 
 def read_curve(metrics: str | Path) -> dict[str, list[Any]]:
@@ -13,23 +14,18 @@ def read_curve(metrics: str | Path) -> dict[str, list[Any]]:
     result; ``metric`` names the job's metric (accuracy in runs from before it was recorded)."""
     out: dict[str, list[Any]] = {"batch_step": [], "batch_loss": [], "epoch": [],
                                  "epoch_loss": [], "val": [], "test": [], "metric": []}
-    with open(metrics) as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue  # a torn last line of an interrupted run
-            kind = rec.get("type") if isinstance(rec, dict) else None
-            if kind == "batch" and rec.get("phase") == "train" and "loss" in rec:
-                out["batch_step"].append(rec.get("seq", len(out["batch_step"])))
-                out["batch_loss"].append(rec["loss"])
-            elif kind == "epoch":
-                out["epoch"].append(rec["epoch"] + 1)
-                out["epoch_loss"].append(rec.get("train_loss"))
-                out["val"].append(rec.get("val_metric", rec.get("val_accuracy")))
-                out["metric"][:] = [rec.get("metric", "accuracy")]
-            elif kind == "test":
-                out["test"].append(rec.get("value", rec.get("accuracy")))
+    for rec in records(metrics):  # a torn last line of an interrupted run is skipped
+        kind = rec.get("type")
+        if kind == "batch" and rec.get("phase") == "train" and "loss" in rec:
+            out["batch_step"].append(rec.get("seq", len(out["batch_step"])))
+            out["batch_loss"].append(rec["loss"])
+        elif kind == "epoch":
+            out["epoch"].append(rec["epoch"] + 1)
+            out["epoch_loss"].append(rec.get("train_loss"))
+            out["val"].append(rec.get("val_metric", rec.get("val_accuracy")))
+            out["metric"][:] = [rec.get("metric", "accuracy")]
+        elif kind == "test":
+            out["test"].append(rec.get("value", rec.get("accuracy")))
     return out
 
 

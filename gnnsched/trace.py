@@ -28,6 +28,22 @@ ROUTES = {"struct": "store > sampler", "block": "sampler > trainer",
           "feat": "store > fetch site", "relay": "relay > trainer"}
 
 
+def records(metrics: str | Path) -> list[dict[str, Any]]:
+    """Every record of a ``metrics.jsonl`` that parses, unchecked: what a reader of a run that
+    may have been interrupted mid-write needs (its torn last line is skipped). :func:`load`
+    is the strict reader."""
+    out = []
+    with open(metrics) as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # the torn last line of an interrupted write
+            if isinstance(rec, dict):
+                out.append(rec)
+    return out
+
+
 def load(run_dir: str | Path) -> list[dict[str, Any]]:
     """The records of a run's ``metrics.jsonl``, checked (SpecError naming ``file:line`` and
     the field: a line that is not JSON, not a record, of an unknown type, or a record without

@@ -14,12 +14,12 @@ time between the interruption and the resume is not counted, the new start-up is
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gnnsched.runtime.coordinator.options import RunError
+from gnnsched.trace import records
 
 
 @dataclass
@@ -37,19 +37,6 @@ class Earlier:
     checkpoints: list[tuple[int, int, str]] = field(default_factory=list)
 
 
-def _records(metrics: Path) -> list[tuple[str, dict[str, Any]]]:
-    out = []
-    with open(metrics) as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue  # the torn last line of an interrupted write
-            if isinstance(rec, dict):
-                out.append((line, rec))
-    return out
-
-
 def earlier_run(run_dir: Path, trainers: int, record_seq: dict[int, int]) -> Earlier:
     """Read ``run_dir``'s records and pick the checkpoint to resume from; a run that
     finished, or has no usable checkpoint, is refused with what to do instead."""
@@ -57,16 +44,16 @@ def earlier_run(run_dir: Path, trainers: int, record_seq: dict[int, int]) -> Ear
     if not metrics.is_file():
         raise RunError(f"--resume: {run_dir} holds no earlier run (no metrics.jsonl); "
                        "drop --resume to start one there")
-    recs = _records(metrics)
-    if any(r.get("type") == "run" for _, r in recs):
+    recs = records(metrics)
+    if any(r.get("type") == "run" for r in recs):
         raise RunError(f"--resume: the run in {run_dir} finished; nothing to resume "
                        "(--force replaces it, another --out starts a new one)")
     batches: dict[int, dict[int, dict[str, Any]]] = {}
-    for _, r in recs:
+    for r in recs:
         if r.get("type") == "batch":
             batches.setdefault(int(r["seq"]), {})[int(r["trainer"])] = r
     done = {s for s, by in batches.items() if len(by) == trainers}
-    ckpts = [(int(r["seq"]), int(r["epoch"]), str(r["path"])) for _, r in recs
+    ckpts = [(int(r["seq"]), int(r["epoch"]), str(r["path"])) for r in recs
              if r.get("type") == "checkpoint"]
     usable = [c for c in ckpts if c[0] in done and all(s in done for s in range(c[0] + 1))
               and Path(c[2]).is_file()]
@@ -77,7 +64,7 @@ def earlier_run(run_dir: Path, trainers: int, record_seq: dict[int, int]) -> Ear
                        "(checkpoints are written at every epoch end and every "
                        "--checkpoint-every steps)")
     seq, epoch, path = max(usable)
-    starts = [r["time"] for _, r in recs if r.get("type") == "training"]
+    starts = [r["time"] for r in recs if r.get("type") == "training"]
     first = min(batches[0].values(), key=lambda b: b["time"])
     t_train = starts[0] if starts else first["time"] - first.get("train_s", 0.0) \
         - first.get("wait_s", 0.0)
@@ -85,7 +72,7 @@ def earlier_run(run_dir: Path, trainers: int, record_seq: dict[int, int]) -> Ear
         seq=seq, epoch=epoch, path=path,
         time=max(b["time"] for b in batches[seq].values()), t_train=float(t_train),
         trained={(w, s): b for s, by in batches.items() if s <= seq for w, b in by.items()},
-        epochs=[r for _, r in recs if r.get("type") == "epoch"
+        epochs=[r for r in recs if r.get("type") == "epoch"
                 and record_seq.get(int(r["epoch"]), 1 << 62) <= seq],
         checkpoints=[c for c in ckpts if c[0] <= seq])
 
