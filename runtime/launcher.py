@@ -927,6 +927,10 @@ def launchers() -> dict[str, type[Launcher]]:
     (:mod:`gnnsched.plugins`, entry point group ``gnnsched.launchers``)."""
     from gnnsched.plugins import LAUNCHERS_GROUP, merge
 
+    if "ray" not in LAUNCHERS:  # built in, loaded like a plug-in: it subclasses Launcher
+        import importlib  # (a static import would be a cycle; ray itself loads on use)
+
+        LAUNCHERS["ray"] = importlib.import_module("gnnsched.runtime.ray_launcher").RayLauncher
     return merge(LAUNCHERS_GROUP, LAUNCHERS, Launcher)
 
 
