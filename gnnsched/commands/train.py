@@ -106,6 +106,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "this machine's address on the route to the first host)")
     p.add_argument("--remote-python", default="python3", help="ssh launcher: remote python")
     p.add_argument("--remote-dir", default=None, help="ssh launcher: remote working directory (default: this one's path)")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="ray launcher: the Ray cluster (the head's HOST:PORT; default "
+                        "$RAY_ADDRESS, else auto); each host's node carries the resource "
+                        "gnnsched-host:NAME (docs/deployment.md)")
     r = p.add_argument_group("failures and recovery")
     r.add_argument("--checkpoint-every", type=positive_int, default=10,
                    help="training steps between checkpoints (also at every epoch end)")
@@ -365,6 +369,9 @@ def run(args: argparse.Namespace) -> int:
     if args.launcher == "ssh":
         lopts = {"coordinator_address": args.coordinator_address,
                  "remote_python": args.remote_python, "remote_dir": args.remote_dir}
+    elif args.launcher == "ray":
+        lopts = {"ray_address": args.ray_address, "coordinator_address":
+                 args.coordinator_address, "work_dir": args.remote_dir}
     from gnnsched.runtime.netns import NetnsError
 
     if args.out is None:  # known before the run, so an error can point at its logs
