@@ -209,7 +209,7 @@ def plan_problem(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
 def plan(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
          cost: CostProfile | str | Path | None = None, *, placer: str = "gnnsched",
          seed: int = 0, budget: float | None = None,
-         partitions: str | Path | None = None) -> Plan:
+         partitions: str | Path | None = None, cache_share: float = 0.0) -> Plan:
     """Place every task of ``job`` on ``cluster`` with ``placer``, compared with the baselines
     (colocation, greedy, random) and the lower bound; the plan's ``predicted`` holds the
     comparison and ``made_for`` the files it was made from. Every machine's memory is checked
@@ -223,7 +223,8 @@ def plan(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
     cluster, job = load_pair(cluster, job)
     cost_file = None if cost is None or isinstance(cost, CostProfile) else str(cost)
     problem = plan_problem(cluster, job, cost, partitions=partitions)
-    result = plan_and_compare(problem, placer, seed=seed, budget=budget)
+    result = plan_and_compare(problem, placer, seed=seed, budget=budget,
+                              cache_share=cache_share)
     made_for: dict[str, Any] = {"cost": cost_file, "cluster": cluster_file, "job": job_file}
     if problem.part_bytes_from:
         made_for["part_bytes_from"] = problem.part_bytes_from

@@ -128,12 +128,19 @@ class Instance:
         self.feat_total: list[list[float]] = []
         for w, t in enumerate(plan.trainers):
             ss, ts, bl, fe, st, ft = [], [], [], [], [], []
+            Fw = self.F[w]
+            share = wl.cache_share(Fw, plan.caches.get(t.fetch_at, 0)) if plan.caches else 0.0
             for q, i in wl.draws(t.parts, seed, K):
                 pp = prof.part(q)
                 ss.append(float(pp.sample_s[i]))
                 ts.append(float(pp.train_s[i]) / self.speed[w])
                 bl.append(float(pp.edges[i]) * EDGE_BYTES)
-                fe.append(tab.feat[q][i])
+                if share > 0:  # cached rows are read at F, not fetched (the relay F -> T,
+                    # if any, still carries every row: feat_total below is unchanged)
+                    miss = 1.0 - wl.cache_hit(q, share)
+                    fe.append(tuple((m, b * miss if m != Fw else b) for m, b in tab.feat[q][i]))
+                else:
+                    fe.append(tab.feat[q][i])
                 st.append(tab.struct[q][i])
                 ft.append(sum(b for _, b in tab.feat[q][i]))
             self.sample_s.append(ss)
@@ -169,7 +176,10 @@ class Instance:
             c = wl.trainer_cost(t.parts)
             self.exp_sample.append(c.sample_s)
             self.exp_train.append(c.train_s / self.speed[w])
-            self.exp_fetch.append(self._fetch_alone(w, c.feat_from, c.feat_bytes))
+            miss = wl.cache_miss(plan, self.F[w], t.parts)
+            self.exp_fetch.append(self._fetch_alone(
+                w, {m: (b * miss if m != self.F[w] else b) for m, b in c.feat_from.items()},
+                c.feat_bytes))
             n_on = self.T.count(self.T[w])
             mem = cl.machines[self.T[w]].memory / 2 / n_on  # half the host's memory buffers
             per = max(c.feat_bytes + c.block_bytes, 1.0)

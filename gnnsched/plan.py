@@ -94,6 +94,11 @@ class Plan:
     # JobSpec.plan_key() of the job it was made for (`gnnsched plan` records it); empty: not
     # known (older plan files, plans built in code), and then not checked
     job_key: dict[str, Any] = field(default_factory=dict)
+    # machine -> rows of *other* machines' node features replicated there, hottest first
+    # (the in-degree order of :func:`gnnsched.datasets.hot.hot_order`): every feature
+    # gatherer on that machine (an in-process trainer gather or a relay) serves them from
+    # its own memory instead of asking their stores. Empty: no caches (the default).
+    caches: dict[str, int] = field(default_factory=dict)
 
     def with_prediction(self, **predicted: Any) -> Plan:
         return replace(self, predicted={**self.predicted, **predicted})
@@ -103,7 +108,12 @@ class Plan:
                 "cluster_fingerprint": self.cluster_fingerprint, "job": self.job,
                 "trainers": [t.to_dict() for t in self.trainers],
                 "predicted": self.predicted, "notes": list(self.notes),
-                **({"job_key": self.job_key} if self.job_key else {})}
+                **({"job_key": self.job_key} if self.job_key else {}),
+                **({"caches": dict(sorted(self.caches.items()))} if self.caches else {})}
+
+    def with_caches(self, caches: dict[str, int]) -> Plan:
+        """This plan with feature caches of ``caches[machine]`` rows (zero rows: none)."""
+        return replace(self, caches={m: int(r) for m, r in caches.items() if int(r) > 0})
 
     def for_job(self, job: JobSpec) -> Plan:
         """This plan, recording the job it was made for (checked by :meth:`validate`)."""
@@ -173,11 +183,19 @@ class Plan:
         for i, note in enumerate(notes or []):
             if not isinstance(note, str):
                 raise SpecError(source, f"notes[{i}]", f"must be a string, got {note!r}")
+        caches = r.raw("caches", {}) or {}
+        if not isinstance(caches, dict):
+            raise SpecError(source, "caches", f"must be a mapping machine -> rows, got "
+                            f"{_kind(caches)}", "e.g. {\"h0\": 250000}, or no caches")
+        for m, rows in caches.items():
+            if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+                raise SpecError(source, f"caches.{m}", f"must be a row count, got {rows!r}",
+                                "an integer >= 0")
         r.done()
         trainers = tuple(_trainer(r.item("trainers", i), i)
                          for i in range(len(d["trainers"])))
         return cls(placer, cluster, fp, trainers, job, dict(predicted), tuple(notes or ()),
-                   dict(job_key))
+                   dict(job_key), {str(m): int(v) for m, v in caches.items() if v})
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
@@ -273,6 +291,11 @@ class Plan:
             raise SpecError(source, "trainers[*].parts",
                             f"no trainer owns the seeds of partition {missing[0]}",
                             "every partition assigned to one trainer")
+        for m in self.caches:
+            if m not in names:
+                raise SpecError(source, f"caches.{m}",
+                                f"machine {m!r} is not in cluster {cluster.name!r}",
+                                ", ".join(sorted(names)[:8]))
         if job is not None and len(self.trainers) != job.trainers:
             raise SpecError(source, "trainers",
                             f"plan has {len(self.trainers)} trainers, job {job.source} asks "

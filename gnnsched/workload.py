@@ -118,6 +118,16 @@ class Workload:
         self.iterations = profile.iterations_per_epoch(job.trainers, job.batch_size)
         self.parts = [self._part_cost(p) for p in range(profile.num_parts)]
         self.seeds = np.array([pp.train_seeds for pp in profile.parts], dtype=float)
+        meta = profile.meta or {}
+        self.num_nodes = int(meta.get("num_nodes", 0) or 0)
+        pn = meta.get("part_nodes")
+        self.part_nodes = np.array(pn, dtype=float) if isinstance(pn, list) and \
+            len(pn) == profile.num_parts else None
+        hot = meta.get("hot_coverage")
+        self.hot_x = self.hot_y = None
+        if isinstance(hot, dict) and len(hot.get("parts", [])) == profile.num_parts:
+            self.hot_x = np.array(hot["x"], dtype=float)
+            self.hot_y = np.array(hot["parts"], dtype=float)  # [P, len(x)]
 
     def _part_cost(self, p: int) -> PartCost:
         pp = self.profile.part(p)
@@ -134,6 +144,43 @@ class Workload:
             struct[m] = struct.get(m, 0.0) + float(edges[q]) * EDGE_BYTES
         return PartCost(float(pp.sample_s.mean()), float(pp.train_s.mean()),
                         float(pp.edges.mean()) * EDGE_BYTES, feat, struct)
+
+    # ------------------------------------------------------------------ feature caches
+    def cache_share(self, machine: int, rows: int) -> float:
+        """The fraction of the nodes ``machine`` does not store that a cache of ``rows``
+        holds (the cache takes the hottest of them: :mod:`gnnsched.datasets.hot`)."""
+        if rows <= 0 or self.num_nodes <= 0:
+            return 0.0
+        own = 0.0
+        if self.part_nodes is not None:
+            own = float(self.part_nodes[self.store == machine].sum())
+        remote = max(self.num_nodes - own, 1.0)
+        return min(1.0, rows / remote)
+
+    def cache_hit(self, part: int, share: float) -> float:
+        """Expected share of a mini-batch's remote feature rows (seeds in ``part``) that a
+        cache holding the hottest ``share`` of the remote nodes serves: the profile's
+        measured in-degree coverage curve, else ``share`` itself (any order's hit rate)."""
+        if share <= 0:
+            return 0.0
+        if share >= 1:
+            return 1.0
+        if self.hot_x is None:
+            return share
+        return float(np.interp(share, self.hot_x, self.hot_y[part]))
+
+    def cache_miss(self, plan: Plan, fetch_machine: int, parts: tuple[int, ...] | list[int]
+                   ) -> float:
+        """Share of remote feature bytes still fetched by a gatherer on ``fetch_machine``
+        with the plan's cache there, for a trainer owning ``parts`` (seed-weighted)."""
+        rows = plan.caches.get(self.names[fetch_machine], 0) if plan.caches else 0
+        share = self.cache_share(fetch_machine, rows)
+        if share <= 0:
+            return 1.0
+        ps = list(parts)
+        w = self.seeds[ps]
+        w = w / w.sum() if w.sum() > 0 else np.full(len(ps), 1.0 / len(ps))
+        return float(sum(wi * (1.0 - self.cache_hit(p, share)) for wi, p in zip(w, ps)))
 
     # ------------------------------------------------------------------ per trainer
     def trainer_cost(self, parts: tuple[int, ...]) -> PartCost:
@@ -241,10 +288,11 @@ class Workload:
                 if S != T:
                     out_b[S] += f * c.block_bytes
                     in_b[T] += f * c.block_bytes
+            miss = self.cache_miss(plan, F, t.parts)
             for m, v in c.feat_from.items():
                 if m != F:
-                    out_b[m] += v
-                    in_b[F] += v
+                    out_b[m] += v * miss
+                    in_b[F] += v * miss
             if F != T:
                 out_b[F] += c.feat_bytes
                 in_b[T] += c.feat_bytes
@@ -269,18 +317,20 @@ class Workload:
         for t in plan.trainers:
             c = self.trainer_cost(t.parts)
             T = self.cluster.machine_index(t.machine)
-            first = c.sample_s + self._fetch_time_alone(c, t, T)
+            first = c.sample_s + self._fetch_time_alone(c, t, T, plan)
             chain = max(chain, first + K * loads.device[(T, t.device)])
         return Bound(per_iter, chain, max(K * per_iter, chain), name)
 
-    def _fetch_time_alone(self, c: PartCost, t: TrainerPlan, T: int) -> float:
+    def _fetch_time_alone(self, c: PartCost, t: TrainerPlan, T: int,
+                          plan: Plan | None = None) -> float:
         """Time to move one batch's features with the network to itself."""
         F = self.cluster.machine_index(t.fetch_at)
+        miss = 1.0 if plan is None else self.cache_miss(plan, F, t.parts)
         worst = 0.0
         for m, v in c.feat_from.items():
             if m != F:
-                worst = max(worst, v / min(self.egress_bw[m], self.ingress_bw[F]))
-        remote_in = sum(v for m, v in c.feat_from.items() if m != F)
+                worst = max(worst, miss * v / min(self.egress_bw[m], self.ingress_bw[F]))
+        remote_in = miss * sum(v for m, v in c.feat_from.items() if m != F)
         if remote_in:
             worst = max(worst, remote_in / self.ingress_bw[F])
         if F != T:

@@ -420,6 +420,10 @@ def usage(problem: Problem, plan: Plan) -> Usage:
         if t.fetch_at != t.machine:
             mem[idx(t.fetch_at)] += problem.relay_bytes(c)
             parts_of[2, idx(t.fetch_at)] += problem.relay_bytes(c)
+    caches = np.zeros(M)
+    for name, b in cache_bytes(problem, plan).items():
+        caches[idx(name)] = b
+    mem += caches
     for m in range(M):
         mach = problem.cluster.machines[m]
         if cores[m] > mach.cpus:
@@ -427,12 +431,40 @@ def usage(problem: Problem, plan: Plan) -> Usage:
                          f"{mach.cpus} cores")
         if mem[m] > mach.memory:
             what = [f"{label} {fmt_bytes(v)}" for label, v in
-                    zip(("stored partitions", "trainers", "samplers", "relay buffers"),
-                        (problem.resident[m], *parts_of[:, m])) if v > 0]
+                    zip(("stored partitions", "trainers", "samplers", "relay buffers",
+                         "feature caches"),
+                        (problem.resident[m], *parts_of[:, m], caches[m])) if v > 0]
             probs.append(f"{mach.name}: needs {fmt_bytes(mem[m])} of memory ("
                          f"{' + '.join(what)}), has memory_gb: {mach.memory / GB:g} "
                          f"({fmt_bytes(mach.memory)})")
     return Usage(cores, mem, probs)
+
+
+def gatherers(plan: Plan) -> dict[str, int]:
+    """Feature gatherers per machine: every trainer fetching in its own process, plus one
+    relay on each machine that gathers for trainers elsewhere. Each holds its own copy of
+    its machine's cache."""
+    out: dict[str, int] = {}
+    relays = set()
+    for t in plan.trainers:
+        if t.fetch_at == t.machine:
+            out[t.machine] = out.get(t.machine, 0) + 1
+        else:
+            relays.add(t.fetch_at)
+    for m in relays:
+        out[m] = out.get(m, 0) + 1
+    return out
+
+
+def cache_bytes(problem: Problem, plan: Plan) -> dict[str, float]:
+    """Host memory of the plan's feature caches per machine: every gatherer there holds the
+    rows and a node -> row map (4 bytes per graph node)."""
+    if not plan.caches:
+        return {}
+    g = gatherers(plan)
+    n = float((problem.profile.meta or {}).get("num_nodes", 0) or 0)
+    return {m: g.get(m, 0) * (rows * problem.profile.feature_bytes + 4 * n)
+            for m, rows in plan.caches.items() if rows > 0 and g.get(m, 0)}
 
 
 def check_resources(problem: Problem, plan: Plan, source: str = "plan") -> None:

@@ -454,8 +454,12 @@ BASELINES = ("colocation", "greedy", "random")
 
 def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 0,
                      budget: float | None = None, baselines: Sequence[str] = BASELINES,
-                     scorer: Scorer | None = None, how: str | None = None) -> Plan:
+                     scorer: Scorer | None = None, how: str | None = None,
+                     cache_share: float = 0.0) -> Plan:
     """Plan with `placer`, score it and every baseline with one scorer, attach the bound.
+    With ``cache_share`` > 0 the plan also gets feature caches sized from that share of
+    every gathering host's free memory (:func:`gnnsched.placement.caches.size_caches`);
+    the baselines keep none.
 
     The returned plan's ``predicted`` holds ``epoch_time_s``, ``lower_bound_s`` (CP-SAT's
     proven bound times the epoch's iterations), ``baselines`` ({name: {epoch_time_s, ...}}),
@@ -470,6 +474,10 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
     t0 = time.perf_counter()
     chosen = get_placer(placer, scorer=ev)
     plan = chosen.place_problem(problem, seed=seed, budget=budget)
+    if cache_share > 0:
+        from gnnsched.placement.caches import size_caches
+
+        plan = size_caches(problem, plan, cache_share)
     planning = time.perf_counter() - t0
     over = usage(problem, plan).problems
     if over:  # every built-in placer keeps to the resources; a plug-in may not

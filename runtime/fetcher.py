@@ -44,6 +44,35 @@ from gnnsched.runtime.transport import (
 )
 
 
+class FeatureCache:
+    """Other machines' hottest feature rows, replicated in a gatherer's own memory.
+
+    ``slot[node]`` is the node's row here (-1: not cached): one int32 per graph node, so a
+    lookup is one vectorised gather. Rows are fetched from their stores once, at start-up,
+    through the same requests as a mini-batch; until they have all arrived every lookup
+    misses (training does not wait for the cache).
+    """
+
+    def __init__(self, nodes: np.ndarray, num_nodes: int, dim: int) -> None:
+        self.nodes = np.asarray(nodes, dtype=np.int64)
+        self.slot = np.full(num_nodes, -1, dtype=np.int32)
+        self.rows = np.empty((len(self.nodes), dim), dtype=np.float32)
+        self.ready = len(self.nodes) == 0
+        self.fill_s = 0.0
+        self.hits = self.lookups = 0
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.rows.nbytes + self.slot.nbytes)
+
+    def filled(self, seconds: float) -> None:
+        self.slot[self.nodes] = np.arange(len(self.nodes), dtype=np.int32)
+        self.ready, self.fill_s = True, seconds
+
+
+CACHE_FILL = -1  # the trainer id of the start-up request that fills the cache
+
+
 @dataclass
 class _Job:
     trainer: int
@@ -71,12 +100,20 @@ class Gather:
         self.buffers = BufferPool(keep=3)  # batch buffers, reused once trained / sent
         self.tmp = np.empty((max(1, (512 << 10) // max(4 * feature_dim, 1)), feature_dim),
                             dtype=np.float32)  # rows in transit from shared memory
+        self.cache: FeatureCache | None = None
+
+    def fill_cache(self, nodes: np.ndarray) -> None:
+        """Replicate ``nodes``' rows here (fetched now, in the background of training)."""
+        self.cache = FeatureCache(nodes, len(self.node_part), self.dim)
+        if len(nodes):
+            self.start(CACHE_FILL, 0, self.cache.nodes, out=self.cache.rows)
 
     @property
     def in_flight(self) -> int:
         return len(self.jobs)
 
-    def start(self, trainer: int, seq: int, nodes: np.ndarray) -> None:
+    def start(self, trainer: int, seq: int, nodes: np.ndarray,
+              out: np.ndarray | None = None) -> None:
         # bound what we allocate: a mini-batch never has more input nodes than the graph
         if len(nodes) > len(self.node_part) or (len(nodes) and (
                 nodes.min() < 0 or nodes.max() >= len(self.node_part))):
@@ -85,12 +122,17 @@ class Gather:
         key = (trainer, seq)
         if key in self.jobs:
             raise MessageError(f"fetch for trainer {trainer} seq {seq} requested twice")
-        out = self.buffers.take(len(nodes), self.dim)
+        if out is None:
+            out = self.buffers.take(len(nodes), self.dim)
         job = _Job(trainer, seq, out, set())
         self.jobs[key] = job
-        with section("work:split"):  # the input nodes by owning store
-            machine = self.part_store[self.node_part[nodes]] if len(nodes) else nodes
+        todo = self._from_cache(nodes, out) if trainer != CACHE_FILL else None
+        with section("work:split"):  # the input nodes (not cached here) by owning store
+            want = nodes if todo is None else nodes[todo]
+            machine = self.part_store[self.node_part[want]] if len(want) else want
             split = [(m, np.nonzero(machine == m)[0]) for m in np.unique(machine).tolist()]
+            if todo is not None:
+                split = [(m, todo[i]) for m, i in split]
         for m, idx in split:
             with section("copy:ids"):
                 ids = nodes[idx]
@@ -120,6 +162,24 @@ class Gather:
             self.owner[req] = key
         if not job.reqs:
             self._finish(key)
+
+    def _from_cache(self, nodes: np.ndarray, out: np.ndarray) -> np.ndarray | None:
+        """Cached rows of ``nodes`` into ``out``; the positions still to fetch (None: no
+        cache here, or not filled yet)."""
+        c = self.cache
+        if c is None or not c.ready or not len(nodes):
+            return None
+        with section("copy:cache"):
+            slot = c.slot[nodes]
+            hit = np.flatnonzero(slot >= 0)
+            tmp = self.tmp
+            for s in range(0, len(hit), len(tmp)):  # via a small buffer that stays in cache
+                h = hit[s:s + len(tmp)]
+                part = np.take(c.rows, slot[h], axis=0, out=tmp[:len(h)])
+                out[h] = part
+            c.hits += len(hit)
+            c.lookups += len(nodes)
+            return np.flatnonzero(slot < 0)
 
     def _from_shm(self, table: Any, ids: np.ndarray, idx: np.ndarray, out: np.ndarray) -> bool:
         """Rows ``ids`` from a same-machine store's shared table into ``out[idx]``; False
@@ -152,6 +212,10 @@ class Gather:
     def _finish(self, key: tuple[int, int]) -> None:
         job = self.jobs.pop(key)
         took = time.monotonic() - job.started
+        if job.trainer == CACHE_FILL:
+            if self.cache is not None:
+                self.cache.filled(took)
+            return
         self.fetched += 1
         self.busy_s += took
         self.on_done(job.trainer, job.seq, job.out, took)
@@ -171,12 +235,29 @@ def shm_of(config: dict[str, Any], node_part: np.ndarray) -> tuple[int, int] | N
     return len(node_part), int(config["feature_dim"])
 
 
+def fill_cache(g: Gather, config: dict[str, Any], machine_index: int) -> None:
+    """Start filling ``g``'s cache with the plan's rows for this machine (if any)."""
+    rows = int((config.get("caches") or {}).get(str(machine_index), 0))
+    if rows <= 0 or not config.get("hot_order_file"):
+        return
+    from gnnsched.datasets.hot import cache_nodes
+
+    order = np.load(config["hot_order_file"], mmap_mode="r", allow_pickle=False)
+    g.fill_cache(cache_nodes(np.asarray(order), g.node_part, list(g.part_store),
+                             machine_index, rows))
+
+
 def gather_stats(g: Gather | None) -> dict[str, Any]:
     """A gatherer's shared-memory counters (and which stores it mapped)."""
     if g is None:
         return {"shm_rows": 0, "shm_bytes": 0, "shm_stores": []}
+    c = g.cache
+    cache = {} if c is None else {
+        "cache_rows": len(c.nodes), "cache_bytes": c.nbytes, "cache_ready": c.ready,
+        "cache_fill_s": c.fill_s, "cache_hits": c.hits, "cache_lookups": c.lookups,
+        "cache_hit_bytes": c.hits * c.rows.shape[1] * 4}
     return {"shm_rows": g.shm_rows, "shm_bytes": g.shm_bytes,
-            "shm_stores": sorted(g.stores.tables)}
+            "shm_stores": sorted(g.stores.tables), **cache}
 
 
 class Fetcher(Role):
@@ -215,6 +296,7 @@ class Fetcher(Role):
                 self.trainer_machine[int(t["id"])] = self.config["machines"].index(machine)
         self.gather = Gather(self.stores, self.node_part, self.config["part_store"],
                              int(self.config["feature_dim"]), self.machine_index, self.gathered)
+        fill_cache(self.gather, self.config, self.machine_index)
         timeout = float(self.config.get("request_timeout", 120.0))
         poller = zmq.Poller()
         for s in [self.sock, self.control.sock, *self.stores.poll_sockets]:

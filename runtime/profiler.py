@@ -48,6 +48,24 @@ def _train_step_timer(job: JobSpec, in_dim: int, num_classes: int) -> tuple[Call
     return step, sum(p.numel() for p in model.parameters())
 
 
+# shares of a partition's hottest nodes at which feature-cache coverage is recorded
+HOT_GRID = np.array([0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 0.9, 1.0])
+
+
+def hot_rank(in_deg: np.ndarray, node_part: np.ndarray, num_parts: int) -> np.ndarray:
+    """Each node's rank among its partition's nodes by in-degree (most first, ties by id),
+    as a share of the partition in [0, 1): a cache of a partition's hottest share x holds
+    exactly the nodes whose rank is below x."""
+    n = len(in_deg)
+    order = np.lexsort((np.arange(n), -in_deg.astype(np.int64), node_part))
+    sizes = np.bincount(node_part, minlength=num_parts)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    pos = np.arange(n) - starts[node_part[order]]
+    rank = np.empty(n, dtype=np.float64)
+    rank[order] = pos / np.maximum(sizes[node_part[order]], 1)
+    return rank
+
+
 def profile_partitions(pset: PartitionSet, job: JobSpec, *, samples: int = 16,
                        seed: int = 0, progress: Callable[[int], None] | None = None
                        ) -> CostProfile:
@@ -68,9 +86,13 @@ def profile_partitions(pset: PartitionSet, job: JobSpec, *, samples: int = 16,
     warm = torch.from_numpy(train_nodes[: job.batch_size])
     inp, _, blocks = sampler.sample_blocks(g, warm)
     step(blocks, feat[inp], labels[warm])  # first step pays one-off allocation: not timed
+    rank = hot_rank(np.asarray(g.in_degrees().numpy()), node_part, P)
+    coverage: list[np.ndarray] = []
     parts: list[PartProfile] = []
     for p in range(P):
         seeds_p = train_nodes[node_part[train_nodes] == p]
+        hits = np.zeros(len(HOT_GRID))
+        remote_rows = 0
         rows: dict[str, list] = {k: [] for k in
                                  ("sample_s", "train_s", "edges", "ip", "ic", "ep", "ec")}
         pool = seeds_p if len(seeds_p) else np.nonzero(node_part == p)[0][:1]
@@ -80,7 +102,11 @@ def profile_partitions(pset: PartitionSet, job: JobSpec, *, samples: int = 16,
             t0 = time.process_time()
             input_nodes, _, blocks = sampler.sample_blocks(g, batch)
             rows["sample_s"].append(time.process_time() - t0)
-            owners = np.bincount(node_part[input_nodes.numpy()], minlength=P)
+            inp_np = input_nodes.numpy()
+            remote = rank[inp_np[node_part[inp_np] != p]]
+            remote_rows += len(remote)
+            hits += np.searchsorted(np.sort(remote), HOT_GRID, side="left")
+            owners = np.bincount(node_part[inp_np], minlength=P)
             nz = np.nonzero(owners)[0]
             rows["ip"].append(nz.astype(np.int32))
             rows["ic"].append(owners[nz].astype(np.float64))
@@ -96,6 +122,7 @@ def profile_partitions(pset: PartitionSet, job: JobSpec, *, samples: int = 16,
             rows["ec"].append(per_part[nz])
             rows["edges"].append(edges)
             rows["train_s"].append(step(blocks, feat[input_nodes], labels[batch]))
+        coverage.append(hits / max(remote_rows, 1) if remote_rows else HOT_GRID.copy())
         parts.append(PartProfile(p, int(len(seeds_p)), np.array(rows["sample_s"]),
                                  np.array(rows["train_s"]), np.array(rows["edges"]),
                                  rows["ip"], rows["ic"], rows["ep"], rows["ec"]))
@@ -106,4 +133,8 @@ def profile_partitions(pset: PartitionSet, job: JobSpec, *, samples: int = 16,
         job.profile_key(), P, graph.feature_dim * 4, grad_bytes, 3 * grad_bytes, parts,
         reference=f"cpu ({torch.get_num_threads()} thread, torch {torch.__version__})",
         meta={"dataset": graph.name, "num_nodes": graph.num_nodes,
-              "num_edges": graph.num_edges, "samples_per_part": samples, "seed": seed})
+              "num_edges": graph.num_edges, "samples_per_part": samples, "seed": seed,
+              "part_nodes": np.bincount(node_part, minlength=P).astype(int).tolist(),
+              "hot_coverage": {
+                  "order": "in-degree within each partition (gnnsched.datasets.hot)",
+                  "x": HOT_GRID.tolist(), "parts": [c.round(4).tolist() for c in coverage]}})

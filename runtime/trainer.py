@@ -54,7 +54,7 @@ import torch
 import zmq
 
 from gnnsched.runtime import ledger
-from gnnsched.runtime.fetcher import Gather, gather_stats, shm_of
+from gnnsched.runtime.fetcher import Gather, fill_cache, gather_stats, shm_of
 from gnnsched.runtime.ledger import section
 from gnnsched.runtime.model import Block, build_model
 from gnnsched.runtime.role import PHASES, Role, seeds_hash
@@ -415,6 +415,7 @@ class Trainer(Role):
                                  curve=self.curve, shm=shm_of(cfg, node_part), log=self.log)
             self.gather = Gather(stores, node_part, cfg["part_store"], self.feature_dim,
                                  self.machine_index, self.inbox.on_gathered)
+            fill_cache(self.gather, cfg, self.machine_index)
         self.inbox.start()
         self.log(f"model on {self.device}, {sum(p.numel() for p in model.parameters())} "
                  f"parameters; fetching {'in process' if self.gather else 'via relay'}")

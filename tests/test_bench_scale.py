@@ -104,7 +104,7 @@ def _doc(gn: float, dd: float, colo: float, metric: tuple[float, float, float]) 
             "seeds_per_s": 1000.0, "binds": "compute", "compute_seeds_per_s": 1000.0,
             "network_seeds_per_s": 4000.0},
             "systems": {"distdgl": row(dd, metric[1]), "colocation+fifo": row(colo, metric[0]),
-                        "gnnsched+gnnsched": row(gn, metric[0])}}],
+                        scale.HEADLINE: row(gn, metric[0])}}],
     }
 
 
@@ -140,7 +140,7 @@ def test_bench_scale_quick(tmp_path: Path) -> None:
     c = doc["configs"][0]
     for name in scale.DEFAULT_SYSTEMS:
         assert c["systems"][name]["seeds_per_s"] > 0, name
-    g = c["systems"]["gnnsched+gnnsched"]
+    g = c["systems"][scale.HEADLINE]
     assert g["cpu_s_per_seed"] > 0 and g["roles"] and g["ledger"]["roles"]
     assert {t["target"] for t in doc["targets"]} >= {
         "gnnsched >= 0.8 of the box's limit (trained seeds/s)",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from gnnsched.commands import new_image_file, output_file, seconds, seed_int
@@ -26,7 +27,15 @@ HELP = "place tasks on a cluster (CP-SAT + simulated search) and compare with ba
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cluster", required=True, help="cluster file (YAML)")
+    p.add_argument("--cluster", default=None, help="cluster file (YAML); required unless "
+                   "--from-ray, where it only adds what Ray does not say (NICs, partitions)")
+    p.add_argument("--from-ray", default=None, metavar="ADDR",
+                   help="read the hosts' CPUs, memory and GPUs from the Ray cluster at ADDR "
+                   "(nodes named by their gnnsched-host:NAME resource) and write the cluster "
+                   "file to train with beside the plan (--cluster-out)")
+    p.add_argument("--cluster-out", default=None, metavar="YAML",
+                   help="--from-ray: where the cluster file goes (default: the plan's name "
+                   "with .cluster.yaml)")
     p.add_argument("--job", required=True, help="job file (YAML)")
     p.add_argument("--cost", default=None,
                    help="cost profile from `gnnsched profile` (default: synthetic, for jobs "
@@ -42,10 +51,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(entry point group gnnsched.placers)")
     p.add_argument("--budget", type=seconds, default=30.0, help="planning seconds (gnnsched, "
                    "cpsat)")
+    p.add_argument("--cache-share", type=share, default=0.0, metavar="X",
+                   help="give feature caches X (0..1) of the memory the plan leaves free on "
+                   "every host that gathers features: each replicates the hottest rows (by "
+                   "in-degree) of the nodes it does not store, and the prediction charges "
+                   "only the misses (default 0: no caches)")
     p.add_argument("--seed", type=seed_int, default=0, help="seed of search and simulation")
     p.add_argument("--out", type=output_file, default="plan.json", help="where to write the plan")
     p.add_argument("--json", action="store_true", help="print one JSON object instead")
     p.add_argument("--plot", type=new_image_file, default=None, metavar="PNG", help="draw the plan to this file")
+
+
+def share(text: str) -> float:
+    """A fraction in [0, 1] (argparse type)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (valid: 0..1)") from None
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is outside 0..1")
+    return v
 
 
 def _ms(s: float) -> str:
@@ -78,6 +103,14 @@ def table(problem: Any, plan: Any) -> str:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, width)).rstrip())
     if len(shown) < len(plan.trainers):
         lines.append(f"... {len(plan.trainers) - len(shown)} more trainers in the plan file")
+    if plan.caches:
+        wl = problem.wl
+        fb = problem.profile.feature_bytes
+        shown_c = [f"{m} {r:,} rows ({r * fb / 1e6:.0f} MB, "
+                   f"{wl.cache_share(cl.machine_index(m), r):.0%} of the nodes it does not "
+                   "store)" for m, r in sorted(plan.caches.items())[:8]]
+        lines.append("feature caches (hottest rows by in-degree, one copy per gatherer): "
+                     + "; ".join(shown_c) + (" ..." if len(plan.caches) > 8 else ""))
     lines.append("")
     ep = pr["epoch_time_s"]
     lines.append("predicted epoch time")
@@ -138,12 +171,47 @@ def why(pr: dict[str, Any], prefetch: int) -> str:
             "rest is contention and waits that neither floor counts)")
 
 
+def from_ray(args: argparse.Namespace) -> str:
+    """``--from-ray``: the cluster as the Ray cluster reports it (merged with ``--cluster``),
+    written where ``gnnsched train --cluster`` will read it; returns that path."""
+    from pathlib import Path
+
+    import yaml
+
+    from gnnsched.runtime.launcher import LaunchError
+    from gnnsched.runtime.ray_launcher import cluster_from_ray
+    from gnnsched.spec import SpecError, cluster_from_dict, load_job, load_yaml
+
+    base = load_yaml(args.cluster)[1] if args.cluster else None
+    try:
+        data, notes = cluster_from_ray(args.from_ray, base,
+                                       num_parts=load_job(args.job).num_parts)
+    except LaunchError as exc:
+        raise SpecError("--from-ray", "", str(exc)) from None
+    cluster_from_dict(data, f"the Ray cluster at {args.from_ray}")  # what train will check
+    out = Path(args.cluster_out or Path(args.out).with_suffix(".cluster.yaml"))
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    hosts = ", ".join(f"{m['name']} ({m['cpus']} CPUs, {m['memory_gb']:g} GB"
+                      + (f", {len(m['gpus'])} GPUs" if m.get("gpus") else "") + ")"
+                      for m in data["machines"])
+    print(f"cluster from Ray at {args.from_ray}: {hosts}; wrote {out}", file=sys.stderr)
+    return str(out)
+
+
 def run(args: argparse.Namespace) -> int:
     from gnnsched import api
 
+    if args.from_ray:
+        args.cluster = from_ray(args)
+    elif args.cluster is None:
+        from gnnsched.spec import SpecError
+
+        raise SpecError("--cluster", "", "is required", "a cluster file, or --from-ray ADDR")
     parts = getattr(args, "partitions", None)
     plan = api.plan(args.cluster, args.job, args.cost, placer=args.placer, seed=args.seed,
-                    budget=args.budget, partitions=parts)
+                    budget=args.budget, partitions=parts, cache_share=args.cache_share)
     plan.save(args.out)
     problem = api.plan_problem(args.cluster, args.job, args.cost, partitions=parts)
     if args.plot:

@@ -201,7 +201,23 @@ class Coordinator(PolicyDriver, RoleTable):
             "checkpoint_every": o.checkpoint_every, "resume": resume,
             "trainers": trainers,
             "items": [[it.seq, it.epoch, it.phase, it.index] for it in self.items],
+            **self._caches(),
         }
+
+    def _caches(self) -> dict[str, Any]:
+        """The plan's feature caches as the gatherers read them: rows per machine index and
+        the file of the order they fill in (computed once per partitioning)."""
+        caches = {str(self.names.index(m)): int(r) for m, r in self.plan.caches.items() if r}
+        if not caches:
+            return {}
+        from gnnsched.datasets.hot import HOT_FILE, hot_order
+
+        order = hot_order(self.pset)
+        path = self.pset.root / HOT_FILE
+        if not path.is_file():  # the partitions are read-only: a copy in the run
+            path = self.run_dir / HOT_FILE
+            np.save(path, order)
+        return {"caches": caches, "hot_order_file": str(path.resolve())}
 
     # ------------------------------------------------------------------ messaging
     def send(self, name: str, msg: Message) -> None:
