@@ -307,6 +307,10 @@ def run_distdgl(
         "epochs": n_epochs, "eval_every": job.eval_every,
         "eval_fanouts": list(eval_fanouts or job.eval_fanouts or [-1] * layers),
         "eval_batch_size": int(eval_batch_size or job.eval_batch_size),
+        # the job's cap on evaluated nodes, sampled as gnnsched's schedule samples them
+        "eval_max_nodes": job.eval_max_nodes,
+        "orig_nids_file": str((pset.root / pset.meta.get("orig_nids", "orig_nids.npy"))
+                              .resolve()),
         "out_dir": str(out.resolve()), "timeout_s": timeout_s,
         "emulate_speed": bool(emulate_speed),
     }
@@ -385,7 +389,8 @@ def run_distdgl(
         val_metric=[e.get("val_metric") for e in rows[0]["epochs"]],
         majority_rate=rows[0].get("majority_rate"),
         stage_s=stage_s, bytes_sent=bytes_sent, bytes_note=note, wall_s=time.perf_counter() - t_start,
-        trainers=[{**asdict(s), "train_nodes": r["train_nodes"]} for s, r in zip(slots, rows)],
+        trainers=[{**asdict(s), "train_nodes": r["train_nodes"],
+                   "test_nodes": r.get("test_nodes")} for s, r in zip(slots, rows)],
         ip_config=ip_lines, out_dir=str(out),
     )
 

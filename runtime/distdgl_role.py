@@ -199,7 +199,26 @@ def _run_trainer(cfg: dict[str, Any], rank: int) -> None:
             return dgl.distributed.node_split(g.ndata[mask_name], gpb, force_even=True)
         return _slot_nids(g, mask_name, slot["parts"], cfg["node_ranges"])
 
+    def capped(ids: Any) -> Any:
+        """At most the job's ``evaluation.max_nodes`` over all trainers: each keeps its
+        share, the nodes with the smallest seeded hash of their original id (the rule of
+        gnnsched's schedule, so both evaluate a sample of the same kind and size)."""
+        cap = cfg.get("eval_max_nodes")
+        if not cap:
+            return ids
+        total = torch.tensor([len(ids)], dtype=torch.int64)
+        tdist.all_reduce(total)
+        if int(total) <= cap:
+            return ids
+        from gnnsched.runtime.coordinator.schedule import node_hash
+
+        orig = np.load(cfg["orig_nids_file"], mmap_mode="r")[ids.numpy()]
+        k = int(np.ceil(cap * len(ids) / int(total)))
+        keep = np.sort(np.argsort(node_hash(np.asarray(orig), job["seed"]), kind="stable")[:k])
+        return ids[torch.from_numpy(keep)]
+
     train_nids, val_nids, test_nids = nids("train_mask"), nids("val_mask"), nids("test_mask")
+    val_nids, test_nids = capped(val_nids), capped(test_nids)
     torch.manual_seed(job["seed"])  # same initial weights on every trainer (DDP checks)
     dgl.seed(job["seed"] + rank)  # local sampling
     model = _build_model(cfg["feature_dim"], job["hidden"], cfg["num_classes"],

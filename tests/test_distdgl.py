@@ -115,7 +115,7 @@ def test_cora_two_partitions_on_loopback(cora2: Path, tmp_path: Path) -> None:
     c = ClusterSpec("t", (Machine("h0", 2, 8 * GB, 1e9, 1e9, (GPU(),), (0,)),
                           Machine("h1", 2, 8 * GB, 1e9, 1e9, (GPU("k80", 0.5),), (1,))))
     job = JobSpec(dataset="cora", num_parts=2, trainers=2, epochs=3, batch_size=32,
-                  fanouts=(10, 25), hidden=128, lr=0.01, seed=0)
+                  fanouts=(10, 25), hidden=128, lr=0.01, seed=0, eval_max_nodes=300)
     out = tmp_path / "run"
     res = run_distdgl(c, job, cora2, out_dir=out, timeout_s=120)
     assert res.feasible, res.reason
@@ -127,6 +127,8 @@ def test_cora_two_partitions_on_loopback(cora2: Path, tmp_path: Path) -> None:
     assert [t["home"] for t in res.trainers] == [0, 1]
     assert [t["speed"] for t in res.trainers] == [1.0, 0.5]
     assert sum(t["train_nodes"] for t in res.trainers) == 140  # every Cora seed, once
+    # evaluation.max_nodes: 300 of Cora's 1,000 test nodes (each trainer's share, rounded up)
+    assert all(300 <= t["test_nodes"] <= 302 for t in res.trainers), res.trainers
     assert [line.split()[0] for line in res.ip_config] == ["127.0.0.1"] * 2
     assert len({line.split()[1] for line in res.ip_config}) == 2  # distinct ports
     # Nothing left behind: no process of this run, no shared-memory segment.
