@@ -51,10 +51,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(entry point group gnnsched.placers)")
     p.add_argument("--budget", type=seconds, default=30.0, help="planning seconds (gnnsched, "
                    "cpsat)")
+    p.add_argument("--cache-share", type=share, default=0.0, metavar="X",
+                   help="give feature caches X (0..1) of the memory the plan leaves free on "
+                   "every host that gathers features: each replicates the hottest rows (by "
+                   "in-degree) of the nodes it does not store, and the prediction charges "
+                   "only the misses (default 0: no caches)")
     p.add_argument("--seed", type=seed_int, default=0, help="seed of search and simulation")
     p.add_argument("--out", type=output_file, default="plan.json", help="where to write the plan")
     p.add_argument("--json", action="store_true", help="print one JSON object instead")
     p.add_argument("--plot", type=new_image_file, default=None, metavar="PNG", help="draw the plan to this file")
+
+
+def share(text: str) -> float:
+    """A fraction in [0, 1] (argparse type)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (valid: 0..1)") from None
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is outside 0..1")
+    return v
 
 
 def _ms(s: float) -> str:
@@ -87,6 +103,14 @@ def table(problem: Any, plan: Any) -> str:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, width)).rstrip())
     if len(shown) < len(plan.trainers):
         lines.append(f"... {len(plan.trainers) - len(shown)} more trainers in the plan file")
+    if plan.caches:
+        wl = problem.wl
+        fb = problem.profile.feature_bytes
+        shown_c = [f"{m} {r:,} rows ({r * fb / 1e6:.0f} MB, "
+                   f"{wl.cache_share(cl.machine_index(m), r):.0%} of the nodes it does not "
+                   "store)" for m, r in sorted(plan.caches.items())[:8]]
+        lines.append("feature caches (hottest rows by in-degree, one copy per gatherer): "
+                     + "; ".join(shown_c) + (" ..." if len(plan.caches) > 8 else ""))
     lines.append("")
     ep = pr["epoch_time_s"]
     lines.append("predicted epoch time")
@@ -189,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("--cluster", "", "is required", "a cluster file, or --from-ray ADDR")
     parts = getattr(args, "partitions", None)
     plan = api.plan(args.cluster, args.job, args.cost, placer=args.placer, seed=args.seed,
-                    budget=args.budget, partitions=parts)
+                    budget=args.budget, partitions=parts, cache_share=args.cache_share)
     plan.save(args.out)
     problem = api.plan_problem(args.cluster, args.job, args.cost, partitions=parts)
     if args.plot:
