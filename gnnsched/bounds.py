@@ -1,5 +1,20 @@
 """Lower bounds and exact schedules: what no online policy can beat.
 
+The two bounds ``gnnsched plan`` and ``gnnsched simulate`` report, defined once here and
+printed by both with the same words and numbers (:func:`bound_lines`, :func:`bound_fields`):
+
+* the **per-plan bound** (:func:`per_plan_bound`, :data:`PER_PLAN_MEANS`): no schedule of this
+  placement beats it — the larger of the most loaded resource's work and the longest
+  dependency chain over the epoch, on the mini-batches the simulator draws with the seed
+  (:func:`instance_bound` of the whole epoch's :class:`Instance`, feature caches included);
+* the **any-placement bound** (:func:`any_placement_bound`, :data:`ANY_PLACEMENT_MEANS`): no
+  placement beats it — CP-SAT's proven bound on the same draws
+  (:func:`gnnsched.placement.cpsat.simulated_lower_bound`, times the iterations), lowered to
+  the per-plan bound of every plan compared. ``plan`` computes it and stores it in the plan;
+  ``simulate`` prints it from there when its seed and draws are the plan's.
+
+The parts:
+
 * :func:`plan_bound` — per plan, from mean costs (``Workload.bound``): the most loaded
   resource per iteration and the longest dependency chain. What placers optimise.
 * :func:`instance_bound` — the same two arguments on a drawn :class:`Instance` (the actual
@@ -32,7 +47,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -247,6 +264,198 @@ def isolation_bound(inst: Instance, k: int) -> float:
             c, res = _batch_chain(inst, w, k, S)
             worst = max(worst, c + inst.train_s[w][k] + sum(L.get(r, 0.0) for r in set(res)))
     return inst.allreduce_s + s_max + worst
+
+
+# ------------------------------------------------------------------------------ reported
+
+
+PER_PLAN_NAME = "per-plan bound"
+PER_PLAN_MEANS = ("no schedule of this placement beats it: the larger of its most loaded "
+                  "resource's work and its longest dependency chain, on the mini-batches the "
+                  "simulator draws with this seed")
+ANY_PLACEMENT_NAME = "any-placement bound"
+ANY_PLACEMENT_MEANS = ("no placement beats it: CP-SAT's proven bound on the most loaded "
+                       "resource, on the same mini-batches, lowered to the per-plan bound of "
+                       "every plan compared")
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1e-300)
+
+
+@dataclass(frozen=True)
+class PerPlanBound:
+    """:data:`PER_PLAN_MEANS`: seconds over the whole epoch of ``iterations`` mini-batches
+    per trainer, drawn with ``seed``."""
+
+    epoch_s: float  # max(resource_s, chain_s)
+    iterations: int
+    seed: int
+    resource: str  # the most loaded resource
+    resource_s: float  # its work over the epoch (:func:`resource_bound`)
+    chain_s: float  # the longest dependency chain of the epoch (:func:`chain_bound`)
+
+    name = PER_PLAN_NAME
+    definition = PER_PLAN_MEANS
+
+    @property
+    def iteration_s(self) -> float:
+        return self.epoch_s / max(self.iterations, 1)
+
+    @property
+    def binding(self) -> str:
+        """What sets it: the most loaded resource, or the dependency chain."""
+        return self.resource if self.resource_s >= self.chain_s else "the dependency chain"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "definition": self.definition, "epoch_s": self.epoch_s,
+                "iteration_s": self.iteration_s, "iterations": self.iterations,
+                "seed": self.seed, "set_by": self.binding, "resource": self.resource,
+                "resource_s": self.resource_s, "chain_s": self.chain_s}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PerPlanBound:
+        return cls(float(d["epoch_s"]), int(d["iterations"]), int(d["seed"]),
+                   str(d["resource"]), float(d["resource_s"]), float(d["chain_s"]))
+
+
+def per_plan_bound(wl: Workload, plan: Plan, seed: int = 0) -> PerPlanBound:
+    """The per-plan bound (:data:`PER_PLAN_MEANS`) of `plan`: :func:`instance_bound` of the
+    whole epoch's mini-batches drawn with `seed` (its feature caches charged as the
+    simulator charges them), with the most loaded resource named even where the chain binds.
+    What ``gnnsched plan`` and ``gnnsched simulate`` both report; the simulated epoch of the
+    same seed is never below it, whatever the policy and ``--iterations``.
+    """
+    inst = Instance(wl, plan, seed=seed)
+    name, work = resource_bound(inst)
+    chain = chain_bound(inst)
+    return PerPlanBound(max(work, chain), inst.K, seed, name, work, chain)
+
+
+@dataclass(frozen=True)
+class AnyPlacementBound:
+    """:data:`ANY_PLACEMENT_MEANS`: seconds over the epoch, on the draws of ``seed``."""
+
+    epoch_s: float  # min(cpsat_s, every compared plan's per-plan bound)
+    iterations: int
+    seed: int
+    cpsat_s: float | None  # CP-SAT's proven bound, times the iterations (None: not solved)
+    cpsat_status: str  # OPTIMAL | FEASIBLE | ... of the model it came from
+    set_by: str  # "CP-SAT", or "the per-plan bound of <plan>"
+    scope: str  # the placements it holds for
+
+    name = ANY_PLACEMENT_NAME
+    definition = ANY_PLACEMENT_MEANS
+
+    @property
+    def iteration_s(self) -> float:
+        return self.epoch_s / max(self.iterations, 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "definition": self.definition, "epoch_s": self.epoch_s,
+                "iteration_s": self.iteration_s, "iterations": self.iterations,
+                "seed": self.seed, "set_by": self.set_by, "cpsat_s": self.cpsat_s,
+                "cpsat_status": self.cpsat_status, "scope": self.scope}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> AnyPlacementBound:
+        cp = d.get("cpsat_s")
+        return cls(float(d["epoch_s"]), int(d["iterations"]), int(d["seed"]),
+                   None if cp is None else float(cp), str(d.get("cpsat_status", "")),
+                   str(d["set_by"]), str(d["scope"]))
+
+
+def any_placement_bound(cpsat_s: float | None, per_plan: Mapping[str, PerPlanBound], *,
+                        status: str = "", scope: str = "") -> AnyPlacementBound:
+    """The any-placement bound (:data:`ANY_PLACEMENT_MEANS`): CP-SAT's proven bound over the
+    epoch (`cpsat_s`, ``simulated_lower_bound`` times the iterations, on the same draws) and
+    the per-plan bound of every plan compared (``{label: bound}``, one seed), the smallest.
+    Lowering it to every compared plan's own bound keeps it a bound of each of them, whether
+    or not the model can express that plan (several sampler hosts, feature caches)."""
+    if not per_plan:
+        raise ValueError("the any-placement bound needs the per-plan bound of at least one plan")
+    first = next(iter(per_plan.values()))
+    if any(b.seed != first.seed or b.iterations != first.iterations for b in per_plan.values()):
+        raise ValueError("per-plan bounds of different draws (seeds or iterations)")
+    best, by = math.inf, ""
+    if cpsat_s is not None:
+        best, by = cpsat_s, "CP-SAT"
+    for label, b in per_plan.items():
+        if b.epoch_s < best:
+            best, by = b.epoch_s, f"the per-plan bound of {label}"
+    return AnyPlacementBound(best, first.iterations, first.seed, cpsat_s, status, by, scope)
+
+
+def bound_fields(per: PerPlanBound, anyb: AnyPlacementBound | None) -> dict[str, Any]:
+    """The keys both commands store (``plan.predicted``, ``simulate --json``):
+    ``per_plan_bound_s``, ``any_placement_bound_s`` (None where unknown) and ``bounds``
+    ({seed, iterations, per_plan: {...}, any_placement: {...} | None}, each with its name and
+    definition)."""
+    return {"per_plan_bound_s": per.epoch_s,
+            "any_placement_bound_s": None if anyb is None else anyb.epoch_s,
+            "bounds": {"seed": per.seed, "iterations": per.iterations,
+                       "per_plan": per.to_dict(),
+                       "any_placement": None if anyb is None else anyb.to_dict()}}
+
+
+def recorded_bounds(predicted: Mapping[str, Any], per: PerPlanBound
+                    ) -> tuple[AnyPlacementBound | None, str]:
+    """The any-placement bound a plan records (``plan.predicted``), where it was computed on
+    the draws `per` was (same seed, same per-plan bound: same plan, profile and iterations);
+    else None and why not, in words."""
+    rec = predicted.get("bounds") or {}
+    anyd, perd = rec.get("any_placement"), rec.get("per_plan")
+    if not anyd or not perd:
+        return None, ("not in the plan (`gnnsched plan` records it; this plan was made "
+                      "otherwise or before it did)")
+    if int(rec.get("seed", -1)) != per.seed:
+        return None, (f"not known for seed {per.seed}: the plan's is for seed {rec.get('seed')} "
+                      f"(simulate with --seed {rec.get('seed')}, or plan with --seed {per.seed})")
+    mine = PerPlanBound.from_dict(perd)
+    if mine.iterations != per.iterations or not _close(mine.epoch_s, per.epoch_s):
+        return None, ("not known for these mini-batches: the plan's was computed on other "
+                      "draws (another profile or job, or the plan was edited)")
+    return AnyPlacementBound.from_dict(anyd), ""
+
+
+def fmt_s(s: float) -> str:
+    """Seconds as both commands print bounds (4 significant digits)."""
+    return f"{s * 1e3:.4g} ms" if s < 1 else f"{s:.4g} s"
+
+
+def bound_lines(per: PerPlanBound, anyb: AnyPlacementBound | None, why_missing: str = ""
+                ) -> list[str]:
+    """The bound lines, word for word the same in ``gnnsched plan`` and ``gnnsched simulate``
+    for the same plan, profile and seed: each bound named, its value over the epoch and per
+    iteration, what sets it, and its one-line definition."""
+    w = max(len(PER_PLAN_NAME), len(ANY_PLACEMENT_NAME))
+    pad = " " * (w + 4)
+    lines = [f"lower bounds of the epoch ({per.iterations} iterations, mini-batches drawn "
+             f"with seed {per.seed}):",
+             f"  {PER_PLAN_NAME:<{w}}  {fmt_s(per.epoch_s)} ({fmt_s(per.iteration_s)} per "
+             f"iteration), set by {per.binding} (most loaded resource {fmt_s(per.resource_s)}, "
+             f"dependency chain {fmt_s(per.chain_s)})",
+             f"{pad}{PER_PLAN_MEANS}"]
+    if anyb is None:
+        lines.append(f"  {ANY_PLACEMENT_NAME:<{w}}  {why_missing}")
+    else:
+        cp = "" if anyb.cpsat_s is None else \
+            f"CP-SAT's {anyb.cpsat_status.lower() or 'proven'} bound {fmt_s(anyb.cpsat_s)}"
+        by = cp if anyb.set_by == "CP-SAT" else f"{anyb.set_by}" + (f"; {cp}" if cp else "")
+        lines.append(f"  {ANY_PLACEMENT_NAME:<{w}}  {fmt_s(anyb.epoch_s)} "
+                     f"({fmt_s(anyb.iteration_s)} per iteration), set by {by}; over "
+                     f"{anyb.scope}")
+    lines.append(f"{pad}{ANY_PLACEMENT_MEANS}")
+    return lines
+
+
+def ratio_line(epoch_s: float, per: PerPlanBound, anyb: AnyPlacementBound | None,
+               what: str = "this plan's epoch") -> str:
+    """``what`` against both bounds, in the same words in both commands."""
+    out = f"{what} {fmt_s(epoch_s)} is {epoch_s / per.epoch_s:.3f}x the {PER_PLAN_NAME}"
+    if anyb is not None and anyb.epoch_s > 0:
+        out += f" and {epoch_s / anyb.epoch_s:.3f}x the {ANY_PLACEMENT_NAME}"
+    return out
 
 
 # ------------------------------------------------------------------------------ exact
@@ -540,5 +749,8 @@ def small_instance(seed: int, iterations: int = 3, *, max_trainers: int = 2,
                     iterations=min(iterations, max(1, 12 // W)))
 
 
-__all__ = ["ExactResult", "chain_bound", "exact_schedule", "instance_bound", "isolation_bound",
-           "iteration_loads", "plan_bound", "resource_bound", "small_instance"]
+__all__ = ["ANY_PLACEMENT_MEANS", "ANY_PLACEMENT_NAME", "PER_PLAN_MEANS", "PER_PLAN_NAME",
+           "AnyPlacementBound", "ExactResult", "PerPlanBound", "any_placement_bound",
+           "bound_fields", "bound_lines", "chain_bound", "exact_schedule", "fmt_s",
+           "instance_bound", "isolation_bound", "iteration_loads", "per_plan_bound",
+           "plan_bound", "ratio_line", "recorded_bounds", "resource_bound", "small_instance"]

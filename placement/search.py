@@ -18,6 +18,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -437,16 +438,18 @@ def iteration_floor(problem: Problem, plan: Plan, seed: int = 0, simulated: bool
     they are the cost model's own, which its score never undercuts either.
     """
     if simulated:
-        from gnnsched.bounds import chain_bound, resource_bound
-        from gnnsched.instance import Instance
+        from gnnsched.bounds import per_plan_bound
 
-        inst = Instance(problem.wl, plan, seed=seed)
-        name, work = resource_bound(inst)
-        return {"bottleneck": name, "bottleneck_iteration_s": work / inst.K,
-                "chain_iteration_s": chain_bound(inst) / inst.K}
+        return _floors(per_plan_bound(problem.wl, plan, seed))
     per, name = problem.seconds_per_iteration(plan)
     return {"bottleneck": name, "bottleneck_iteration_s": per,
             "chain_iteration_s": problem.wl.bound(plan).chain_s / problem.wl.iterations}
+
+
+def _floors(b: Any) -> dict[str, float | str]:
+    """:func:`iteration_floor`'s fields from a :class:`gnnsched.bounds.PerPlanBound`."""
+    return {"bottleneck": b.resource, "bottleneck_iteration_s": b.resource_s / b.iterations,
+            "chain_iteration_s": b.chain_s / b.iterations}
 
 
 BASELINES = ("colocation", "greedy", "random")
@@ -461,10 +464,14 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
     every gathering host's free memory (:func:`gnnsched.placement.caches.size_caches`);
     the baselines keep none.
 
-    The returned plan's ``predicted`` holds ``epoch_time_s``, ``lower_bound_s`` (CP-SAT's
-    proven bound times the epoch's iterations), ``baselines`` ({name: {epoch_time_s, ...}}),
-    ``bottleneck`` and ``speedup_vs_colocation``: everything `gnnsched plan` prints.
+    The returned plan's ``predicted`` holds ``epoch_time_s``, ``baselines`` ({name:
+    {epoch_time_s, per_plan_bound_s, ...}}), ``bottleneck``, ``speedup_vs_colocation`` and the
+    two bounds of :mod:`gnnsched.bounds` on the draws of `seed` (:func:`bound_fields`:
+    ``per_plan_bound_s``, ``any_placement_bound_s`` and ``bounds``, which ``gnnsched
+    simulate`` prints again); ``lower_bound_s`` is the any-placement bound, as before:
+    everything `gnnsched plan` prints.
     """
+    from gnnsched.bounds import any_placement_bound, bound_fields, per_plan_bound
     from gnnsched.placement.placer import get_placer
 
     if scorer is None:
@@ -491,6 +498,7 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
         outcome = run_cpsat(problem, time_limit=min(10.0, budget or 10.0), seed=seed)
         pred["cpsat"] = {"status": outcome.result.status}
     compared = [plan]
+    per_plan = {f"this plan ({placer})": per_plan_bound(problem.wl, plan, seed)}
     base: dict[str, dict] = {}
     for name in baselines:
         if name == placer:
@@ -506,8 +514,9 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
         if over:
             base[name] = {"error": f"its plan does not fit: {over[0]}"}
             continue
-        row = {"epoch_time_s": ev(bp), "planning_s": dt,
-               **iteration_floor(problem, bp, seed, simulated)}
+        per_plan[name] = pb = per_plan_bound(problem.wl, bp, seed)
+        row = {"epoch_time_s": ev(bp), "planning_s": dt, "per_plan_bound_s": pb.epoch_s,
+               **(_floors(pb) if simulated else iteration_floor(problem, bp, seed, False))}
         if "colocation_feasible" in bp.predicted:
             row["colocation_feasible"] = bp.predicted["colocation_feasible"]
         if name == "colocation" and _trainer_places(bp) == _trainer_places(plan):
@@ -518,11 +527,20 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
         base[name] = row
         compared.append(bp)
     lb = simulated_lower_bound(problem, outcome, compared, seed=seed)
-    pred.update(lower_bound_s=lb * it, lower_bound_iteration_s=lb,
-                lower_bound_scope=outcome.scope())
+    # simulated_lower_bound solves the model on the drawn mini-batches whatever the scorer
+    scope = outcome.scope().replace(" (with the drawn mini-batches when simulated)", "")
+    if plan.caches:
+        scope += "; CP-SAT's model has no feature caches, the plan's own bound charges them"
+    mine = next(iter(per_plan.values()))
+    anyb = any_placement_bound(lb * it, per_plan, scope=scope,
+                               status=str(outcome.result.status))
+    pred.update(**bound_fields(mine, anyb), lower_bound_s=anyb.epoch_s,
+                lower_bound_iteration_s=anyb.iteration_s, lower_bound_scope=scope)
     epoch = ev(plan)
+    floors = _floors(mine) if simulated else iteration_floor(problem, plan, seed, False)
     pred.update(placer=placer, epoch_time_s=epoch, iterations=it, iteration_s=epoch / it,
-                **iteration_floor(problem, plan, seed, simulated), baselines=base, scored_by=how or pred.get("scored_by", "caller's scorer"),
+                **floors, baselines=base,
+                scored_by=how or pred.get("scored_by", "caller's scorer"),
                 planning_s=pred.get("planning_s", planning))
     colo = base.get("colocation", {}).get("epoch_time_s")
     if colo:

@@ -47,7 +47,8 @@ def test_simulate_needs_no_cost_for_a_plan_made_with_one(
     rc, given, err = _simulate(capsys, made["plan"], "--cost", str(made["cost"]))
     assert rc == 0, err
     a, b = json.loads(without), json.loads(given)
-    assert a["epoch_time_s"] == b["epoch_time_s"] and a["lower_bound_s"] == b["lower_bound_s"]
+    assert a["epoch_time_s"] == b["epoch_time_s"] and a["per_plan_bound_s"] == b["per_plan_bound_s"]
+    assert a["bounds"] == b["bounds"] and a["any_placement_bound_s"] is not None
 
 
 def test_a_changed_or_missing_profile_is_named(made: dict[str, Path]) -> None:

@@ -69,7 +69,10 @@ class SimResult:
     epoch_time_s: float  # end of the last all-reduce (extrapolated if fewer iterations ran)
     iteration_time_s: float  # steady state: mean barrier-to-barrier time after warm-up
     iterations: int  # iterations simulated
-    lower_bound_s: float  # bound of the drawn instance (bounds.py), scaled if extrapolated
+    # the per-plan bound's definition (bounds.instance_bound) on the iterations simulated,
+    # scaled if extrapolated; `gnnsched simulate` reports bounds.per_plan_bound instead,
+    # on the whole epoch, as `gnnsched plan` does
+    lower_bound_s: float
     barriers: np.ndarray  # [K] end of each iteration's all-reduce
     times: dict[str, np.ndarray]  # per batch [W, K]: sample_start, sampled, ready, train_*
     utilisation: dict[str, float]  # resource -> busy fraction of the epoch
