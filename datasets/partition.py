@@ -48,6 +48,14 @@ import numpy as np
 from gnnsched.spec import SpecError
 
 from .npz import MASK_KEYS, Graph
+from .partition_writer import (
+    check_memory,
+    estimate_partition_bytes,
+    graph_nbytes,
+    metis_max_entries,
+    stage,
+    write_partitions,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -60,6 +68,7 @@ ORIG_NIDS_FILE = "orig_nids.npy"
 FORMAT = "gnnsched-partition"
 FORMAT_VERSION = 1
 METHODS = ("metis", "random")
+WRITERS = ("gnnsched", "dgl")
 NDATA = ("feat", "label", *MASK_KEYS)
 _NTYPE = "_N"  # DGL's default node type; node features are stored as "_N/<name>"
 
@@ -100,7 +109,7 @@ class PartitionReport:
             f"parts ({self.method}) in {self.out_dir}",
             f"edge cut {self.edge_cut:.2%} ({self.cut_edges:,} edges)  node balance "
             f"{self.balance:.3f}  edge balance {self.edge_balance:.3f}  time "
-            f"{self.seconds:.2f} s (DGL {self.dgl_seconds:.2f} s"
+            f"{self.seconds:.2f} s (writing {self.dgl_seconds:.2f} s"
             + (f", load {self.load_seconds:.2f} s" if self.load_seconds is not None else "")
             + ")",
         ]
@@ -158,15 +167,21 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-def _count_unique_per_part(part_of: np.ndarray, other: np.ndarray, n: int, k: int) -> np.ndarray:
-    """For pairs (part, node), how many distinct nodes each part sees (sort-based unique)."""
-    if part_of.shape[0] == 0:
-        return np.zeros(k, dtype=np.int64)
-    keys = np.sort(part_of.astype(np.int64) * n + other)
-    first = np.empty(keys.shape[0], dtype=bool)
-    first[0] = True
-    np.not_equal(keys[1:], keys[:-1], out=first[1:])
-    return np.bincount(keys[first] // n, minlength=k)
+def _cut_and_halo(src: np.ndarray, dst: np.ndarray, node_part: np.ndarray,
+                  num_parts: int) -> tuple[int, np.ndarray]:
+    """Cut edges, and per part the distinct sources of its cut in-edges (its halo nodes),
+    with narrow part ids and one boolean node mask per part instead of a sort of the cut."""
+    narrow = node_part.astype(np.int16 if num_parts < 2**15 else np.int32)
+    ps, pd = narrow[src], narrow[dst]
+    cut = ps != pd
+    del ps
+    halo = np.zeros(num_parts, dtype=np.int64)
+    seen = np.zeros(node_part.shape[0], dtype=bool)
+    for p in range(num_parts):
+        seen[src[cut & (pd == p)]] = True
+        halo[p] = int(np.count_nonzero(seen))
+        seen[:] = False
+    return int(np.count_nonzero(cut)), halo
 
 
 # --------------------------------------------------------------------------------------
@@ -244,27 +259,35 @@ def metis_vertex_weights(num_nodes: int, dst: np.ndarray, node_types: np.ndarray
 
 def metis_assignment(src: np.ndarray, dst: np.ndarray, num_nodes: int, num_parts: int, *,
                      vwgt: np.ndarray | None = None, seed: int = 0,
-                     messages: list[str] | None = None) -> np.ndarray:
+                     messages: list[str] | None = None, max_entries: int | None = None,
+                     info: dict[str, Any] | None = None) -> np.ndarray:
     """Node -> part (int64) with METIS k-way edge-cut minimisation on the symmetrised graph
     (self-loops and duplicate edges dropped), balancing the columns of ``vwgt``.
 
-    Deterministic: the same graph, ``vwgt`` and ``seed`` give the same assignment, and the
-    seed decides it. METIS seeds libc's ``srand``, for which 0 and 1 are the same stream, so
-    METIS is handed ``seed + 1``. ``messages`` collects what METIS printed."""
+    ``max_entries``: METIS needs about 120 bytes per adjacency entry on graphs whose edges do
+    not contract as it coarsens (every level keeps nearly all edges), 5 GB for the 1M-node
+    scale graph; when the symmetrised graph has more entries, METIS is given a seeded
+    uniform sample of its undirected edges (both directions of a kept edge), about
+    ``max_entries`` of them. A uniform sample keeps each cut's share of edges in
+    expectation, so METIS still minimises the real cut, with less information (the scale
+    graph's cut rose from 53% to 63% at half the edges; a homophilous 200k-node graph's
+    from 15.4% to 16.4%). ``info`` receives ``entries`` and ``kept`` (entries METIS got).
+
+    Deterministic: the same graph, ``vwgt``, ``seed`` and ``max_entries`` give the same
+    assignment, and the seed decides it. METIS seeds libc's ``srand``, for which 0 and 1 are
+    the same stream, so METIS is handed ``seed + 1``. ``messages`` collects what METIS
+    printed."""
     if num_parts == 1 or num_nodes == 0:
         return np.zeros(num_nodes, dtype=np.int64)
     metis = _metis()
     n = int(num_nodes)
-    src = np.asarray(src, dtype=np.int64)
-    dst = np.asarray(dst, dtype=np.int64)
-    keep = src != dst
-    key = np.unique(np.concatenate([src[keep] * n + dst[keep], dst[keep] * n + src[keep]]))
-    rows, adjncy = np.divmod(key, n)
-    del key
-    xadj = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=n), out=xadj[1:])
-    del rows
-    adjncy = np.ascontiguousarray(adjncy, dtype=np.int64)
+    xadj, adjncy = _symmetric_csr(np.asarray(src, dtype=np.int64),
+                                  np.asarray(dst, dtype=np.int64), n)
+    entries = int(adjncy.shape[0])
+    if max_entries is not None and entries > max_entries:
+        xadj, adjncy = _sample_csr(xadj, adjncy, max_entries / entries, seed)
+    if info is not None:
+        info.update(entries=entries, kept=int(adjncy.shape[0]))
     weights = None
     ncon = 1
     if vwgt is not None:
@@ -293,36 +316,122 @@ def metis_assignment(src: np.ndarray, dst: np.ndarray, num_nodes: int, num_parts
     return part
 
 
+def _edge_keys(src: np.ndarray, dst: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
+    """``src * n + dst`` into ``out`` (int64), in place: no edge-length temporaries."""
+    np.multiply(src, n, out=out, casting="unsafe")
+    np.add(out, dst, out=out, casting="unsafe")
+    return out
+
+
+def _symmetric_csr(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """METIS's input: the CSR (``xadj``, ``adjncy``, int64) of the symmetrised simple graph
+    (self-loops and duplicates dropped), rows sorted.
+
+    A graph already stored that way (sorted by (src, dst), no duplicates or self-loops, both
+    directions; the synthetic graphs and the bundled datasets) is used as it is: ``adjncy`` is
+    ``dst`` itself, so METIS gets the edges without a copy. Otherwise both directions are
+    sorted and deduplicated in one int64 key array. Either way the peak is about two int64
+    keys per directed edge, never the Python-object or per-direction temporaries."""
+    m = int(src.shape[0])
+    key = _edge_keys(src, dst, n, np.empty(m, dtype=np.int64))
+    simple = bool(m == 0 or (np.all(key[1:] > key[:-1]) and not np.any(src == dst)))
+    if simple:
+        rev = _edge_keys(dst, src, n, np.empty(m, dtype=np.int64))
+        rev.sort()
+        simple = bool(np.array_equal(key, rev))
+        del rev
+    if simple and src.dtype == np.int64 and dst.dtype == np.int64:
+        del key
+        xadj = np.searchsorted(src, np.arange(n + 1, dtype=np.int64)).astype(np.int64)
+        return xadj, np.ascontiguousarray(dst)
+    del key
+    keep = src != dst
+    k = int(keep.sum())
+    both = np.empty(2 * k, dtype=np.int64)
+    if k == m:
+        _edge_keys(src, dst, n, both[:k])
+        _edge_keys(dst, src, n, both[k:])
+    else:
+        both[:k] = src[keep]
+        both[:k] *= n
+        both[:k] += dst[keep]
+        both[k:] = dst[keep]
+        both[k:] *= n
+        both[k:] += src[keep]
+    del keep
+    both.sort()
+    if both.shape[0]:
+        first = np.empty(both.shape[0], dtype=bool)
+        first[0] = True
+        np.not_equal(both[1:], both[:-1], out=first[1:])
+        both = both[first]
+        del first
+    xadj = np.searchsorted(both, np.arange(n + 1, dtype=np.int64) * n).astype(np.int64)
+    np.remainder(both, n, out=both)
+    return xadj, both
+
+
+def _pair_hash(a: np.ndarray, b: np.ndarray, seed: int) -> np.ndarray:
+    """A seeded 64-bit hash (splitmix64 finaliser) of the unordered pair {a, b}: both
+    directions of an edge get the same value, so sampling by it keeps the graph symmetric."""
+    lo, hi = np.minimum(a, b).astype(np.uint64), np.maximum(a, b).astype(np.uint64)
+    x = lo * np.uint64(0x9E3779B97F4A7C15)
+    x ^= hi + np.uint64((0xD1B54A32D192ED03 * (seed + 1)) & 0xFFFFFFFFFFFFFFFF)
+    for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+        x ^= x >> np.uint64(shift)
+        x *= np.uint64(mult)
+    x ^= x >> np.uint64(31)
+    return x
+
+
+def _sample_csr(xadj: np.ndarray, adjncy: np.ndarray, fraction: float, seed: int,
+                chunk: int = 1 << 22) -> tuple[np.ndarray, np.ndarray]:
+    """Keep each undirected edge of a symmetric CSR with probability ``fraction`` (seeded
+    hash of the pair, both directions together), in chunks: one bool per entry extra."""
+    n, m = xadj.shape[0] - 1, adjncy.shape[0]
+    threshold = np.uint64(min(int(fraction * 2.0**64), 2**64 - 1))
+    keep = np.empty(m, dtype=bool)
+    counts = np.zeros(n, dtype=np.int64)
+    for lo in range(0, m, chunk):
+        hi = min(lo + chunk, m)
+        rows = np.searchsorted(xadj, np.arange(lo, hi, dtype=np.int64), side="right") - 1
+        np.less(_pair_hash(rows, adjncy[lo:hi], seed), threshold, out=keep[lo:hi])
+        counts += np.bincount(rows[keep[lo:hi]], minlength=n)
+    out = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out, adjncy[keep]
+
+
 @contextlib.contextmanager
-def _dgl_takes_assignment(assigned: np.ndarray | None, num_parts: int):
-    """While ``dgl.distributed.partition_graph`` runs, its METIS step returns ``assigned``
-    instead of calling DGL's METIS (which cannot be seeded or repeated, see the module
-    docstring). DGL 2.1 looks the function up in its ``dgl.distributed.partition`` module
-    at call time; if it was not called (another DGL), the run fails instead of silently
-    using DGL's METIS."""
-    if assigned is None:
-        yield
-        return
+def _dgl_takes_assignment(assigned: np.ndarray, num_parts: int):
+    """While ``dgl.distributed.partition_graph`` runs, its METIS step (or its random draw)
+    returns ``assigned`` instead of calling DGL's METIS (which cannot be seeded or repeated,
+    see the module docstring). DGL 2.1 looks both functions up in its
+    ``dgl.distributed.partition`` module at call time; if neither was called (another DGL),
+    the run fails instead of silently using DGL's own assignment."""
     import torch
 
     module = importlib.import_module("dgl.distributed.partition")
-    original = module.metis_partition_assignment
+    originals = {k: getattr(module, k) for k in ("metis_partition_assignment", "random_choice")}
     calls: list[int] = []
 
     def take(g: Any, k: int, *args: Any, **kwargs: Any) -> torch.Tensor:
-        if g.num_nodes() != assigned.shape[0] or k != num_parts:
-            raise RuntimeError(f"DGL asked METIS for {k} parts of {g.num_nodes()} nodes, "
+        nodes = g if isinstance(g, (int, np.integer)) else g.num_nodes()
+        if int(nodes) != assigned.shape[0] or k != num_parts:
+            raise RuntimeError(f"DGL asked for {k} parts of {nodes} nodes, "
                                f"not {num_parts} of {assigned.shape[0]}")
         calls.append(k)
         return torch.from_numpy(assigned)
 
     module.metis_partition_assignment = take
+    module.random_choice = lambda k, n: take(n, k)
     try:
         yield
     finally:
-        module.metis_partition_assignment = original
+        for key, fn in originals.items():
+            setattr(module, key, fn)
     if num_parts > 1 and not calls:
-        raise RuntimeError("this DGL did not ask for the METIS assignment (gnnsched needs "
+        raise RuntimeError("this DGL did not ask for the node assignment (gnnsched needs "
                            "DGL 2.1's partition_graph)")
 
 
@@ -337,28 +446,47 @@ def partition_graph(
     balance_train: bool = True,
     overwrite: bool = True,
     quiet: bool = True,
+    writer: str = "gnnsched",
+    metis_sample: bool = True,
 ) -> PartitionReport:
-    """Partition ``graph`` with DGL into ``out_dir`` and write ``gnnsched.json`` beside it.
+    """Partition ``graph`` into ``out_dir`` in DGL's format and write ``gnnsched.json`` beside it.
 
     ``method`` is ``"metis"`` (min edge cut; with ``balance_edges`` it also balances
     in-degrees, with ``balance_train`` the training seeds, so each trainer's share of seeds
     is even) or ``"random"`` (uniform node assignment: the worst-case baseline).
     ``seed`` decides the assignment for both methods: it seeds METIS (see
-    :func:`metis_assignment`; DGL writes the files from that assignment) and DGL's RNG for
-    random assignment. The same graph and seed give the same node -> part map and the same
-    part contents, in any process; ``gnnsched.json`` records the seed (and for METIS the
-    library, seed and constraints it was run with). DGL's progress prints and METIS's
-    complaints are swallowed unless ``quiet=False``.
+    :func:`metis_assignment`) and DGL's RNG for random assignment. The same graph and seed
+    give the same node -> part map and the same part contents, in any process;
+    ``gnnsched.json`` records the seed (and for METIS the library, seed and constraints it
+    was run with). ``writer``: ``"gnnsched"`` writes the files part by part in bounded memory
+    (:mod:`.partition_writer`; at most about 2x the graph's size on top of it), ``"dgl"``
+    hands the assignment to ``dgl.distributed.partition_graph`` (about 8x: kept to check
+    the two agree). With ``metis_sample`` a graph too big for METIS within 4x its own size
+    gets METIS's cut from a seeded sample of its edges (:func:`metis_assignment`,
+    :func:`~.partition_writer.metis_max_entries`; ``gnnsched.json`` records ``entries`` and
+    ``entries_used`` under ``metis``); False gives METIS every edge. Before it starts, a partitioning that would need more memory than the
+    machine has available is refused with a SpecError naming both (``GNNSCHED_NO_MEMCHECK=1``
+    skips the check). DGL's progress prints and METIS's complaints are swallowed unless
+    ``quiet=False``.
     """
     from gnnsched.compat import dgl
 
     if method not in METHODS:
         raise SpecError("partition", "method", f"unknown method {method!r}", ", ".join(METHODS))
+    if writer not in WRITERS:
+        raise SpecError("partition", "writer", f"unknown writer {writer!r}", ", ".join(WRITERS))
     if (isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer))
             or not 1 <= num_parts <= max(graph.num_nodes, 1)):
         raise SpecError("partition", "num_parts",
                         f"must be an integer in [1, num_nodes={graph.num_nodes}], got {num_parts}")
     num_parts = int(num_parts)
+    n, m, d = graph.num_nodes, graph.num_edges, graph.feature_dim
+    gbytes = graph_nbytes(n, m, d)
+    need = (estimate_partition_bytes(n, m, d, num_parts) if writer == "gnnsched"
+            else 8 * gbytes)
+    check_memory("partition", need,
+                 f"partitioning {n:,} nodes, {m:,} edges, {d} features into {num_parts} parts "
+                 f"with the {writer} writer, on top of the {gbytes / 1e9:.2f} GB graph")
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         if not overwrite:
@@ -371,30 +499,25 @@ def partition_graph(
     out.mkdir(parents=True, exist_ok=True)
 
     t0 = time.perf_counter()
-    g = graph.to_dgl()
     name = _graph_name(graph.name)
     train_types = None
     if method == "metis" and balance_train and graph.train_mask.any():
         train_types = graph.train_mask.astype(np.int64)
-    dgl.seed(seed)  # seeds random assignment
     sink: Any = io.StringIO() if quiet else sys.stderr  # never pollute stdout (CLI --json)
-    t_dgl = time.perf_counter()
-    assigned: np.ndarray | None = None
+    assigned: np.ndarray
     metis_meta: dict[str, Any] | None = None
     try:
         if method == "metis":
-            vwgt = metis_vertex_weights(graph.num_nodes, graph.dst, train_types,
-                                        balance_edges=balance_edges)
+            stage("metis")
+            vwgt = metis_vertex_weights(n, graph.dst, train_types, balance_edges=balance_edges)
             said: list[str] = []
-            assigned = metis_assignment(graph.src, graph.dst, graph.num_nodes, num_parts,
-                                        vwgt=vwgt, seed=seed, messages=said)
+            sizes: dict[str, Any] = {}
+            assigned = metis_assignment(
+                graph.src, graph.dst, n, num_parts, vwgt=vwgt, seed=seed, messages=said,
+                max_entries=metis_max_entries(n, m, d, num_parts) if metis_sample else None,
+                info=sizes)
             for line in said:
                 print(f"METIS: {line}", file=sink)
-            empty = np.flatnonzero(np.bincount(assigned, minlength=num_parts) == 0)
-            if empty.size:
-                raise RuntimeError(f"METIS left part(s) {', '.join(map(str, empty))} empty "
-                                   "and DGL's format cannot hold an empty part"
-                                   + (f" (METIS: {said[0]})" if said else ""))
             kinds = [] if train_types is None else [
                 "train" if t else "not_train" for t in np.unique(train_types)]
             balanced = [f"nodes:{k}" for k in kinds] or ["nodes"]
@@ -403,13 +526,32 @@ def partition_graph(
             metis_meta = {"library": _metis()["library"] if num_parts > 1 else None,
                           "seed": seed + 1 if num_parts > 1 else None,  # as METIS got it
                           "ncon": 1 if vwgt is None else int(vwgt.shape[1]),
-                          "balanced": balanced}
-        with contextlib.redirect_stdout(sink), _dgl_takes_assignment(assigned, num_parts):
-            orig_nids_t, _ = dgl.distributed.partition_graph(
-                g, name, num_parts, str(out), part_method=method,
-                balance_edges=balance_edges and method == "metis",
-                return_mapping=True,
-            )
+                          "balanced": balanced, "entries": sizes.get("entries"),
+                          "entries_used": sizes.get("kept")}
+            del vwgt, train_types
+        else:
+            dgl.seed(seed)  # DGL's random assignment, as its partition_graph draws it
+            assigned = np.asarray(dgl.random.choice(num_parts, n).numpy(), dtype=np.int64)
+        empty = np.flatnonzero(np.bincount(assigned, minlength=num_parts) == 0)
+        if empty.size and num_parts > 1:
+            raise RuntimeError(f"{method.upper()} left part(s) {', '.join(map(str, empty))} "
+                               "empty and DGL's format cannot hold an empty part"
+                               + (f" (METIS: {said[0]})" if method == "metis" and said else ""))
+        t_dgl = time.perf_counter()
+        if writer == "gnnsched":
+            orig_nids = write_partitions(graph, assigned, num_parts, out, name, method)
+        else:
+            stage("dgl partition_graph")
+            g = graph.to_dgl()
+            with contextlib.redirect_stdout(sink), _dgl_takes_assignment(assigned, num_parts):
+                orig_nids_t, _ = dgl.distributed.partition_graph(
+                    g, name, num_parts, str(out), part_method=method,
+                    balance_edges=balance_edges and method == "metis",
+                    return_mapping=True,
+                )
+            del g
+            orig_nids = np.asarray(orig_nids_t.numpy(), dtype=np.int64)
+            del orig_nids_t
     except (dgl.DGLError, AssertionError, IndexError, RuntimeError) as exc:
         # e.g. METIS asked for more parts than the graph can be cut into.
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -417,10 +559,8 @@ def partition_graph(
                         f"({graph.num_nodes} nodes) into {num_parts} parts with {method}: "
                         f"{first}", "fewer parts or method='random'") from None
     dgl_seconds = time.perf_counter() - t_dgl
-    del g
 
-    n = graph.num_nodes
-    orig_nids = np.asarray(orig_nids_t.numpy(), dtype=np.int64)
+    stage("stats")
     config = out / f"{name}.json"
     dgl_meta = json.loads(config.read_text())
     node_ranges = _only(dgl_meta["node_map"])
@@ -428,20 +568,17 @@ def partition_graph(
     node_part = np.empty(n, dtype=np.int32)
     for p, (lo, hi) in enumerate(node_ranges):
         node_part[orig_nids[lo:hi]] = p
-    if assigned is not None and not np.array_equal(node_part, assigned):
-        raise RuntimeError(f"DGL wrote partitions in {out} that differ from the METIS "
-                           "assignment it was handed")
+    if not np.array_equal(node_part, assigned):
+        raise RuntimeError(f"the partitions written in {out} differ from the assignment "
+                           "they were made from")
+    del assigned
     part_nodes = [int(hi - lo) for lo, hi in node_ranges]
     part_edges = [int(hi - lo) for lo, hi in edge_ranges]
 
-    ps, pd = node_part[graph.src], node_part[graph.dst]
-    cut = ps != pd
-    cut_edges = int(cut.sum())
-    halo = _count_unique_per_part(pd[cut], graph.src[cut], n, num_parts)
+    cut_edges, halo = _cut_and_halo(graph.src, graph.dst, node_part, num_parts)
     part_train = np.bincount(node_part[graph.train_mask], minlength=num_parts)
     part_val = np.bincount(node_part[graph.val_mask], minlength=num_parts)
     part_test = np.bincount(node_part[graph.test_mask], minlength=num_parts)
-    m = graph.num_edges
     mean_nodes = n / num_parts
     mean_edges = m / num_parts
     balance = max(part_nodes) / mean_nodes if n else 1.0
@@ -449,6 +586,7 @@ def partition_graph(
 
     np.save(out / NODE_PART_FILE, node_part)
     np.save(out / ORIG_NIDS_FILE, orig_nids)
+    stage("checksums")
     checksums = {
         str(f.relative_to(out)): sha256_file(f)
         for f in sorted(out.rglob("*")) if f.is_file() and f.name != META_FILE

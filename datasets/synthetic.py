@@ -53,6 +53,7 @@ from __future__ import annotations
 import numpy as np
 
 from .npz import Graph
+from .partition_writer import check_memory
 
 # Named parameter sets for :func:`generate` (see the module docstring); a preset is a plain
 # dict of generate's keyword arguments, so a job file can spell it out under `synthetic:`.
@@ -111,6 +112,11 @@ def generate(
     if train_frac < 0 or val_frac < 0 or train_frac + val_frac > 1:
         raise ValueError("train_frac and val_frac must be >= 0 and sum to <= 1")
 
+    target = int(round(n * avg_degree / 2))  # undirected edges
+    need = generate_bytes(n, 2 * target, feature_dim)
+    check_memory("synthetic", need, f"generating {n:,} nodes, {2 * target:,} directed edges, "
+                 f"{feature_dim} features")
+
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, k, size=n, dtype=np.int64)
 
@@ -129,7 +135,6 @@ def generate(
     comm_p = comm_sq / comm_sq.sum()
     p_all = theta / theta.sum()
 
-    target = int(round(n * avg_degree / 2))  # undirected edges
     empty = np.empty(0, dtype=np.int64)
 
     def endpoints(m: int, nodes: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -177,19 +182,28 @@ def generate(
     ])
     keys.sort()
 
-    a, b = np.divmod(keys, n)
-    del keys
-    directed = np.concatenate([a * n + b, b * n + a])
-    del a, b
+    # Both directions, sorted, split into src and dst, in place where numpy allows: no
+    # edge-length temporaries beyond the arrays kept (the partition step's peak counts them).
+    a = keys // n
+    b = np.remainder(keys, n, out=keys)
+    u = a.shape[0]
+    directed = np.empty(2 * u, dtype=np.int64)
+    np.multiply(a, n, out=directed[:u])
+    directed[:u] += b
+    np.multiply(b, n, out=directed[u:])
+    directed[u:] += a
+    del a, b, keys
     directed.sort()
-    src, dst = np.divmod(directed, n)
+    src = directed // n
+    dst = np.remainder(directed, n, out=directed)
     del directed
 
     rng_f = np.random.default_rng([seed, 1])  # features independent of the edge stream
     means = rng_f.standard_normal((k, feature_dim), dtype=np.float32)
     features = rng_f.standard_normal((n, feature_dim), dtype=np.float32)
     features *= np.float32(feature_noise)
-    features += means[labels]
+    for lo in range(0, n, 1 << 16):  # class means added in row blocks: no [n, d] temporary
+        features[lo:lo + (1 << 16)] += means[labels[lo:lo + (1 << 16)]]
 
     perm = np.random.default_rng([seed, 2]).permutation(n)
     n_train, n_val = int(round(train_frac * n)), int(round(val_frac * n))
@@ -206,6 +220,13 @@ def generate(
         train_mask=masks[0], val_mask=masks[1], test_mask=masks[2], num_classes=k,
         meta={"source": "synthetic", "params": params},
     )
+
+
+def generate_bytes(num_nodes: int, directed_edges: int, feature_dim: int) -> int:
+    """Peak memory of :func:`generate`, an upper estimate: the kept arrays (16 bytes per
+    directed edge, the node arrays) plus the edge keys while they are drawn, deduplicated and
+    doubled (about 12 bytes more per directed edge at the peak) and per-node draws."""
+    return int(28 * directed_edges + num_nodes * (4 * feature_dim + 96))
 
 
 def parse_params(text: str) -> dict[str, int | float | str]:
