@@ -443,6 +443,10 @@ class RayLauncher(Launcher):
                               f"({len(problems)} problem{'s' * (len(problems) != 1)}): "
                               + " | ".join(problems))
         self._place(machines, timeout)
+        print(f"gnnsched: Ray cluster {self.address}: placement group "
+              f"gnnsched/{self.token}: " + ", ".join(
+                  f"{m} on node {self.nodes[m].node_id[:8]} ({self.nodes[m].address})"
+                  for m in machines), file=sys.stderr)
 
     def _probe(self, machines: list[str], timeout: float) -> list[str]:
         """Run :func:`node_facts` on every host's node; compare with this machine's."""
