@@ -134,7 +134,7 @@ def child(args: argparse.Namespace) -> None:
     Path(args.result).write_text(json.dumps({
         "stages": stages, "num_nodes": pset.num_nodes, "num_edges": pset.num_edges,
         "params": dict(job.synthetic), "edge_cut": pset.meta["edge_cut"],
-        "balance": pset.meta["balance"]}))
+        "balance": pset.meta["balance"], "metis": pset.meta.get("metis")}))
 
 
 def _mem_total() -> int:
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "graph_bytes": gb, "peak_rss_bytes": peak, "ratio": peak / gb, "goal_x": GOAL_X,
         "within_goal": peak / gb <= GOAL_X, "seconds": seconds,
         "cpu_s": ru.ru_utime + ru.ru_stime, "edge_cut": out["edge_cut"],
-        "balance": out["balance"], "stages": out["stages"],
+        "balance": out["balance"], "metis": out["metis"], "stages": out["stages"],
     }
 
 
@@ -199,6 +199,10 @@ def table(doc: dict[str, Any]) -> str:
                  f"{doc['ratio']:>8.2f}   (goal <= {doc['goal_x']:.0f}x: "
                  f"{'met' if doc['within_goal'] else 'NOT met'})")
     lines.append("~: sampled every 5 ms (the stage did not raise the process's peak)")
+    metis = doc.get("metis") or {}
+    if metis.get("entries"):
+        lines.append(f"edge cut {doc['edge_cut']:.1%}; METIS got {metis['entries_used']:,} of "
+                     f"{metis['entries']:,} adjacency entries")
     return "\n".join(lines)
 
 

@@ -60,7 +60,7 @@ def graph_nbytes(num_nodes: int, num_edges: int, feature_dim: int) -> int:
     return 16 * int(num_edges) + int(num_nodes) * (4 * int(feature_dim) + 8 + 3)
 
 
-RUNTIME_BYTES = 500_000_000  # interpreter, numpy, torch and DGL, before any data
+RUNTIME_BYTES = 600_000_000  # interpreter, numpy, torch and DGL (0.45 GB measured) + margin
 MIN_METIS_ENTRIES = 1 << 24  # never sample METIS's input below this: small graphs run whole
 GOAL_X = 4.0  # the partition step's peak memory goal, in graph sizes (issue 26)
 
