@@ -1,12 +1,14 @@
 """Partition a :class:`~gnnsched.datasets.Graph` into DGL's distributed partition format.
 
-The files are written by ``dgl.distributed.partition_graph`` itself (``NAME.json`` plus
-``partK/graph.dgl``, ``node_feat.dgl``, ``edge_feat.dgl``), so real DistDGL servers can load
-the same partitions gnnsched schedules over: the DistDGL baseline and gnnsched run on
-identical data. Beside them ``gnnsched.json`` records what the schedulers need without
-loading any graph (sizes, edge cut, balance, per-part counts) and a sha256 for every file, so
-a store that serves a corrupted or half-copied partition is caught at open time, with the
-file named, instead of training on garbage.
+The files are DGL's own format (``NAME.json`` plus ``partK/graph.dgl``, ``node_feat.dgl``,
+``edge_feat.dgl``), so real DistDGL servers load the same partitions gnnsched schedules over:
+the DistDGL baseline and gnnsched run on identical data. They are written part by part by
+:mod:`.partition_writer` (the same nodes, node data, features and edges as
+``dgl.distributed.partition_graph`` writes from the same assignment, at a fraction of its
+memory; ``writer="dgl"`` still calls DGL). Beside them ``gnnsched.json`` records what the
+schedulers need without loading any graph (sizes, edge cut, balance, per-part counts) and a
+sha256 for every file, so a store that serves a corrupted or half-copied partition is caught
+at open time, with the file named, instead of training on garbage.
 
 Node ids: DGL renumbers nodes so each part owns a contiguous range of *new* ids.
 ``orig_nids.npy`` (as DGL returns it) maps new id -> original id; ``node_part.npy`` maps
@@ -14,9 +16,9 @@ original id -> part. Edges are owned by the part of their destination node (DGL 
 in-edges of its inner nodes, with the sources outside the part as halo nodes).
 
 METIS: the node -> part assignment is computed here (:func:`metis_assignment`, METIS k-way
-through the METIS C library that ``pymetis`` ships, seeded) and handed to DGL, which writes the
-files. DGL's own METIS call cannot be made reproducible: it hard-codes METIS's "drop edges"
-coarsening, whose median-weight lookup reads past the filled part of a work array
+through the METIS C library that ``pymetis`` ships, seeded; on graphs too big for METIS within
+4x the graph's size, from a seeded sample of the edges) and the files are written from it.
+DGL's own METIS call cannot be made reproducible: it hard-codes METIS's "drop edges" coarsening, whose median-weight lookup reads past the filled part of a work array
 (uninitialised heap memory; valgrind flags ``CreateCoarseGraph``), so the same graph gives a
 different assignment from call to call, and it passes no seed. Same graph + same seed -> same
 assignment and the same part contents (every file but DGL's ``graph.dgl`` is byte-identical;
