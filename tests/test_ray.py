@@ -324,6 +324,7 @@ def _train_error(rc: RayCluster, tmp_path: Path, cluster: Path, plan: Path,
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("gnnsched train: error:")]
     assert len(lines) == 1, res.stderr[-3000:]
     assert not list((run / "logs").glob("trainer-*.log")), "a role started"
+    print(lines[0])
     return lines[0]
 
 

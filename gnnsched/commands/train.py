@@ -63,7 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "own network namespace with shaped NICs (root; `gnnsched cluster up` "
                         "first); ssh = on the real hosts named by machines[*].ssh in the "
                         "cluster file (see --coordinator-address, --remote-python, "
-                        "--remote-dir); or a launcher installed as a plug-in (entry point "
+                        "--remote-dir); ray = on a running Ray cluster (--ray-address; "
+                        "docs/deployment.md); or a launcher installed as a plug-in (entry point "
                         "group gnnsched.launchers) (default: local)")
     p.add_argument("--policy", default="gnnsched", choices=sorted(policies()),
                    help="online scheduling policy (built-in or a gnnsched.policies plug-in)")
@@ -102,10 +103,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "mini-batch dispatch and sampling to metrics.jsonl: the run's own "
                         "timeline, to set beside the simulator's")
     p.add_argument("--coordinator-address", default=None,
-                   help="ssh launcher: this machine's address as the hosts reach it (default: "
-                        "this machine's address on the route to the first host)")
+                   help="ssh and ray launchers: this machine's address as the hosts reach it "
+                        "(default: this machine's address on the route to the first host; "
+                        "ray: the address Ray knows it by)")
     p.add_argument("--remote-python", default="python3", help="ssh launcher: remote python")
-    p.add_argument("--remote-dir", default=None, help="ssh launcher: remote working directory (default: this one's path)")
+    p.add_argument("--remote-dir", default=None, help="ssh and ray launchers: the roles' working directory on the hosts (default: this one's path)")
     p.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="ray launcher: the Ray cluster (the head's HOST:PORT; default "
                         "$RAY_ADDRESS, else auto); each host's node carries the resource "
