@@ -43,13 +43,18 @@ def check_made_for(job: JobSpec, path: Path, meta: dict) -> None:
                         f"feature_dim: {width}, or {redo}")
 
 
+PARTITIONER = "gnnsched-writer-1"  # bump when the same job would be partitioned otherwise
+
+
 def cache_path(job: JobSpec) -> Path:
     """Where :func:`partitions_for` keeps the partitions of a job without ``partitions:``:
     named by every field the partitioning depends on."""
-    key = fingerprint({k: v for k, v in job.to_dict().items()
-                       if k in ("dataset", "num_parts", "part_method", "feature_dim", "split",
-                                "synthetic", "seed")
-                       or k == "features"})  # present only when not "none": old keys stay
+    fields = {k: v for k, v in job.to_dict().items()
+              if k in ("dataset", "num_parts", "part_method", "feature_dim", "split",
+                       "synthetic", "seed")
+              or k == "features"}  # present only when not "none": old keys stay
+    # partitions from another partitioner (DGL's writer, unsampled METIS) are not reused
+    key = fingerprint({**fields, "partitioner": PARTITIONER})
     name = Path(job.dataset).stem if job.dataset.endswith(".npz") else job.dataset
     return cache_root() / "parts" / f"{name}-{job.num_parts}{job.part_method[0]}-{key}"
 
