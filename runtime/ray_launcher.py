@@ -20,7 +20,9 @@ placement is honoured exactly:
   -m gnnsched.runtime.role`` with the node's own interpreter, in its own session, and reports
   its exit status; the role dies with the actor (``PR_SET_PDEATHSIG`` and its parent-pid
   watchdog), so a killed actor is a killed role, which the coordinator recovers as it does on
-  every launcher. Fault injection's SIGKILL of a role kills its actor (``ray.kill``).
+  every launcher. Fault injection's SIGKILL of a role kills its actor (``ray.kill``). A host
+  is reachable while its node runs a task within seconds (:meth:`RayLauncher.reachable`); a
+  lost node is re-planned around.
 * :meth:`RayLauncher.stop_all` stops roles (SIGTERM, grace, then ``ray.kill``), kills every
   actor and removes the placement group: ``ray status`` shows nothing held afterwards. When
   the coordinator itself dies, Ray's ownership does the same (actors and groups belong to the
@@ -195,6 +197,13 @@ def node_facts(args: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def node_ping() -> str:
+    """Run on a node as a Ray task: it answers (its node id) while the node is alive."""
+    import ray
+
+    return str(ray.get_runtime_context().get_node_id())
+
+
 class RoleSupervisor:
     """A Ray actor that runs one role process on its node and reports its exit.
 
@@ -274,6 +283,7 @@ def _remote(ray: Any, what: str) -> Any:
     if what not in _REMOTE:
         _REMOTE["actor"] = ray.remote(num_cpus=0, max_concurrency=4)(RoleSupervisor)
         _REMOTE["facts"] = ray.remote(num_cpus=0, max_retries=0)(node_facts)
+        _REMOTE["ping"] = ray.remote(num_cpus=0, max_retries=0)(node_ping)
     return _REMOTE[what]
 
 
@@ -416,14 +426,28 @@ class RayLauncher(Launcher):
 
     # ---------------------------------------------------------------- checks
     def reachable(self, machine: str, timeout: float = 5.0) -> bool:
-        """The host's node is alive in Ray (a lost node is re-planned around)."""
+        """The host's node is alive in Ray and runs a task within ``timeout`` (Ray marks a
+        lost node dead only after its health checks fail, seconds later): a node that does
+        not answer is re-planned around, as an ssh host that does not answer is."""
         if machine in self.down:
             return False
-        with contextlib.suppress(Exception):
-            self._connect()
+        try:
+            ray = self._connect()
             self._refresh()
-            return machine in self.nodes
-        return False
+            node = self.nodes.get(machine)
+            if node is None:
+                return False
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            ref = _remote(ray, "ping").options(scheduling_strategy=(
+                NodeAffinitySchedulingStrategy(node.node_id, soft=False))).remote()
+            try:
+                return bool(ray.get(ref, timeout=timeout) == node.node_id)
+            finally:
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+        except Exception:
+            return False
 
     def preflight(self, machines: list[str], timeout: float = 30.0) -> None:
         """Before any role starts: the cluster answers, every host has its node, the nodes

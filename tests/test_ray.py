@@ -1,8 +1,8 @@
 """The Ray launcher for real: a local multi-node Ray cluster on this machine.
 
 One raylet per host of examples/lab4 (Cora, 4 METIS partitions, 2 trainers), each carrying its
-host's resource ``gnnsched-host:NAME`` (one CPU, 80 MB of object store each: the box is
-small). Then:
+host's resource ``gnnsched-host:NAME`` (two logical CPUs, 80 MB of object store each: the
+box is small). Then:
 
 * the hand plan of tests/test_runtime.py trains to completion through ``RayLauncher``, every
   role in an actor on the node its host's resource names, with the local launcher's accuracy
@@ -43,6 +43,7 @@ LAB4 = ROOT / "examples" / "lab4"
 PY = sys.executable
 EPOCHS = 2
 OBJECT_STORE = 80 * 2**20
+CPUS = 2  # per host, as Ray counts them: 3 hosts must still seat 2 trainers and 2 samplers
 pytestmark = pytest.mark.slow
 
 
@@ -61,6 +62,16 @@ class RayCluster:
     parts: Path
     dir: Path
     ray_cluster: Any  # ray.cluster_utils.Cluster
+    nodes: dict[str, Any]  # host name -> its raylet (ray.cluster_utils)
+
+    def add_host(self, name: str, gpus: int = 0) -> None:
+        """(Re)start the raylet of host ``name``."""
+        from gnnsched.runtime.ray_launcher import host_resource
+
+        self.nodes[name] = self.ray_cluster.add_node(
+            num_cpus=CPUS, num_gpus=gpus, resources={host_resource(name): 1},
+            object_store_memory=OBJECT_STORE)
+        self.ray_cluster.wait_for_nodes()
 
     def add_odd_node(self) -> Any:
         """A node ``odd`` whose Python sees gnnsched 9.9.9 (a dist-info ahead of the real
@@ -93,13 +104,14 @@ def rc(tmp_path_factory: pytest.TempPathFactory) -> Any:
                     method=job.part_method, seed=job.seed)
     nodes = [(m.name, {"num_gpus": len(m.gpus)} if m.gpus else {}) for m in cluster.machines]
     rcl = None
+    handles: dict[str, Any] = {}
     try:
         rcl = Cluster(initialize_head=True, head_node_args=dict(
-            num_cpus=1, resources={host_resource(nodes[0][0]): 1},
+            num_cpus=CPUS, resources={host_resource(nodes[0][0]): 1},
             object_store_memory=OBJECT_STORE, include_dashboard=False, **nodes[0][1]))
         for name, extra in nodes[1:]:
-            rcl.add_node(num_cpus=1, resources={host_resource(name): 1},
-                         object_store_memory=OBJECT_STORE, **extra)
+            handles[name] = rcl.add_node(num_cpus=CPUS, resources={host_resource(name): 1},
+                                         object_store_memory=OBJECT_STORE, **extra)
         rcl.wait_for_nodes()
         ray.init(address=rcl.address, namespace=NAMESPACE, log_to_driver=False)
     except Exception as exc:  # no Ray here (a sandbox without /dev/shm, ports, ...)
@@ -107,7 +119,7 @@ def rc(tmp_path_factory: pytest.TempPathFactory) -> Any:
             rcl.shutdown()
         pytest.skip(f"a local Ray cluster cannot start here: {type(exc).__name__}: {exc}")
     try:
-        yield RayCluster(rcl.address, cluster, job, parts, d, rcl)
+        yield RayCluster(rcl.address, cluster, job, parts, d, rcl, handles)
     finally:
         ray.shutdown()
         rcl.shutdown()
@@ -168,11 +180,11 @@ def _records(run: Path) -> list[dict]:
     return [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-def _every_batch_trained(run: Path, once: bool = True) -> None:
+def _every_batch_trained(run: Path, once: bool = True, epochs: int = EPOCHS) -> None:
     batches = Counter((r["epoch"], r["trainer"], r["index"]) for r in _records(run)
                       if r["type"] == "batch" and r["phase"] == "train")
     K = max(k for _, _, k in batches) + 1
-    assert set(batches) == {(e, w, k) for e in range(EPOCHS) for w in range(2)
+    assert set(batches) == {(e, w, k) for e in range(epochs) for w in range(2)
                             for k in range(K)}
     if once:
         assert set(batches.values()) == {1}
@@ -235,10 +247,14 @@ def _actors(suffix: str) -> list[dict]:
     return [a for a in state.actors().values() if str(a.get("Name", "")).endswith(suffix)]
 
 
-def test_plan_from_ray_then_train_recovers_a_killed_actor(rc: RayCluster, tmp_path: Path
-                                                          ) -> None:
+def test_plan_from_ray_then_train_recovers_a_killed_actor_then_a_lost_node(
+        rc: RayCluster, tmp_path: Path) -> None:
     """``plan --from-ray`` (NICs and partitions from the cluster file, the rest from Ray),
-    then ``train --launcher ray``; mid-run the test kills trainer 1's actor by name."""
+    then ``train --launcher ray``. Mid-run the test kills trainer 1's actor by name (from
+    outside, as ``ray kill`` or a crash would): gpu1's node still runs tasks, so it restarts
+    in place. Once that recovery is over, store1's raylet dies (SIGKILL, with every worker
+    on it): its node no longer answers, so the coordinator re-plans on the cluster without
+    it (storage: shared) and the run completes."""
     import yaml
 
     plan_file, cluster_file = tmp_path / "plan.json", tmp_path / "plan.cluster.yaml"
@@ -262,18 +278,18 @@ def test_plan_from_ray_then_train_recovers_a_killed_actor(rc: RayCluster, tmp_pa
     base = {m.name: m for m in rc.cluster.machines}
     assert [m.name for m in got.machines] == ["store0", "store1", "gpu0", "gpu1"]
     for m in got.machines[:3]:
-        assert m.cpus == 1  # what Ray says (num_cpus=1), not the file's 4 or 2
+        assert m.cpus == CPUS  # what Ray says, not the file's 4 (stores) or 2
         assert m.memory > 1e9 and m.egress == base[m.name].egress
         assert m.partitions == base[m.name].partitions
         assert [g.kind for g in m.gpus] == [g.kind for g in base[m.name].gpus]
     gpu1 = got.machine("gpu1")  # from Ray alone: its GPU resource, a default NIC
-    assert gpu1.cpus == 1 and len(gpu1.gpus) == 1 and gpu1.egress == 10e9 / 8
+    assert gpu1.cpus == CPUS and len(gpu1.gpus) == 1 and gpu1.egress == 10e9 / 8
     assert "gpu1: NIC 10 Gbit/s assumed" in out.stderr
     # train it on Ray; kill trainer 1's actor from outside once training runs
     run = tmp_path / "run"
     argv = [PY, "-m", "gnnsched", "train", "--cluster", str(cluster_file), "--job",
             str(LAB4 / "job.yaml"), "--plan", str(plan_file), "--partitions", str(rc.parts),
-            "--out", str(run), "--epochs", str(EPOCHS), "--launcher", "ray", "--ray-address",
+            "--out", str(run), "--epochs", "3", "--launcher", "ray", "--ray-address",
             rc.address, "--json", "--checkpoint-every", "4", "--heartbeat", "0.5",
             "--dead-after", "5"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -290,19 +306,31 @@ def test_plan_from_ray_then_train_recovers_a_killed_actor(rc: RayCluster, tmp_pa
                 ray.kill(ray.get_actor(killed["Name"], namespace=NAMESPACE), no_restart=True)
             time.sleep(0.05)
         assert killed is not None, "training did not start"
+        while time.monotonic() < end:  # the first recovery is over: lose store1's node
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            if '"type":"caught_up"' in (run / "metrics.jsonl").read_text():
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("no recovery from the killed actor")
+        rc.ray_cluster.remove_node(rc.nodes.pop("store1"), allow_graceful=False)
         stdout, stderr = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+        if "store1" not in rc.nodes:
+            rc.add_host("store1")  # back for the other tests
     assert proc.returncode == 0, stderr[-3000:]
     summary = json.loads(stdout.strip().splitlines()[-1])
     rec = summary["recoveries"]
-    assert [(r["role"], r["machine"]) for r in rec] == [("trainer:1", "gpu1")], rec
+    assert [(r["role"], r["machine"]) for r in rec][:1] == [("trainer:1", "gpu1")], rec
     assert "SIGKILL" in rec[0]["how"] and not rec[0]["replanned"]
+    assert len(rec) == 2 and rec[1]["machine"] == "store1" and rec[1]["replanned"], rec
     log = (run / "logs" / "coordinator.log").read_text()
     assert "machine gpu1 is alive: only a process died, same plan, restarted in place" in log
-    _every_batch_trained(run, once=False)
+    assert "machine store1 is unreachable: re-planned on the cluster without it" in log
+    _every_batch_trained(run, once=False, epochs=3)
     assert summary["test_accuracy"] >= 0.7
     assert _actors("/trainer:1/1"), "trainer 1 was not restarted in a new actor"
     _nothing_left(rc.address, run)
