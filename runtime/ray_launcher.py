@@ -186,6 +186,8 @@ def node_facts(args: dict[str, Any]) -> dict[str, Any]:
             name, _, mib = line.rpartition(",")
             if mib.strip().isdigit():
                 out["gpus"].append([name.strip(), int(mib) * 2**20])
+    if args.get("work_dir"):
+        out["work_dir_ok"] = os.path.isdir(args["work_dir"])
     coord = args.get("coordinator")
     if coord:
         host, _, port = coord.replace("tcp://", "").rpartition(":")
@@ -233,9 +235,8 @@ class RoleSupervisor:
             try:
                 with open(log, "ab") as fh:
                     self.popen = subprocess.Popen(
-                        [sys.executable, *argv], env=full, cwd=cwd if os.path.isdir(cwd)
-                        else None, stdin=subprocess.DEVNULL, stdout=fh,
-                        stderr=subprocess.STDOUT, start_new_session=True)
+                        [sys.executable, *argv], env=full, cwd=cwd, stdin=subprocess.DEVNULL,
+                        stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
             except OSError as exc:
                 err.append(str(exc))
                 self.code = 127
@@ -488,7 +489,8 @@ class RayLauncher(Launcher):
         refs = {}
         for m in machines:
             node = self.nodes[m]
-            args = dict(base, address=node.address, coordinator=self.endpoint)
+            args = dict(base, address=node.address, coordinator=self.endpoint,
+                        work_dir=self.work_dir)
             if self.partitions:
                 args.update(partitions=str(Path(self.partitions).resolve()), files=[])
             if self.run_dir:
@@ -552,6 +554,10 @@ class RayLauncher(Launcher):
             out.append(f"gnnsched's source there ({f.get('gnnsched_file')}) differs from this "
                        "machine's (same version, other code); fix: install the same commit "
                        "on every node (or share one checkout)")
+        if f.get("work_dir_ok") is False:
+            out.append(f"the working directory {self.work_dir} does not exist there (relative "
+                       "paths resolve in it); fix: the same path on every node (a shared or "
+                       "identical checkout), or --remote-dir")
         p = f.get("partitions")
         if p is not None:
             if p.get("missing"):

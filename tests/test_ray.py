@@ -340,12 +340,12 @@ def test_plan_from_ray_then_train_recovers_a_killed_actor_then_a_lost_node(
 
 
 def _train_error(rc: RayCluster, tmp_path: Path, cluster: Path, plan: Path,
-                 address: str) -> str:
+                 address: str, *extra: str) -> str:
     run = tmp_path / "run"
     res = subprocess.run([PY, "-m", "gnnsched", "train", "--cluster", str(cluster), "--job",
                           str(LAB4 / "job.yaml"), "--plan", str(plan), "--partitions",
                           str(rc.parts), "--out", str(run), "--launcher", "ray",
-                          "--ray-address", address], capture_output=True, text=True,
+                          "--ray-address", address, *extra], capture_output=True, text=True,
                          timeout=120, cwd=tmp_path)  # Ray puts the driver's folder on the
     # nodes' sys.path: the checkout's own gnnsched.egg-info would hide the odd node's Python
     assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
@@ -386,6 +386,16 @@ def test_missing_host(rc: RayCluster, tmp_path: Path) -> None:
     err = _train_error(rc, tmp_path, cluster, plan, rc.address)
     assert "gpu9 (gnnsched-host:gpu9)" in err and "ray start --address" in err, err
     assert "gpu0" not in err.split("hosts found:")[0], err
+
+
+def test_missing_work_dir(rc: RayCluster, tmp_path: Path) -> None:
+    _plan(rc.cluster).save(tmp_path / "plan.json")
+    err = _train_error(rc, tmp_path, LAB4 / "cluster.yaml", tmp_path / "plan.json",
+                       rc.address, "--remote-dir", "/nonexistent/gnnsched")
+    assert "(4 problems)" in err, err
+    for host in ("store0", "store1", "gpu0", "gpu1"):
+        assert f"{host} (Ray node" in err, err
+    assert "the working directory /nonexistent/gnnsched does not exist there" in err, err
 
 
 def test_version_mismatch(rc: RayCluster, tmp_path: Path) -> None:
