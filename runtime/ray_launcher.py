@@ -69,8 +69,7 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise LaunchError(f"the ray launcher needs Ray, which is not installed here: {INSTALL}"
-                          ) from None
+        raise LaunchError(f"this needs Ray, which is not installed here: {INSTALL}") from None
     return ray
 
 

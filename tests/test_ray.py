@@ -336,6 +336,28 @@ def test_plan_from_ray_then_train_recovers_a_killed_actor_then_a_lost_node(
     _nothing_left(rc.address, run)
 
 
+def test_plan_from_ray_alone(rc: RayCluster, tmp_path: Path) -> None:
+    """No cluster file: every host from Ray, a default NIC and the job's partitions spread
+    over the hosts (storage: shared), each said in a note."""
+    from gnnsched.profile import synthetic_profile
+
+    synthetic_profile(4, seeds_per_part=35, batch_size=8, fanouts=(10, 25),
+                      feature_dim=1433).save(tmp_path / "cost.json")
+    out = subprocess.run([PY, "-m", "gnnsched", "plan", "--from-ray", rc.address, "--job",
+                          str(LAB4 / "job.yaml"), "--cost", str(tmp_path / "cost.json"),
+                          "--placer", "greedy", "--out", str(tmp_path / "plan.json"),
+                          "--cluster-out", str(tmp_path / "ray.yaml")],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = load_cluster(tmp_path / "ray.yaml")
+    assert sorted(m.name for m in got.machines) == ["gpu0", "gpu1", "store0", "store1"]
+    assert got.storage == "shared" and got.num_parts == 4
+    assert all(m.egress == 10e9 / 8 and m.cpus == CPUS for m in got.machines)
+    assert sorted(len(m.gpus) for m in got.machines) == [0, 0, 1, 1]
+    assert "partitions 0..3 spread over 4 host(s)" in out.stderr
+    assert "NIC 10 Gbit/s assumed" in out.stderr
+
+
 # ---------------------------------------------------------------------- clear errors first
 
 
