@@ -72,6 +72,7 @@ SYNTHETIC_MEANING = {
     "num_nodes": "nodes", "avg_degree": "mean degree (undirected)", "num_classes": "classes",
     "feature_dim": "feature width", "homophily": "share of edges inside a class",
     "power": "tail exponent of the degree law", "feature_noise": "noise around the class mean",
+    "label_noise": "share of labels redrawn at random (caps accuracy near 1 - share)",
     "train_frac": "share of nodes that train", "val_frac": "share that validate",
     "seed": "generator seed (default: the job's)", "name": "graph name",
     "profile": "plan with a synthetic cost profile instead of a measured one",

@@ -539,6 +539,8 @@ class JobSpec:
         if self.feature_dim is not None:
             params["feature_dim"] = self.feature_dim
         params.update(self.synthetic or {})
+        if not params.get("label_noise"):  # added later: plans of older jobs still match
+            params.pop("label_noise", None)
         return dict(sorted(params.items()))
 
 
@@ -624,8 +626,8 @@ EVAL_DEFAULTS = {"batch_size": 256}  # a job's evaluation: fields that are not N
 # job's fields, so the spec needs nothing from the datasets package (which imports the spec).
 SYNTHETIC_DEFAULTS: dict[str, Any] = {
     "num_nodes": 10_000, "avg_degree": 20, "num_classes": 8, "feature_dim": 128,
-    "homophily": 0.8, "power": 2.5, "feature_noise": 1.0, "train_frac": 0.1, "val_frac": 0.1,
-    "seed": 0,
+    "homophily": 0.8, "power": 2.5, "feature_noise": 1.0, "label_noise": 0.0,
+    "train_frac": 0.1, "val_frac": 0.1, "seed": 0,
 }
 
 # ``synthetic:`` keys of a job: the graph generator's (datasets.synthetic.generate) and the
@@ -634,7 +636,8 @@ SYNTHETIC_KEYS: dict[str, tuple[str, float, float]] = {
     "num_nodes": ("int", 2, 1e10), "avg_degree": ("num", 0, 1e6),
     "num_classes": ("int", 1, 1e6), "feature_dim": ("int", 1, 1e6),
     "homophily": ("num", 0, 1), "power": ("num", 1.000001, 1e3),
-    "feature_noise": ("num", 0, 1e6), "train_frac": ("num", 0, 1), "val_frac": ("num", 0, 1),
+    "feature_noise": ("num", 0, 1e6), "label_noise": ("num", 0, 1),
+    "train_frac": ("num", 0, 1), "val_frac": ("num", 0, 1),
     "seed": ("int", 0, 2**32 - 1), "name": ("str", 0, 0), "profile": ("bool", 0, 0),
     "seeds_per_part": ("int", 1, 1e9), "locality": ("num", 0, 1), "neighbours": ("int", 0, 1e6),
     "skew": ("num", 0, 100), "samples": ("int", 1, 10_000),

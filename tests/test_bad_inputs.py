@@ -868,7 +868,7 @@ def _plan_error(edit: Any) -> str:
     (lambda d: d.update(notes=[1]), "p.json: notes[0]: must be a string, got 1"),
     (lambda d: d.update(job_key=[8]), "p.json: job_key: must be a mapping of job fields, got "
                                       "a list"),
-    (lambda d: d.update(trainer=[]), "p.json: trainer: unknown field (valid: cluster"),
+    (lambda d: d.update(trainer=[]), "p.json: trainer: unknown field (valid: caches, cluster"),
     (lambda d: d.update(trainers="a"), "p.json: trainers: must be a list of trainer entries"),
     (lambda d: d["trainers"].__setitem__(0, "a"), "p.json: trainers[0]: expected a mapping"),
     (lambda d: d["trainers"][0].update(id=1), "p.json: trainers[0].id: is 1 but the entry is "
