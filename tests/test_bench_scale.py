@@ -13,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gnnsched.commands.bench import add_arguments
@@ -31,12 +32,18 @@ def test_preset_is_products_like() -> None:
     p = PRESETS["products"]
     assert (p["num_nodes"], p["avg_degree"], p["feature_dim"], p["num_classes"]) == \
         (1_000_000, 40, 100, 47)
-    assert (p["homophily"], p["feature_noise"]) == (0.3, 1.75)
+    assert (p["homophily"], p["feature_noise"], p["label_noise"]) == (0.3, 1.0, 0.2)
     small = preset("products", num_nodes=2000, avg_degree=10)
     assert small["num_nodes"] == 2000 and small["homophily"] == 0.3
     g = generate(**small)
     assert g.num_edges == 20_000 and g.num_classes == 47 and g.feature_dim == 100
-    assert abs(g.edge_homophily() - 0.3) < 0.01
+    # a fifth of the labels redrawn (a 47th of those land on the same class again)
+    clean = generate(**{**small, "label_noise": 0.0})
+    changed = float((g.labels != clean.labels).mean())
+    assert 0.2 * 46 / 47 - 0.03 < changed < 0.2 * 46 / 47 + 0.03
+    np.testing.assert_array_equal(g.src, clean.src)  # structure and features: the true labels
+    np.testing.assert_array_equal(g.features, clean.features)
+    assert abs(clean.edge_homophily() - 0.3) < 0.01  # of the true labels
     with pytest.raises(ValueError, match="unknown synthetic preset"):
         preset("nope")
 
