@@ -441,11 +441,9 @@ class RayLauncher(Launcher):
 
             ref = _remote(ray, "ping").options(scheduling_strategy=(
                 NodeAffinitySchedulingStrategy(node.node_id, soft=False))).remote()
-            try:
-                return bool(ray.get(ref, timeout=timeout) == node.node_id)
-            finally:
-                with contextlib.suppress(Exception):
-                    ray.cancel(ref, force=True)
+            # never ray.cancel it: cancelling a task as it completes aborts this process
+            # (Ray 2.60: "Tried to complete task that was not pending")
+            return bool(ray.get(ref, timeout=timeout) == node.node_id)
         except Exception:
             return False
 
