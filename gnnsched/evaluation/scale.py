@@ -101,6 +101,7 @@ from gnnsched.spec import ClusterSpec, JobSpec
 PRESET = "products"
 TEST_NODES, TEST_NODES_QUICK = 20_000, 1_000
 POLL_S = 0.25
+OTHER_WORK_CORES = 0.2  # other processes' CPU during a run (in cores) that counts as busy
 GB = 1e9
 
 SCALE_SHAPES: dict[str, str] = {
@@ -340,6 +341,7 @@ class ProcWatch:
         self._thread: threading.Thread | None = None
         self.own_cpu0 = 0.0
         self.poll_cpu = 0.0  # this thread's own CPU (taken out of the coordinator's)
+        self.box: list[tuple[float, float]] = []  # (time, CPU-s every process of the box used)
 
     def watch(self, path: Path, pattern: str, key: str) -> None:
         """Record ``marks[key.format(*groups)]``: when a line matching ``pattern`` appears."""
@@ -369,6 +371,9 @@ class ProcWatch:
 
     def _tick(self, psutil: Any, me: Any) -> None:
         now = time.perf_counter()
+        ct = psutil.cpu_times()
+        self.box.append((now, float(ct.user + ct.nice + ct.system + getattr(ct, "irq", 0.0)
+                                    + getattr(ct, "softirq", 0.0) + getattr(ct, "steal", 0.0))))
         try:
             kids = me.children(recursive=True)
         except psutil.Error:
@@ -399,6 +404,12 @@ class ProcWatch:
                 continue
             for m in pat.finditer(text):
                 self.marks.setdefault(key.format(*m.groups()), now)
+
+    def box_between(self, t0: float, t1: float) -> float | None:
+        """CPU seconds the whole box used between ``t0`` and ``t1`` (``/proc/stat``)."""
+        if not self.box:
+            return None
+        return max(0.0, _interp(self.box, t1) - _interp(self.box, t0))
 
     def cpu_between(self, t0: float, t1: float, pids: list[int] | None = None) -> float:
         """CPU seconds the processes ``pids`` (default: all seen) used between ``t0`` and
@@ -824,6 +835,9 @@ def run_gnnsched(st: ScaleSettings, cluster: ClusterSpec, job: JobSpec, plan: An
         row["cpu_window_s"] = t1 - t0
         row["cpu_s"] = win
         row["cpu_s_other_processes"] = other  # fork servers, counters: not the system's
+        box = watch.box_between(t0, t1)
+        if box is not None:  # everything else on the box: other work, if any
+            row["cpu_s_elsewhere"] = max(0.0, box - win - other)
         seeds = sum(seeds_epoch)
         row["cpu_s_per_seed"] = win / seeds if seeds and win > 0 else None
     if prog.nic0 is not None and prog.nic1 is not None:
@@ -894,6 +908,9 @@ def run_distdgl_scale(st: ScaleSettings, cluster: ClusterSpec, job: JobSpec, par
     if t0 and t1:
         d["cpu_window_s"] = t1 - t0
         d["cpu_s"] = sum(x["cpu_s_window"] or 0.0 for x in roles.values())
+        box = watch.box_between(t0, t1)
+        if box is not None:  # everything else on the box: other work, if any
+            d["cpu_s_elsewhere"] = max(0.0, box - watch.cpu_between(t0, t1))
         d["cpu_s_per_seed"] = (d["cpu_s"] / (seeds * len(r.epoch_times_s))
                                if seeds and d["cpu_s"] > 0 else None)
     if r.bytes_sent:
@@ -1331,16 +1348,25 @@ def _overhead_text(row: dict[str, Any]) -> str:
 
 def _load_text(row: dict[str, Any], doc: dict[str, Any],
                other: dict[str, Any] | None = None) -> str:
-    """The box's 1-minute load average around the runs compared, when it was above its
-    cores (other work then slowed them, each by another amount)."""
+    """Other work on the box during the runs compared, when there was enough to slow them:
+    the CPU of processes outside the system over its training window (measured, in cores),
+    else -- for rows without that measure -- the 1-minute load average, which also counts
+    the system's own processes and so only hints at other work."""
     cores = doc["host"].get("cpus") or 1
     parts = []
     for name, r in (("gnnsched", row), ("the other", other or {})):
-        la = r.get("load_before_after")
-        if la and max(la) > cores:
+        busy, window = r.get("cpu_s_elsewhere"), r.get("cpu_window_s")
+        if busy is not None and window:
+            if busy / window > OTHER_WORK_CORES:
+                parts.append(f"other processes used {busy / window:.2f} cores while {name} "
+                             "trained")
+            continue
+        la = r.get("load_before_after")  # counts the system's own processes too: only a
+        if la and max(la) > cores and not window:  # hint, for rows that predate the measure
             parts.append(f"{name} ran at load {la[0]:.1f}..{la[1]:.1f}")
     h = doc["host"]
-    if not parts and not any(r and r.get("load_before_after") for r in (row, other)) and \
+    if not parts and not any(r and (r.get("load_before_after") or r.get("cpu_window_s"))
+                             for r in (row, other)) and \
             max(h.get("load_start") or 0, h.get("load_end") or 0) > cores:
         parts.append(f"the whole run went from load {h['load_start']:.1f} to "
                      f"{h['load_end']:.1f}")
@@ -1374,6 +1400,10 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
                     f"{1e3 * limit['cpu_s_per_seed']:.2f} for the single-process pipeline "
                     f"({cps / limit['cpu_s_per_seed']:.1f}x) on a box of "
                     f"{doc['host']['cpus']} cores")
+        if g.get("cpu_s") and g.get("cpu_window_s"):
+            why += (f"; its processes kept {g['cpu_s'] / g['cpu_window_s']:.2f} of the "
+                    f"{doc['host']['cpus']} cores busy while it trained, so only less CPU per "
+                    "seed can raise it")
         oh = _overhead_text(g)
         if oh:
             why += "; " + oh
