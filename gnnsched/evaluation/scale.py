@@ -821,7 +821,9 @@ def run_gnnsched(st: ScaleSettings, cluster: ClusterSpec, job: JobSpec, plan: An
                        "peak_from": "runtime" if peak else ("/proc poll" if seen else None),
                        "cpu_s_total": p.get("cpu_s"),
                        "cpu_s_window": (watch.cpu_between(t0, t1, [pid])
-                                        if pid and t0 and t1 else None)}
+                                        if pid and t0 and t1 else None),
+                       # a gatherer's feature cache: rows, bytes, fill time, hits / lookups
+                       **{k: v for k, v in p.items() if k.startswith("cache_")}}
     coord = watch.procs.get(-1, {})
     roles["coordinator"] = {"machine": "(this process)", "peak_rss_bytes": coord.get("rss"),
                             "peak_from": "/proc poll",
