@@ -355,8 +355,16 @@ def _serve(cora_parts: Path, sharing: str, pre_rank: bool = True
     ctx = zmq.Context()
     store, coord, coord_ch = _store(ctx, cora_parts, sharing)
     if pre_rank:  # as the coordinator does once a batch is sampled: keys before requests
-        coord_ch.send(ctrl("rank", ranks=[[0, 9, "feat", [9]], [0, 1, "feat", [1]]]),
-                      store.ident.encode())
+        deadline = time.monotonic() + 10
+        while True:  # the store's control socket connects in the background: until it has,
+            try:     # the router cannot route to it (a loaded box takes a while)
+                coord_ch.send(ctrl("rank", ranks=[[0, 9, "feat", [9]], [0, 1, "feat", [1]]]),
+                              store.ident.encode())
+                break
+            except zmq.ZMQError as exc:
+                if exc.errno != zmq.EHOSTUNREACH or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
     running = threading.Event()
     running.set()
 
