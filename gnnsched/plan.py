@@ -319,6 +319,9 @@ def plan_dict_diff(a: Plan, b: Plan) -> list[str]:
             for k in sorted(set(x or {}) | set(y or {})):
                 if (x or {}).get(k) != (y or {}).get(k):
                     out.append(f"trainer {i}.{k}: {(x or {}).get(k)} -> {(y or {}).get(k)}")
+    for m in sorted(set(a.caches) | set(b.caches)):
+        if a.caches.get(m, 0) != b.caches.get(m, 0):
+            out.append(f"caches.{m}: {a.caches.get(m, 0)} -> {b.caches.get(m, 0)} rows")
     return out
 
 

@@ -19,7 +19,7 @@ from gnnsched.instance import Instance
 from gnnsched.placement import Problem, check_resources
 from gnnsched.placement.caches import size_caches
 from gnnsched.placement.placer import cache_bytes, usage
-from gnnsched.plan import Plan, TrainerPlan
+from gnnsched.plan import Plan, TrainerPlan, plan_dict_diff
 from gnnsched.profile import synthetic_profile
 from gnnsched.runtime.profiler import HOT_GRID, hot_rank
 from gnnsched.spec import SpecError, cluster_from_dict, job_from_dict
@@ -72,6 +72,7 @@ def test_caches_round_trip_and_bad_entries_are_named(tmp_path: Path) -> None:
         Plan.from_dict({**plan.to_dict(), "caches": [1, 2]}, "p.json")
     with pytest.raises(SpecError, match=r"caches\.nowhere.*not in cluster"):
         _plan(pb).with_caches({"nowhere": 5}).validate(pb.cluster)
+    assert plan_dict_diff(_plan(pb), plan) == ["caches.g0: 0 -> 1000 rows"]
 
 
 def test_caches_take_free_memory_and_a_cache_that_does_not_fit_is_refused() -> None:
