@@ -526,6 +526,18 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
                                                  if len(bp.notes) > 3 else [])
         base[name] = row
         compared.append(bp)
+        if name == "colocation" and cache_share > 0:  # what a DistDGL user would add by
+            # hand: colocation with caches sized by the same rule (hottest rows by degree)
+            from gnnsched.placement.caches import size_caches
+
+            bc = size_caches(problem, bp, cache_share)
+            if bc.caches and not usage(problem, bc).problems:
+                per_plan["colocation+cache"] = pc = per_plan_bound(problem.wl, bc, seed)
+                base["colocation+cache"] = {
+                    "epoch_time_s": ev(bc), "planning_s": dt, "per_plan_bound_s": pc.epoch_s,
+                    "caches": dict(bc.caches),
+                    **(_floors(pc) if simulated else iteration_floor(problem, bc, seed, False))}
+                compared.append(bc)
     lb = simulated_lower_bound(problem, outcome, compared, seed=seed)
     # simulated_lower_bound solves the model on the drawn mini-batches whatever the scorer
     scope = outcome.scope().replace(" (with the drawn mini-batches when simulated)", "")

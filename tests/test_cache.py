@@ -218,3 +218,20 @@ def test_a_plan_with_caches_fills_them_from_the_hot_order(tmp_path: Path) -> Non
     mine = cache_nodes(order, node_part, [0, 1], 0, 50)
     assert len(mine) == 50 and (node_part[mine] == 1).all()
     assert cache_nodes(order, node_part, [0, 1], 0, 0).size == 0
+
+
+def test_plan_with_caches_is_compared_with_colocation_and_the_same_caches() -> None:
+    """`gnnsched plan --cache-share`: the plan gets caches, and colocation is scored beside
+    it twice -- as it is, and with caches by the same rule (what a DistDGL user would add by
+    hand); caches only take bytes off the NICs, so neither is predicted slower with them."""
+    from gnnsched.placement.search import plan_and_compare
+
+    pb = _problem()
+    plan = plan_and_compare(pb, "gnnsched", seed=0, budget=2.0, cache_share=0.5)
+    assert plan.caches
+    base = plan.predicted["baselines"]
+    assert base["colocation+cache"]["caches"]
+    assert base["colocation+cache"]["epoch_time_s"] <= base["colocation"]["epoch_time_s"] * 1.001
+    plain = plan_and_compare(pb, "gnnsched", seed=0, budget=2.0)
+    assert not plain.caches and "colocation+cache" not in plain.predicted["baselines"]
+    assert plan.predicted["epoch_time_s"] <= plain.predicted["epoch_time_s"] * 1.001

@@ -125,17 +125,19 @@ def table(problem: Any, plan: Any) -> str:
             entries.append((name, None, f"cannot place: {row['error']}"))
             continue
         note = ""
-        if row.get("colocation_feasible") is False:
+        if name == "colocation+cache":
+            note = "colocation with caches by the same rule (a degree-ordered static cache)"
+        elif row.get("colocation_feasible") is False:
             note = "infeasible here: a trainer cannot run on a store of its data (see notes)"
         elif row.get("colocation_feasible"):
             note = "feasible: every trainer runs on a store of its partitions"
         entries.append((name, row["epoch_time_s"], note))
     for name, t, note in entries:
         if t is None:
-            lines.append(f"  {name:<12} {'-':>12}  {note}")
+            lines.append(f"  {name:<16} {'-':>12}  {note}")
             continue
         vs = f"{colo / t:5.2f}x vs colocation" if colo else ""
-        lines.append(f"  {name:<12} {_secs(t):>12}  {vs}  {note}".rstrip())
+        lines.append(f"  {name:<16} {_secs(t):>12}  {vs}  {note}".rstrip())
     lines.append("")
     lines.extend(bound_report(pr, ep))
     lines.append("")
