@@ -111,8 +111,8 @@ SCALE_SHAPES: dict[str, str] = {
                "and 4 cores each, 1 Gbit/s NICs (colocation must move its trainers; no "
                "DistDGL)",
 }
-CLUSTER_SYSTEMS = ("distdgl", "colocation+fifo", "gnnsched+fifo", "gnnsched+gnnsched",
-                   "gnnsched+gnnsched+cache")
+CLUSTER_SYSTEMS = ("distdgl", "colocation+fifo", "colocation+fifo+cache", "gnnsched+fifo",
+                   "gnnsched+gnnsched", "gnnsched+gnnsched+cache")
 DEFAULT_SYSTEMS = ("distdgl", "colocation+fifo", "gnnsched+gnnsched", "gnnsched+gnnsched+cache")
 # gnnsched as a user runs it on this shape: its placement and policy, and feature caches in
 # half of the memory its plan leaves free (`gnnsched plan --cache-share 0.5`)
@@ -122,10 +122,12 @@ LABELS = {"limit": "box's compute limit", "reference": "single-process reference
           "distdgl": "DistDGL", "colocation+fifo": "colocation + fifo",
           "gnnsched+fifo": "gnnsched placement + fifo",
           "gnnsched+gnnsched": "gnnsched (placement + policy), no caches",
-          "gnnsched+gnnsched+cache": "gnnsched (placement + policy + feature caches)"}
+          "gnnsched+gnnsched+cache": "gnnsched (placement + policy + feature caches)",
+          "colocation+fifo+cache": "colocation + fifo + the same caches (degree-ordered, "
+                                   "static)"}
 COLOURS = {"reference": "#9e9e9e", "distdgl": "#6a1b9a", "colocation+fifo": "#c62828",
            "gnnsched+fifo": "#81c784", "gnnsched+gnnsched": "#2e7d32",
-           "gnnsched+gnnsched+cache": "#1b5e20"}
+           "gnnsched+gnnsched+cache": "#1b5e20", "colocation+fifo+cache": "#ef9a9a"}
 GOALS = {"limit_fraction": 0.8, "vs_distdgl": 1.2, "vs_colocation": 1.0, "metric_points": 0.01,
          "partition_memory_x": 4.0}
 SUBNETS = {"plentiful": 20, "limited": 22}  # 10.78.X.0/24 (quick: X + 1)
@@ -823,7 +825,8 @@ def run_gnnsched(st: ScaleSettings, cluster: ClusterSpec, job: JobSpec, plan: An
                        "cpu_s_window": (watch.cpu_between(t0, t1, [pid])
                                         if pid and t0 and t1 else None),
                        # a gatherer's feature cache: rows, bytes, fill time, hits / lookups
-                       **{k: v for k, v in p.items() if k.startswith("cache_")}}
+                       **{k: v for k, v in p.items()
+                          if k.startswith("cache_") or k == "shm_rows"}}
     coord = watch.procs.get(-1, {})
     roles["coordinator"] = {"machine": "(this process)", "peak_rss_bytes": coord.get("rss"),
                             "peak_from": "/proc poll",
