@@ -1412,12 +1412,6 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         oh = _overhead_text(g)
         if oh:
             why += "; " + oh
-        wall = limit.get("wall_seeds_per_s")
-        if gs and wall and limit.get("by") == "CPU":
-            why += (f"; the limit here is the stricter reading (both cores kept busy by the "
-                    f"pipeline's CPU per seed); one process on both cores, the issue's own "
-                    f"measurement of the limit, reached {wall:.0f} seeds/s, which gnnsched "
-                    f"beats {gs / wall:.2f}x")
         nc = sy.get("gnnsched+gnnsched", {}).get("seeds_per_s")
         if HEADLINE != "gnnsched+gnnsched" and nc and lim.get("seeds_per_s"):
             why += (f"; without feature caches gnnsched trained {nc:.0f} seeds/s "
