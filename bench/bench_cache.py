@@ -1,6 +1,8 @@
 """Feature caches at the scale tier, on a NIC-bound shape (issue 30).
 
-Run: ``python bench/bench_cache.py [--repeats 1] [--shape limited] [--out docs/results/cache]``
+Run: ``python bench/bench_cache.py [--repeats 1] [--shape limited] [--cache-share 0.5]
+[--out docs/results/cache]`` (and ``--cache-share 0.01 --out docs/results/cache-partial``:
+caches of about a third of the features, where the hit rates test the coverage curve)
 
 It runs ``gnnsched bench --scale`` (1M-node products-like graph, the scale job) on the
 *limited* shape -- 2 GPU-less stores holding 2 partitions each and 2 hosts with 2 devices
@@ -54,7 +56,9 @@ def run(a: argparse.Namespace) -> Path:
             str(a.repeats), "--out", str(a.out)]
     if a.nodes:
         argv += ["--nodes", str(a.nodes)]
-    scale.run_scale(p.parse_args(argv))
+    args = p.parse_args(argv)
+    args.cache_share = a.cache_share
+    scale.run_scale(args)
     return Path(a.out) / "results.json"
 
 
@@ -181,6 +185,10 @@ def main() -> int:
     p.add_argument("--shape", default="limited", help="the scale bench's shape (NIC-bound: limited)")
     p.add_argument("--repeats", type=int, default=1, help="job seeds per system")
     p.add_argument("--nodes", type=int, default=0, help="graph size (default: the scale tier's 1M)")
+    p.add_argument("--cache-share", type=float, default=0.5,
+                   help="share of each gathering host's free memory for caches (0.5: on the "
+                        "limited shape every GPU host holds all features; 0.01: about a "
+                        "third of them, so hit rates test the coverage curve)")
     p.add_argument("--out", default=str(ROOT / "docs" / "results" / "cache"))
     p.add_argument("--judge-only", action="store_true",
                    help="judge an existing OUT/results.json again (no runs)")

@@ -169,6 +169,7 @@ class ScaleSettings:
     limit_batches: tuple[int, int] = (2, 6)  # warm-up, timed
     command: str = ""
     notes: list[str] = field(default_factory=list)
+    cache_share: float = CACHE_SHARE  # of free memory, for the systems with caches
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
@@ -202,6 +203,8 @@ def resolve(args: argparse.Namespace) -> ScaleSettings:
         command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]))
     if getattr(args, "normalize", None):
         st = replace(st, normalize=str(args.normalize))
+    if getattr(args, "cache_share", None) is not None:  # bench/bench_cache.py sets it
+        st = replace(st, cache_share=float(args.cache_share))
     if q:
         st = replace(st, hidden=64, fanouts=(10, 5, 5), batch=128, test_nodes=TEST_NODES_QUICK,
                      limit_batches=(1, 4))
@@ -992,7 +995,7 @@ def run_shape(st: ScaleSettings, steps: Steps, shape: str, parts: Path, cost: Pa
                 plan = (made or {}).get(key) or api.plan(
                     cluster, job, str(cost), placer=placer, seed=st.seed,
                     budget=st.budget if placer == "gnnsched" else None, partitions=parts,
-                    cache_share=CACHE_SHARE if key.endswith("+cache") else 0.0)
+                    cache_share=st.cache_share if key.endswith("+cache") else 0.0)
             except Exception as exc:  # noqa: BLE001 - recorded, the others still run
                 traceback.print_exc()
                 cfg["plans"][key] = {"error": error_text(exc)}
