@@ -68,7 +68,7 @@ def _plan(path: Path) -> Any:
     return Plan.load(path)
 
 
-def predicted(doc: dict[str, Any], cfg: dict[str, Any], work: Path) -> dict[str, Any]:
+def predicted(doc: dict[str, Any], cfg: dict[str, Any], out: Path) -> dict[str, Any]:
     """What the model predicts for the cached gnnsched plan: feature bytes saved per
     iteration (less the fill) and each caching machine's hit rate."""
     from gnnsched.instance import Instance
@@ -82,7 +82,7 @@ def predicted(doc: dict[str, Any], cfg: dict[str, Any], work: Path) -> dict[str,
     prof = CostProfile.load(doc["profile"]["file"]) if doc["profile"].get("file") else None
     if prof is None:
         return {}
-    run_dir = work / "runs" / shape
+    run_dir = out / "plans"  # copied there after the run: the next run reuses the work dir
     cached, plain = _plan(run_dir / "plan-gnnsched+cache.json"), _plan(run_dir / "plan-gnnsched.json")
     wl = Workload(cluster, job, prof)
     seed = int(doc["settings"]["seed"])
@@ -94,7 +94,11 @@ def predicted(doc: dict[str, Any], cfg: dict[str, Any], work: Path) -> dict[str,
         return tot / inst.K
 
     saved = remote_feat(plain) - remote_feat(cached)
-    fill = sum(cached.caches.values()) * prof.feature_bytes / wl.iterations
+    from gnnsched.placement.placer import gatherers
+
+    per = gatherers(cached)  # every gatherer on a machine fills its own copy
+    fill = sum(rows * per.get(m, 0) for m, rows in cached.caches.items()) \
+        * prof.feature_bytes / wl.iterations
     hits: dict[str, float] = {}
     for name, rows in cached.caches.items():
         m = cluster.machine_index(name)
@@ -116,11 +120,11 @@ def _target(name: str, config: str, value: float | None, goal: float, lower: boo
             "why": "" if met else why}
 
 
-def judge(doc: dict[str, Any], work: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def judge(doc: dict[str, Any], out: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     cfg = doc["configs"][0]
     shape, sy = cfg["shape"], cfg["systems"]
     g, u, s = (sy.get(k, {}) for k in SYSTEMS[1:2] + SYSTEMS[:1] + SYSTEMS[2:])
-    pred = predicted(doc, cfg, work)
+    pred = predicted(doc, cfg, out)
     out = []
     gs, us, ss = g.get("seeds_per_s"), u.get("seeds_per_s"), s.get("seeds_per_s")
     out.append(_target("gnnsched with caches >= 1.3x gnnsched without", shape,
@@ -197,10 +201,17 @@ def main() -> int:
     if not a.judge_only:
         path = run(a)
     doc = json.loads(path.read_text())
-    work = Path(doc["settings"]["work"])
+    out = Path(a.out)
+    if not a.judge_only:  # keep the plans judged with the results
+        import shutil
+
+        (out / "plans").mkdir(exist_ok=True)
+        shape = doc["configs"][0]["shape"]
+        for f in (Path(doc["settings"]["work"]) / "runs" / shape).glob("plan-*.json"):
+            shutil.copy(f, out / "plans" / f.name)
     if "scale_targets" not in doc:
         doc["scale_targets"] = doc.get("targets", [])
-    doc["targets"], doc["cache"] = judge(doc, work)
+    doc["targets"], doc["cache"] = judge(doc, out)
     doc["goals_cache"] = GOALS
     path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     lines = ["", "## Feature caches (issue 30): targets", "",
