@@ -8,7 +8,6 @@ accuracy, fewer bytes from the stores.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -135,22 +134,6 @@ def test_hot_rank_orders_each_partition_by_in_degree() -> None:
 
 
 # ---------------------------------------------------------------------- the runtime
-
-
-@pytest.fixture(scope="module")
-def lab4(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Plan, Path]:
-    from gnnsched.datasets import load_dataset, partition_graph
-    from gnnsched.spec import load_cluster, load_job
-
-    cluster, job = load_cluster(LAB4 / "cluster.yaml"), load_job(LAB4 / "job.yaml")
-    job = replace(job, epochs=2)
-    parts = tmp_path_factory.mktemp("cora4c")
-    partition_graph(load_dataset(job.dataset, split=job.split), job.num_parts, parts,
-                    method=job.part_method, seed=job.seed)
-    plan = Plan("hand", cluster.name, cluster.fingerprint(), (
-        TrainerPlan(0, "gpu0", 0, (0, 1), (("store0", 1),), "store0"),
-        TrainerPlan(1, "gpu1", 0, (2, 3), (("store1", 1),), "gpu1")))
-    return cluster, job, plan, parts
 
 
 def _train(lab4: tuple, plan: Plan, out: Path) -> Any:

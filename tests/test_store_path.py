@@ -18,7 +18,6 @@ import json
 import os
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -240,23 +239,6 @@ def test_buffer_pool_reuses_only_unreferenced_buffers() -> None:
 
 
 # ------------------------------------------------------------------ end to end
-
-
-@pytest.fixture(scope="module")
-def lab4(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Any, Path]:
-    from gnnsched.datasets import load_dataset, partition_graph
-    from gnnsched.plan import Plan, TrainerPlan
-    from gnnsched.spec import load_cluster, load_job
-
-    cluster, job = load_cluster(LAB4 / "cluster.yaml"), load_job(LAB4 / "job.yaml")
-    job = replace(job, epochs=2)
-    parts = tmp_path_factory.mktemp("cora4")
-    partition_graph(load_dataset(job.dataset, split=job.split), job.num_parts, parts,
-                    method=job.part_method, seed=job.seed)
-    plan = Plan("hand", cluster.name, cluster.fingerprint(), (
-        TrainerPlan(0, "gpu0", 0, (0, 1), (("store0", 1),), "store0"),
-        TrainerPlan(1, "gpu1", 0, (2, 3), (("store1", 1),), "gpu1")))
-    return cluster, job, plan, parts
 
 
 @pytest.fixture(scope="module")
