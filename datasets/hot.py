@@ -14,6 +14,7 @@ directory is read-only.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -26,11 +27,14 @@ HOT_FILE = "hot_order.npy"
 
 def in_degrees(pset: PartitionSet) -> np.ndarray:
     """In-degree of every node (original ids), summed part by part."""
+    import json
+
     from gnnsched.compat import dgl
 
+    meta = json.loads(pset.config.read_text())
     deg = np.zeros(pset.num_nodes, dtype=np.int64)
     for i in range(pset.num_parts):
-        graphs, _ = dgl.load_graphs(str(pset.root / _part_graph(pset, i)))
+        graphs, _ = dgl.load_graphs(str(pset.root / meta[f"part-{i}"]["part_graph"]))
         g = graphs[0]
         inner = g.ndata["inner_node"].bool()
         local_deg = g.in_degrees().numpy()[inner.numpy()]
@@ -38,13 +42,6 @@ def in_degrees(pset: PartitionSet) -> np.ndarray:
         deg[pset.orig_nids[new_ids]] = local_deg
         del graphs, g
     return deg
-
-
-def _part_graph(pset: PartitionSet, i: int) -> str:
-    import json
-
-    meta = json.loads(pset.config.read_text())
-    return str(Path(meta[f"part-{i}"]["part_graph"]))
 
 
 def hot_order(pset: PartitionSet) -> np.ndarray:
@@ -71,7 +68,7 @@ def hot_order(pset: PartitionSet) -> np.ndarray:
 def _candidates(pset: PartitionSet) -> list[Path]:
     home = Path(os.environ.get("GNNSCHED_CACHE", Path.home() / ".cache" / "gnnsched"))
     key = str(pset.meta.get("sha256", {}).get("node_part.npy", ""))[:16] or \
-        str(abs(hash(str(pset.root.resolve()))))
+        hashlib.sha256(str(pset.root.resolve()).encode()).hexdigest()[:16]
     return [pset.root / HOT_FILE, home / "hot" / f"{key}-{HOT_FILE}"]
 
 
