@@ -240,12 +240,26 @@ def simulate(cluster: Inputs | ClusterSpec | str | Path, job: JobSpec | str | Pa
              plan: Plan | str | Path | None = None,
              cost: CostProfile | str | Path | None = None, *, policy: Any = "gnnsched",
              seed: int = 0, iterations: int | None = None, record: bool = False,
-             nic_window_s: float | None = None, any_job: bool = False) -> SimResult:
+             network: str | None = None, nic_window_s: float | None = None,
+             any_job: bool = False) -> SimResult:
     """Predict a plan's run with the simulator (``policy`` a name or a Policy). The first
-    argument may be :class:`Inputs` from :func:`prepare` instead of cluster, job and plan."""
+    argument may be :class:`Inputs` from :func:`prepare` instead of cluster, job and plan.
+
+    ``network`` is the NIC model (:data:`gnnsched.simulator.NETWORKS`): ``"windowed"``, the
+    default, is what the runtime does (send windows of ``nic_window_s`` seconds of egress,
+    default the runtime's :data:`gnnsched.workload.NIC_WINDOW_S`); ``"ideal"`` NICs serve
+    their queue as the policy says. The result's ``meta["network"]`` names the model used
+    (and ``meta["nic_window_s"]`` its window)."""
     from gnnsched.policy import get_policy
+    from gnnsched.simulator import network_window
     from gnnsched.simulator import simulate as run_sim
 
+    try:
+        network, window = network_window(network, nic_window_s)
+    except ValueError as exc:
+        raise SpecError("--network" if network is not None else "--nic-window", "",
+                        str(exc), "windowed (the runtime's NICs, the default) or ideal"
+                        ) from None
     if isinstance(cluster, Inputs):
         inp = cluster
     else:
@@ -256,8 +270,10 @@ def simulate(cluster: Inputs | ClusterSpec | str | Path, job: JobSpec | str | Pa
         pol = get_policy(policy)
     except ValueError as exc:
         raise SpecError("--policy", "", str(exc)) from None
-    return run_sim(inp.cluster, inp.job, inp.plan, inp.profile, pol, seed=seed,
-                   iterations=iterations, record=record, nic_window_s=nic_window_s)
+    res = run_sim(inp.cluster, inp.job, inp.plan, inp.profile, pol, seed=seed,
+                  iterations=iterations, record=record, nic_window_s=window)
+    res.meta["network"] = network
+    return res
 
 
 def train(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path, plan: Plan | str | Path,

@@ -6,7 +6,10 @@ Prints where each task runs, the predicted epoch time of this plan and of every 
 *per-plan bound* no schedule of this placement beats, and the *any-placement bound* no
 placement beats: CP-SAT's proven bound, lowered to every compared plan's own), in the words
 and numbers ``gnnsched simulate`` prints for the same plan and seed, and why: the most loaded
-resource and the longest dependency chain per iteration.
+resource and the longest dependency chain per iteration. The heading names the network model
+the plans were simulated on; where the placer scored them on another than the runtime's (the
+ideal NICs), one more row gives this plan on the runtime's network (150 ms send windows),
+the epoch ``gnnsched simulate`` prints by default.
 Every store must hold its partitions in ``memory_gb`` (their real sizes from ``--partitions``,
 the job's ``partitions`` or its cached partitions, else the profile's estimate): a cluster
 where one cannot is refused, naming the host, the partitions and the bytes. Writes the plan as
@@ -83,8 +86,39 @@ def _secs(s: float) -> str:
     return f"{s:.4g} s"
 
 
-def table(problem: Any, plan: Any) -> str:
-    """The human-readable report: tasks per trainer, then times against the baselines."""
+def scored_network(pr: dict[str, Any]) -> str | None:
+    """The network model the plan's predicted epochs were simulated with: what the plan
+    records (``network``), else read from ``scored_by`` — the placer's simulator scorer
+    (:func:`gnnsched.placement.placer.simulator_scorer`) runs the ideal network unless it
+    says otherwise; None when the plan was not scored by the simulator."""
+    if pr.get("network"):
+        return str(pr["network"])
+    how = str(pr.get("scored_by", ""))
+    if not how.startswith("simulator"):
+        return None
+    return "windowed" if "windowed" in how else "ideal"
+
+
+def runtime_prediction(problem: Any, plan: Any, seed: int) -> dict[str, Any] | None:
+    """This plan simulated on the network the runtime drives (``gnnsched simulate``'s
+    default, :data:`gnnsched.simulator.DEFAULT_NETWORK`), when the placer scored it on another
+    one; None when the plan's own prediction already is that model's."""
+    from gnnsched import api
+    from gnnsched.simulator import DEFAULT_NETWORK
+
+    pr = plan.predicted
+    if scored_network(pr) in (None, DEFAULT_NETWORK):
+        return None
+    res = api.simulate(problem.cluster, problem.job, plan, problem.profile, seed=seed,
+                       network=DEFAULT_NETWORK)
+    return {"network": res.meta["network"], "nic_window_s": res.meta["nic_window_s"],
+            "epoch_time_s": float(res.epoch_time_s),
+            "iteration_time_s": float(res.iteration_time_s)}
+
+
+def table(problem: Any, plan: Any, runtime: dict[str, Any] | None = None) -> str:
+    """The human-readable report: tasks per trainer, then times against the baselines, and
+    ``runtime`` (:func:`runtime_prediction`): this plan on the runtime's network."""
     pr = plan.predicted
     cl, job = problem.cluster, problem.job
     lines = [f"plan: {plan.placer} for job {job.name!r} ({job.trainers} trainers, "
@@ -115,7 +149,9 @@ def table(problem: Any, plan: Any) -> str:
                      + "; ".join(shown_c) + (" ..." if len(plan.caches) > 8 else ""))
     lines.append("")
     ep = pr["epoch_time_s"]
-    lines.append("predicted epoch time")
+    net = scored_network(pr)
+    lines.append("predicted epoch time" + ("" if net is None else
+                                           f" (simulated on the {net} network)"))
     base = pr.get("baselines", {})
     colo = base.get("colocation", {}).get("epoch_time_s")
     entries = [(plan.placer, ep, "this plan" + (" (trainers placed as colocation places them)"
@@ -138,6 +174,12 @@ def table(problem: Any, plan: Any) -> str:
             continue
         vs = f"{colo / t:5.2f}x vs colocation" if colo else ""
         lines.append(f"  {name:<16} {_secs(t):>12}  {vs}  {note}".rstrip())
+    if runtime is not None:
+        t = _secs(runtime["epoch_time_s"])
+        lines.append(f"  {plan.placer:<16} {t:>12}  {'':20}  this plan on the "
+                     f"{runtime['network']} network, as the runtime sends (send windows of "
+                     f"{runtime['nic_window_s'] * 1e3:g} ms; `gnnsched simulate` prints this by "
+                     f"default; the plans above were scored on the {net} network)")
     lines.append("")
     lines.extend(bound_report(pr, ep))
     lines.append("")
@@ -236,15 +278,19 @@ def run(args: argparse.Namespace) -> int:
 
         draw(problem, plan, args.plot)
     pr = plan.predicted
+    runtime = runtime_prediction(problem, plan, args.seed)
     if args.json:
         keys = ("placer", "epoch_time_s", "per_plan_bound_s", "any_placement_bound_s",
                 "bounds", "lower_bound_s", "baselines", "bottleneck",
                 "bottleneck_iteration_s", "chain_iteration_s", "iteration_s", "iterations",
                 "speedup_vs_colocation", "scored_by", "planning_s")
         out = {k: pr[k] for k in keys if k in pr}
+        out["network"] = scored_network(pr)
+        if runtime is not None:
+            out["runtime_network"] = runtime
         out.update(out=str(args.out), plot=args.plot, notes=list(plan.notes))
         print(json.dumps(out, default=float))
     else:
-        print(table(problem, plan))
+        print(table(problem, plan, runtime))
         print(f"\nwrote {args.out}" + (f" and {args.plot}" if args.plot else ""))
     return 0

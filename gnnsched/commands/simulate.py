@@ -8,6 +8,9 @@ prints them: the *per-plan bound* (computed here, on the whole epoch's draws wha
 ``--iterations``) and the *any-placement bound* (CP-SAT's, recorded in the plan by ``gnnsched
 plan``, shown where the plan's draws are these), then where the critical path spends its time
 and the busiest resources.
+The NICs are modelled as the runtime drives them by default (``--network windowed``: send
+windows of the runtime's 150 ms, ``--nic-window MS`` to change it); ``--network ideal`` makes
+them serve their queue as the policy says. The output names the model (``network``).
 ``--json`` prints one object instead; ``--gantt`` draws the schedule.
 """
 
@@ -38,13 +41,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=seed_int, default=0, help="seed of the mini-batch draws")
     p.add_argument("--iterations", type=positive_int, default=None,
                    help="simulate this many iterations and extrapolate the epoch")
+    from gnnsched.simulator import DEFAULT_NETWORK, NETWORKS
+    from gnnsched.workload import NIC_WINDOW_S
+
+    p.add_argument("--network", choices=list(NETWORKS), default=None,
+                   help="NIC model. windowed (default): as the gnnsched runtime drives them: "
+                        "each sender hands transfers to its kernel, in the policy's order, "
+                        "while less than its send window of egress is queued there, and the "
+                        "kernel sends them over one connection per receiver, in that order, "
+                        "connections sharing the NICs fairly. ideal: NICs that serve their "
+                        "queue as the policy says (strict priority or fair sharing), no window "
+                        f"(default: {DEFAULT_NETWORK})")
     p.add_argument("--nic-window", type=milliseconds, default=None, metavar="MS",
-                   help="model NICs as the gnnsched runtime drives them: each sender hands "
-                        "transfers to its kernel, in the policy's order, while less than MS "
-                        "milliseconds of its egress are queued there, and the kernel sends "
-                        "them over one connection per receiver, in that order, connections "
-                        "sharing the NICs fairly (the runtime's stores use 150; "
-                        "default: ideal NICs that serve their queue as the policy says)")
+                   help="the windowed network's send window, in milliseconds of a sender's "
+                        f"egress (default: the runtime's, {NIC_WINDOW_S * 1e3:g}); implies "
+                        "--network windowed")
     p.add_argument("--any-job", action="store_true",
                    help="use a plan made for a different job (batch size, fan-outs, ...; a "
                         "warning says what differs) instead of refusing it")
@@ -60,18 +71,27 @@ def _fmt(s: float) -> str:
     return f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.3f} s"
 
 
+def network_text(network: str | None, window: float | None, sharing: str | None) -> str:
+    """The network model in words: "windowed network (runtime NICs: ...)" or "ideal ..."."""
+    from gnnsched.simulator import network_name
+
+    network = network or network_name(window)
+    if window is None:
+        return f"{network} network ({sharing} NICs serving their queue as the policy says)"
+    return f"{network} network (runtime NICs: connections behind a {window * 1e3:g} ms window)"
+
+
 def report(res: Any, per: Any, anyb: Any = None, why_missing: str = "") -> str:
     """The text report; `per` and `anyb` are the plan's bounds (:mod:`gnnsched.bounds`),
     printed by :func:`gnnsched.bounds.bound_lines` as ``gnnsched plan`` prints them."""
     from gnnsched.bounds import bound_lines, ratio_line
 
     window = res.meta.get("nic_window_s")
-    nics = (f"{res.meta['sharing']} NICs" if window is None else
-            f"runtime NICs: connections behind a {window * 1e3:g} ms window")
+    nics = network_text(res.meta.get("network"), window, res.meta.get("sharing"))
     what = "the simulated epoch" + (f" (extrapolated from {res.iterations} iterations: the "
                                     "bounds hold for whole simulated epochs)"
                                     if res.extrapolated else "")
-    lines = [f"policy {res.policy} ({nics}), {res.iterations} iterations"
+    lines = [f"policy {res.policy} on the {nics}, {res.iterations} iterations"
              + (" simulated, epoch extrapolated" if res.extrapolated else ""),
              f"  epoch time        {_fmt(res.epoch_time_s)}",
              f"  iteration time    {_fmt(res.iteration_time_s)} (steady state)",
@@ -101,11 +121,14 @@ def run(args: argparse.Namespace) -> int:
     if args.nic_window is not None and not args.nic_window > 0:
         raise SpecError("--nic-window", "", f"must be > 0 milliseconds, got {args.nic_window}",
                         "150 (what the runtime's stores queue), or leave it out")
+    if args.network == "ideal" and args.nic_window is not None:
+        raise SpecError("--nic-window", "", "the ideal network has no send window",
+                        "leave out --nic-window, or use --network windowed")
     inp = api.prepare(args.cluster, args.job, args.plan, args.cost, verb="simulate",
                       any_job=args.any_job)
     cluster, job, plan, profile = inp.cluster, inp.job, inp.plan, inp.profile
     res = api.simulate(inp, policy=args.policy, seed=args.seed, iterations=args.iterations,
-                       record=bool(args.gantt or args.timeline),
+                       record=bool(args.gantt or args.timeline), network=args.network,
                        nic_window_s=None if args.nic_window is None else args.nic_window / 1e3)
     timeline = None
     if args.timeline:
@@ -118,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
         from gnnsched.gantt import draw
 
         draw(res, args.gantt, title=f"{plan.placer} plan, {res.policy} policy: epoch "
-             f"{res.makespan_s:.4g} s, per-plan bound {per.epoch_s:.4g} s")
+             f"{res.makespan_s:.4g} s ({res.meta['network']} network), per-plan bound "
+             f"{per.epoch_s:.4g} s")
     if args.json:
         out = res.summary()
         # the simulated instance's own bound (of the iterations run) gives way to the named

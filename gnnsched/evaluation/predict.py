@@ -27,37 +27,48 @@ from gnnsched.spec import ClusterSpec, JobSpec
 if TYPE_CHECKING:
     from gnnsched.simulator import SimResult
 
+# The network every prediction here is simulated on: the runtime's (``gnnsched simulate``'s
+# default, :data:`gnnsched.simulator.DEFAULT_NETWORK`, with the runtime's send window).
+NETWORK = "windowed"
+
+
+def runtime_window() -> float | None:
+    """``nic_window_s`` of :data:`NETWORK` (:func:`gnnsched.simulator.network_window`)."""
+    from gnnsched.simulator import network_window
+
+    return network_window(NETWORK)[1]
+
 
 def steady_epoch(cluster: ClusterSpec, job: JobSpec, plan: Plan, prof: CostProfile,
                  policy: str, seed: int, *, record: bool = False
                  ) -> tuple[float, float, SimResult]:
     """A measured run's epoch as the simulator predicts it: three epochs simulated back to
-    back, with the runtime's NIC window (stores hand transfers to their kernel while less
-    than ``gnnsched.workload.NIC_WINDOW_S`` of their egress is queued there, one TCP
-    connection per receiver). Returns the middle epoch's seconds (the steady state: like a measured epoch
+    back, on the runtime's network (:data:`NETWORK`: stores hand transfers to their kernel
+    while less than ``gnnsched.workload.NIC_WINDOW_S`` of their egress is queued there, one
+    TCP connection per receiver). Returns the middle epoch's seconds (the steady state: like a measured epoch
     after the first, it starts with mini-batches the epoch before prefetched and prefetches
     for the next; the last would only receive), the first epoch's, and the simulation."""
     from gnnsched.simulator import simulate
-    from gnnsched.workload import NIC_WINDOW_S
 
     K = prof.iterations_per_epoch(job.trainers, job.batch_size)
     r = simulate(cluster, job, plan, prof, policy, seed=seed, iterations=3 * K, record=record,
-                 nic_window_s=NIC_WINDOW_S)
+                 nic_window_s=runtime_window())
     return float(r.barriers[2 * K - 1] - r.barriers[K - 1]), float(r.barriers[K - 1]), r
 
 
 def simulate_system(cluster: ClusterSpec, job: JobSpec, plan: Plan, prof: CostProfile,
                     policy: str, seed: int) -> dict[str, Any]:
     """Simulated epoch (full and steady-state, :func:`steady_epoch`, mean over
-    ``SIM_SEEDS`` simulator seeds), per-plan bound, stages per iteration."""
+    ``SIM_SEEDS`` simulator seeds), per-plan bound, stages per iteration, all on the
+    runtime's network (``network``, ``nic_window_s``)."""
     from gnnsched.simulator import simulate
-    from gnnsched.workload import NIC_WINDOW_S
 
     K = prof.iterations_per_epoch(job.trainers, job.batch_size)
     sims = [steady_epoch(cluster, job, plan, prof, policy, seed + i) for i in range(SIM_SEEDS)]
     steady = [s for s, _, _ in sims]
     first = [f for _, f, _ in sims]
-    r0 = simulate(cluster, job, plan, prof, policy, seed=seed, nic_window_s=NIC_WINDOW_S)
+    window = runtime_window()
+    r0 = simulate(cluster, job, plan, prof, policy, seed=seed, nic_window_s=window)
     W = len(r0.stages)
     stages = {k: float(statistics.fmean(st[k] for st in sims[0][2].stages)) / (3 * K)
               for k in ("sample", "fetch", "train", "stall", "barrier")}
@@ -78,7 +89,8 @@ def simulate_system(cluster: ClusterSpec, job: JobSpec, plan: Plan, prof: CostPr
             "stages": {"input": stages["stall"], "train": stages["train"],
                        "barrier": stages["barrier"], "sample": stages["sample"],
                        "fetch": stages["fetch"]},
-            "critical_share": dict(r0.critical_share)}
+            "critical_share": dict(r0.critical_share), "network": NETWORK,
+            "nic_window_s": window}
 
 
 def row_steps(row: dict[str, Any]) -> Steps:

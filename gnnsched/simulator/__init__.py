@@ -24,6 +24,11 @@ Semantics (the costs themselves come from :class:`gnnsched.workload.Workload`):
   its kernel, in the policy's order, while less than that many seconds of its egress are
   queued there, and the kernel sends them over one TCP connection per receiver, in that
   order, connections sharing the NICs fairly (:class:`_WindowNet`).
+* **Network model** of the user-facing prediction (:func:`gnnsched.api.simulate`, ``gnnsched
+  simulate``): ``windowed`` by default, the runtime's NICs with the runtime's window
+  (:data:`gnnsched.workload.NIC_WINDOW_S`); ``ideal`` is the policy's ``sharing`` above
+  (:func:`network_window` maps the name to ``nic_window_s``). :func:`simulate` itself keeps
+  ``nic_window_s=None`` (ideal) as its default: placement scores with it.
 * **Training**: ``train_s / speed`` on the trainer's device once the block and the features
   arrived and the previous iteration's all-reduce finished. When every trainer finished
   batch ``k``, a ring all-reduce of ``Workload.allreduce_s`` runs; during it each trainer
@@ -47,6 +52,8 @@ per-batch timestamps, per-resource utilisation, per-trainer stage times, the cri
 with ``record=True``, the timeline as :class:`Span` rows.
 """
 
+from __future__ import annotations
+
 from gnnsched.instance import Instance, workload_for
 from gnnsched.simulator.engine import (
     KINDS,
@@ -58,6 +65,47 @@ from gnnsched.simulator.engine import (
     simulate,
 )
 from gnnsched.simulator.network import _FairNet, _Flow, _PriorityNet, _WindowNet
+from gnnsched.workload import NIC_WINDOW_S
 
-__all__ = ["KINDS", "Instance", "Segment", "SimResult", "Span", "critical_path", "run",
-           "simulate", "workload_for", "_FairNet", "_Flow", "_PriorityNet", "_WindowNet"]
+# The network models a prediction can use, by name: what each means, for help texts and output.
+NETWORKS = {
+    "windowed": "the runtime's NICs: each store hands transfers to its kernel, in the "
+                "policy's order, while less than its send window of egress is queued there, "
+                "one TCP connection per receiver, connections sharing the NICs fairly",
+    "ideal": "ideal NICs that serve their queue as the policy's sharing says (strict priority "
+             "or max-min fair), with no send window",
+}
+DEFAULT_NETWORK = "windowed"  # what the runtime does; `gnnsched simulate`'s and the API's default
+
+
+def network_window(network: str | None = None, nic_window_s: float | None = None
+                   ) -> tuple[str, float | None]:
+    """The network model's name and the ``nic_window_s`` the engine takes for it.
+
+    ``network`` None is :data:`DEFAULT_NETWORK`, unless a window is given (which only the
+    windowed model has). ``windowed`` uses ``nic_window_s``, else the runtime's
+    :data:`~gnnsched.workload.NIC_WINDOW_S`; ``ideal`` has no window, and refuses one.
+    """
+    if network is None:
+        network = DEFAULT_NETWORK
+    if network not in NETWORKS:
+        raise ValueError(f"unknown network model {network!r} (valid: "
+                         f"{', '.join(NETWORKS)})")
+    if nic_window_s is not None and not nic_window_s > 0:
+        raise ValueError(f"nic_window_s must be > 0 seconds or None, got {nic_window_s!r}")
+    if network == "ideal":
+        if nic_window_s is not None:
+            raise ValueError("the ideal network has no send window: drop nic_window_s, or "
+                             "use the windowed network")
+        return network, None
+    return network, NIC_WINDOW_S if nic_window_s is None else float(nic_window_s)
+
+
+def network_name(nic_window_s: float | None) -> str:
+    """The model a simulation used, from its ``meta["nic_window_s"]``."""
+    return "ideal" if nic_window_s is None else "windowed"
+
+
+__all__ = ["DEFAULT_NETWORK", "KINDS", "NETWORKS", "Instance", "Segment", "SimResult", "Span",
+           "critical_path", "network_name", "network_window", "run", "simulate",
+           "workload_for", "_FairNet", "_Flow", "_PriorityNet", "_WindowNet"]
