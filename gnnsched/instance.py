@@ -130,19 +130,19 @@ class Instance:
             ss, ts, bl, fe, st, ft = [], [], [], [], [], []
             Fw = self.F[w]
             share = wl.cache_share(Fw, plan.caches.get(t.fetch_at, 0)) if plan.caches else 0.0
-            for q, i in wl.draws(t.parts, seed, K):
+            ld = wl.load(t.parts, t.shares)  # the trainer's batch over the profile's
+            for q, i in wl.draws(t.parts, seed, K, t.shares):
                 pp = prof.part(q)
-                ss.append(float(pp.sample_s[i]))
-                ts.append(float(pp.train_s[i]) / self.speed[w])
-                bl.append(float(pp.edges[i]) * EDGE_BYTES)
-                if share > 0:  # cached rows are read at F, not fetched (the relay F -> T,
-                    # if any, still carries every row: feat_total below is unchanged)
-                    miss = 1.0 - wl.cache_hit(q, share)
-                    fe.append(tuple((m, b * miss if m != Fw else b) for m, b in tab.feat[q][i]))
-                else:
-                    fe.append(tab.feat[q][i])
-                st.append(tab.struct[q][i])
-                ft.append(sum(b for _, b in tab.feat[q][i]))
+                ss.append(ld * float(pp.sample_s[i]))
+                ts.append(ld * float(pp.train_s[i]) / self.speed[w])
+                bl.append(ld * float(pp.edges[i]) * EDGE_BYTES)
+                # cached rows are read at F, not fetched (the relay F -> T, if any, still
+                # carries every row: feat_total below is unchanged)
+                miss = 1.0 - wl.cache_hit(q, share) if share > 0 else 1.0
+                fe.append(tuple((m, ld * b * (miss if m != Fw else 1.0))
+                                for m, b in tab.feat[q][i]))
+                st.append(tuple((m, ld * b) for m, b in tab.struct[q][i]))
+                ft.append(ld * sum(b for _, b in tab.feat[q][i]))
             self.sample_s.append(ss)
             self.train_s.append(ts)
             self.block.append(bl)
@@ -173,10 +173,10 @@ class Instance:
         # expected costs (what a policy may know before anything is sampled)
         self.exp_sample, self.exp_train, self.exp_fetch, self.buffer = [], [], [], []
         for w, t in enumerate(plan.trainers):
-            c = wl.trainer_cost(t.parts)
+            c = wl.trainer_cost(t.parts, t.shares)
             self.exp_sample.append(c.sample_s)
             self.exp_train.append(c.train_s / self.speed[w])
-            miss = wl.cache_miss(plan, self.F[w], t.parts)
+            miss = wl.cache_miss(plan, self.F[w], t.parts, t.shares)
             self.exp_fetch.append(self._fetch_alone(
                 w, {m: (b * miss if m != self.F[w] else b) for m, b in c.feat_from.items()},
                 c.feat_bytes))

@@ -50,18 +50,36 @@ def _trainer(r: _Reader, i: int) -> TrainerPlan:
                                                         maximum=MAX_SAMPLERS)))
         s.done()
     fetch_at = r.string("fetch_at", machine)
+    shares: list[float] = []
+    raw = r.raw("shares", None)
+    if raw is not None:
+        if not isinstance(raw, list) or len(raw) != len(parts):
+            raise SpecError(r.source, r._p("shares"),
+                            f"must be a list of {len(parts)} numbers (one per entry of parts), "
+                            f"got {raw!r}", "fractions in (0, 1], or no shares (whole parts)")
+        for j, v in enumerate(raw):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+                raise SpecError(r.source, f"{r._p('shares')}[{j}]",
+                                f"must be a fraction of partition {parts[j]}'s training "
+                                f"seeds, got {v!r}", "a number in (0, 1]")
+            shares.append(float(v))
     r.done()
-    return TrainerPlan(tid, machine, device, tuple(parts), tuple(samplers), fetch_at)
+    return TrainerPlan(tid, machine, device, tuple(parts), tuple(samplers), fetch_at,
+                       tuple(shares) if any(v < 1 for v in shares) else ())
 
 
 @dataclass(frozen=True)
 class TrainerPlan:
     """One trainer and the tasks that feed it.
 
-    ``parts``: partitions whose training seeds this trainer owns. ``samplers``: sampler
-    processes building its mini-batches, as (machine, count). ``fetch_at``: the machine where
-    its feature gathering runs — the trainer's own machine means it pulls from every store; a
-    store or any other machine means that machine gathers and pushes one message (a relay).
+    ``parts``: partitions whose training seeds this trainer owns. ``shares``: the fraction
+    of each of those partitions' seeds it owns (empty: all of them). Several trainers may
+    share a partition, so trainers may outnumber partitions; the trainers sharing a partition
+    take consecutive slices of its seeds in trainer-id order (:func:`seed_slices`).
+    ``samplers``: sampler processes building its mini-batches, as (machine, count).
+    ``fetch_at``: the machine where its feature gathering runs — the trainer's own machine
+    means it pulls from every store; a store or any other machine means that machine gathers
+    and pushes one message (a relay).
     """
 
     id: int
@@ -70,16 +88,49 @@ class TrainerPlan:
     parts: tuple[int, ...]
     samplers: tuple[tuple[str, int], ...]
     fetch_at: str
+    shares: tuple[float, ...] = ()
 
     @property
     def num_samplers(self) -> int:
         return sum(c for _, c in self.samplers)
 
+    @property
+    def seed_shares(self) -> tuple[float, ...]:
+        """The share of every owned partition's seeds, one per entry of ``parts``."""
+        return self.shares or (1.0,) * len(self.parts)
+
+    @property
+    def owned(self) -> tuple[tuple[int, float], ...]:
+        """(partition, share) pairs, sorted: the trainer's seeds as a cache key."""
+        return tuple(sorted(zip(self.parts, self.seed_shares)))
+
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "machine": self.machine, "device": self.device,
                 "parts": list(self.parts),
+                **({"shares": [round(v, 9) for v in self.shares]} if self.shares else {}),
                 "samplers": [{"machine": m, "count": c} for m, c in self.samplers],
                 "fetch_at": self.fetch_at}
+
+
+SHARE_TOL = 1e-6  # a partition's shares must sum to 1 within this
+
+
+def seed_slices(trainers: Any) -> dict[int, dict[int, tuple[float, float]]]:
+    """trainer id -> {partition: (from, to)}: the slice of the partition's seeds (as
+    fractions of its seeds in a fixed seeded order) that the trainer owns. Trainers sharing a
+    partition take consecutive slices in trainer-id order; a whole partition is (0, 1)."""
+    start: dict[int, float] = {}
+    out: dict[int, dict[int, tuple[float, float]]] = {}
+    for t in sorted(trainers, key=lambda t: t.id):
+        mine = out.setdefault(t.id, {})
+        for p, s in zip(t.parts, t.seed_shares):
+            lo = start.get(p, 0.0)
+            hi = min(1.0, lo + s)
+            if hi > 1.0 - SHARE_TOL:
+                hi = 1.0
+            mine[p] = (lo, hi)
+            start[p] = hi
+    return out
 
 
 @dataclass(frozen=True)
@@ -143,8 +194,8 @@ class Plan:
 
     def key(self) -> tuple:
         """Hashable identity of the placement itself (for search caches)."""
-        return tuple((t.machine, t.device, t.parts, tuple(sorted(t.samplers)), t.fetch_at)
-                     for t in self.trainers)
+        return tuple((t.machine, t.device, t.parts, t.shares, tuple(sorted(t.samplers)),
+                      t.fetch_at) for t in self.trainers)
 
     @classmethod
     def from_dict(cls, d: Any, source: str = "<plan>") -> Plan:
@@ -232,7 +283,8 @@ class Plan:
                             f"{cluster.source}", "re-run `gnnsched plan` for this cluster")
         names = {m.name for m in cluster.machines}
         used: dict[tuple[str, int], int] = {}
-        owned: dict[int, int] = {}
+        owned: dict[int, list[int]] = {}
+        share_sum: dict[int, float] = {}
         per_machine: dict[str, int] = {}
         for i, t in enumerate(self.trainers):
             where = f"trainers[{i}]"
@@ -276,21 +328,35 @@ class Plan:
                                     f"at most {SAMPLERS_PER_CPU} x cpus = {cap} per machine")
             if t.fetch_at != t.machine and not cluster.machine(t.fetch_at).can("fetch"):
                 raise SpecError(source, f"{where}.fetch_at", f"{t.fetch_at!r} may not fetch")
-            for p in t.parts:
+            if len(set(t.parts)) != len(t.parts):
+                raise SpecError(source, f"{where}.parts", "lists a partition twice",
+                                "each partition once per trainer (with its share)")
+            if t.shares and len(t.shares) != len(t.parts):
+                raise SpecError(source, f"{where}.shares",
+                                f"{len(t.shares)} shares for {len(t.parts)} parts",
+                                "one share per entry of parts")
+            for p, sh in zip(t.parts, t.seed_shares):
                 if not 0 <= p < cluster.num_parts:
                     raise SpecError(source, f"{where}.parts",
                                     f"partition {p} does not exist",
                                     f"0..{cluster.num_parts - 1}")
-                if p in owned:
+                if sh >= 1.0 and p in owned:
                     raise SpecError(source, f"{where}.parts",
-                                    f"partition {p} is also owned by trainer {owned[p]}",
-                                    "each partition's seeds owned by one trainer")
-                owned[p] = t.id
+                                    f"partition {p} is also owned by trainer {owned[p][0]}",
+                                    "each partition's seeds owned by one trainer, or shares "
+                                    "that sum to 1 over the trainers that split it")
+                owned.setdefault(p, []).append(t.id)
+                share_sum[p] = share_sum.get(p, 0.0) + sh
         missing = sorted(set(range(cluster.num_parts)) - set(owned))
         if missing:
             raise SpecError(source, "trainers[*].parts",
                             f"no trainer owns the seeds of partition {missing[0]}",
                             "every partition assigned to one trainer")
+        for p, total in sorted(share_sum.items()):
+            if abs(total - 1.0) > SHARE_TOL:
+                raise SpecError(source, "trainers[*].shares",
+                                f"the shares of partition {p} sum to {total:.6g} over trainers "
+                                f"{owned[p]}", "shares that sum to 1: every seed trained once")
         for m in self.caches:
             if m not in names:
                 raise SpecError(source, f"caches.{m}",
@@ -325,4 +391,4 @@ def plan_dict_diff(a: Plan, b: Plan) -> list[str]:
     return out
 
 
-__all__ = ["Plan", "TrainerPlan", "plan_dict_diff"]
+__all__ = ["Plan", "TrainerPlan", "plan_dict_diff", "seed_slices"]

@@ -600,10 +600,6 @@ def job_from_dict(data: Any, source: str = "<job>", base: Path | None = None) ->
         eval_max = ev.integer("max_nodes", None, minimum=1)
         ev.done()
     r.done()
-    if trainers > num_parts:
-        raise SpecError(source, "trainers", f"{trainers} trainers but only {num_parts} partitions",
-                        f"at most num_parts={num_parts}: each trainer owns the seeds of "
-                        "one or more partitions")
     return JobSpec(name, dataset, partitions, num_parts, part_method, model, hidden,
                    tuple(fanouts), batch_size, epochs, lr, dropout, trainers, seed, split,
                    feature_dim, prefetch, eval_every, synthetic, source, normalize, metric,

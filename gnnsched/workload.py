@@ -13,6 +13,14 @@ simulator, the lower bounds and the placers agree on what a mini-batch costs:
 * all-reduce: a ring over all trainers, ``2 (W-1)/W`` gradient bytes through each trainer's
   NIC, once per iteration; the barrier makes it part of every trainer's iteration.
 
+A trainer's mini-batch is ``1 / iterations`` of its seeds (the runtime cuts every trainer's
+seeds into the epoch's iterations), so the profile's mini-batch of ``batch_size`` seeds is
+scaled by the trainer's *load*, its seeds over ``iterations x batch_size``
+(:meth:`Workload.load`): a trainer owning more seeds (a bigger partition, or a larger share
+of split partitions) runs larger mini-batches, and skew costs time. The scaling is linear in
+seeds: sampled edges and training work are per seed; input nodes are slightly sublinear
+(neighbourhoods overlap more in a larger batch), so it slightly overcharges large loads.
+
 Transfers inside a machine are free. Means come from the profile; the simulator draws samples
 (:meth:`Workload.draws`: a trainer's mini-batches are a function of the seed and of the
 partitions it owns, never of its position in the plan, so every plan with the same part split
@@ -145,6 +153,21 @@ class Workload:
         return PartCost(float(pp.sample_s.mean()), float(pp.train_s.mean()),
                         float(pp.edges.mean()) * EDGE_BYTES, feat, struct)
 
+    # ------------------------------------------------------------------ seeds
+    def weights(self, parts: tuple[int, ...] | list[int], shares: tuple[float, ...] | list[float]
+                = ()) -> np.ndarray:
+        """Training seeds a trainer owns in each of ``parts`` (``shares``: fractions of
+        them, empty for whole parts)."""
+        w = self.seeds[list(parts)]
+        return w * np.asarray(shares, dtype=float) if len(shares) else w
+
+    def load(self, parts: tuple[int, ...] | list[int], shares: tuple[float, ...] | list[float]
+             = ()) -> float:
+        """The trainer's mini-batch size over the profile's (``batch_size`` seeds): its
+        seeds over ``iterations x batch_size``."""
+        denom = self.iterations * self.job.batch_size
+        return float(self.weights(parts, shares).sum()) / denom if denom > 0 else 1.0
+
     # ------------------------------------------------------------------ feature caches
     def cache_share(self, machine: int, rows: int) -> float:
         """The fraction of the nodes ``machine`` does not store that a cache of ``rows``
@@ -169,8 +192,8 @@ class Workload:
             return share
         return float(np.interp(share, self.hot_x, self.hot_y[part]))
 
-    def cache_miss(self, plan: Plan, fetch_machine: int, parts: tuple[int, ...] | list[int]
-                   ) -> float:
+    def cache_miss(self, plan: Plan, fetch_machine: int, parts: tuple[int, ...] | list[int],
+                   shares: tuple[float, ...] = ()) -> float:
         """Share of remote feature bytes still fetched by a gatherer on ``fetch_machine``
         with the plan's cache there, for a trainer owning ``parts`` (seed-weighted)."""
         rows = plan.caches.get(self.names[fetch_machine], 0) if plan.caches else 0
@@ -178,15 +201,17 @@ class Workload:
         if share <= 0:
             return 1.0
         ps = list(parts)
-        w = self.seeds[ps]
+        w = self.weights(ps, shares)
         w = w / w.sum() if w.sum() > 0 else np.full(len(ps), 1.0 / len(ps))
         return float(sum(wi * (1.0 - self.cache_hit(p, share)) for wi, p in zip(w, ps)))
 
     # ------------------------------------------------------------------ per trainer
-    def trainer_cost(self, parts: tuple[int, ...]) -> PartCost:
-        """Mean mini-batch of a trainer owning `parts` (batches drawn in proportion to seeds)."""
-        w = self.seeds[list(parts)]
+    def trainer_cost(self, parts: tuple[int, ...], shares: tuple[float, ...] = ()) -> PartCost:
+        """Mean mini-batch of a trainer owning `parts` (batches drawn in proportion to its
+        seeds in each), scaled by its :meth:`load`."""
+        w = self.weights(parts, shares)
         w = w / w.sum() if w.sum() > 0 else np.full(len(parts), 1 / len(parts))
+        w = w * self.load(parts, shares)
         feat: dict[int, float] = {}
         struct: dict[int, float] = {}
         s = t = b = 0.0
@@ -199,17 +224,22 @@ class Workload:
                 struct[m] = struct.get(m, 0.0) + wi * v
         return PartCost(s, t, b, feat, struct)
 
-    def draws(self, parts: tuple[int, ...] | list[int], seed: int, K: int
-              ) -> list[tuple[int, int]]:
+    def draws(self, parts: tuple[int, ...] | list[int], seed: int, K: int,
+              shares: tuple[float, ...] | list[float] = ()) -> list[tuple[int, int]]:
         """(partition, profiled sample) of each of the ``K`` mini-batches of a trainer.
 
-        Batches come from the trainer's parts in proportion to their training seeds. The
-        random stream is keyed by (seed, the sorted parts): the draws depend on what the
-        trainer owns, not on where it runs nor on its number in the plan.
+        Batches come from the trainer's parts in proportion to its training seeds there. The
+        random stream is keyed by (seed, the sorted parts and shares): the draws depend on
+        what the trainer owns, not on where it runs nor on its number in the plan.
         """
-        ps = sorted(int(p) for p in parts)
-        rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, *ps])
-        wts = self.seeds[ps]
+        sh = list(shares) if len(shares) else [1.0] * len(parts)
+        pairs = sorted((int(p), float(s)) for p, s in zip(parts, sh))
+        ps = [p for p, _ in pairs]
+        key = [int(seed) & 0xFFFFFFFF, *ps]
+        if any(s < 1.0 for _, s in pairs):
+            key += [int(round(s * 1e6)) for _, s in pairs]
+        rng = np.random.default_rng(key)
+        wts = self.weights(ps, [s for _, s in pairs])
         p = wts / wts.sum() if wts.sum() > 0 else np.full(len(ps), 1.0 / len(ps))
         pick = rng.choice(len(ps), size=K, p=p)
         u = rng.random(K)
@@ -220,13 +250,15 @@ class Workload:
             out.append((q, min(int(u[k] * n), n - 1)))
         return out
 
-    def drawn_cost(self, parts: tuple[int, ...], seed: int, K: int) -> PartCost:
-        """Average of the ``K`` mini-batches :meth:`draws` gives a trainer owning `parts`."""
+    def drawn_cost(self, parts: tuple[int, ...], seed: int, K: int,
+                   shares: tuple[float, ...] = ()) -> PartCost:
+        """Average of the ``K`` mini-batches :meth:`draws` gives a trainer owning `parts`
+        (scaled by its :meth:`load`)."""
         prof, fb = self.profile, self.profile.feature_bytes
         feat: dict[int, float] = {}
         struct: dict[int, float] = {}
         s = t = b = 0.0
-        for q, i in self.draws(parts, seed, K):
+        for q, i in self.draws(parts, seed, K, shares):
             pp = prof.part(q)
             s += float(pp.sample_s[i])
             t += float(pp.train_s[i])
@@ -237,9 +269,11 @@ class Workload:
             for r, c in zip(pp.edge_parts[i].tolist(), pp.edge_counts[i].tolist()):
                 m = int(self.store[r])
                 struct[m] = struct.get(m, 0.0) + c * EDGE_BYTES
-        feat = {m: v / K for m, v in feat.items() if v > 0}
-        struct = {m: v / K for m, v in struct.items() if v > 0}
-        return PartCost(s / K, t / K, b / K, feat, struct)
+        ld = self.load(parts, shares)
+        n = K / ld if ld > 0 else float("inf")  # the average, scaled by the trainer's load
+        feat = {m: v / n for m, v in feat.items() if v > 0}
+        struct = {m: v / n for m, v in struct.items() if v > 0}
+        return PartCost(s / n, t / n, b / n, feat, struct)
 
     def speed(self, t: TrainerPlan) -> float:
         return self.cluster.machine(t.machine).gpus[t.device].speed
@@ -271,7 +305,7 @@ class Workload:
         ar_bytes = self.allreduce_bytes(plan)
         multi = len({t.machine for t in plan.trainers}) > 1
         for t in plan.trainers:
-            c = self.trainer_cost(t.parts)
+            c = self.trainer_cost(t.parts, t.shares)
             T = self.cluster.machine_index(t.machine)
             F = self.cluster.machine_index(t.fetch_at)
             n = t.num_samplers
@@ -288,7 +322,7 @@ class Workload:
                 if S != T:
                     out_b[S] += f * c.block_bytes
                     in_b[T] += f * c.block_bytes
-            miss = self.cache_miss(plan, F, t.parts)
+            miss = self.cache_miss(plan, F, t.parts, t.shares)
             for m, v in c.feat_from.items():
                 if m != F:
                     out_b[m] += v * miss
@@ -315,7 +349,7 @@ class Workload:
         K = self.iterations
         chain = 0.0
         for t in plan.trainers:
-            c = self.trainer_cost(t.parts)
+            c = self.trainer_cost(t.parts, t.shares)
             T = self.cluster.machine_index(t.machine)
             first = c.sample_s + self._fetch_time_alone(c, t, T, plan)
             chain = max(chain, first + K * loads.device[(T, t.device)])
@@ -325,7 +359,7 @@ class Workload:
                           plan: Plan | None = None) -> float:
         """Time to move one batch's features with the network to itself."""
         F = self.cluster.machine_index(t.fetch_at)
-        miss = 1.0 if plan is None else self.cache_miss(plan, F, t.parts)
+        miss = 1.0 if plan is None else self.cache_miss(plan, F, t.parts, t.shares)
         worst = 0.0
         for m, v in c.feat_from.items():
             if m != F:
@@ -351,11 +385,19 @@ class DrawnWorkload(Workload):
         self.__dict__.update(base.__dict__)
         self.base, self.seed = base, seed
         self.K = int(iterations or base.iterations)
-        self._drawn: dict[tuple[int, ...], PartCost] = {}
+        self._drawn: dict[tuple[tuple[int, float], ...], PartCost] = {}
 
-    def trainer_cost(self, parts: tuple[int, ...]) -> PartCost:
-        key = tuple(sorted(parts))
+    def trainer_cost(self, parts: tuple[int, ...], shares: tuple[float, ...] = ()) -> PartCost:
+        key = owned_key(parts, shares)
         c = self._drawn.get(key)
         if c is None:
-            c = self._drawn[key] = self.drawn_cost(key, self.seed, self.K)
+            ps, sh = zip(*key)
+            c = self._drawn[key] = self.drawn_cost(ps, self.seed, self.K, sh)
         return c
+
+
+def owned_key(parts: tuple[int, ...] | list[int], shares: tuple[float, ...] | list[float] = ()
+              ) -> tuple[tuple[int, float], ...]:
+    """(part, share) pairs, sorted: a trainer's seeds as a cache key."""
+    sh = shares if len(shares) else (1.0,) * len(parts)
+    return tuple(sorted((int(p), float(s)) for p, s in zip(parts, sh)))

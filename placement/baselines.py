@@ -28,6 +28,7 @@ from gnnsched.placement.placer import (
     register,
     seeds_of,
     store_groups,
+    store_slices,
     transfers,
 )
 from gnnsched.plan import Plan, TrainerPlan
@@ -46,9 +47,9 @@ class Ledger:
             gpu_free.setdefault(s.machine, []).extend(s.devices)
         self.devices = {m: sorted(d) for m, d in gpu_free.items()}
 
-    def device_for(self, m: int, parts: Sequence[int]) -> int | None:
+    def device_for(self, m: int, parts: Sequence[int], shares: Sequence[float] = ()) -> int | None:
         """A free GPU on machine `m` big enough for a trainer of `parts` (fastest first)."""
-        c = self.pb.cost(parts)
+        c = self.pb.cost(parts, shares)
         need = self.pb.trainer_gpu_bytes(c)
         if self.cores[m] < 1 or self.memory[m] < self.pb.trainer_host_bytes(c):
             return None
@@ -56,7 +57,7 @@ class Ledger:
         ok = [d for d in self.devices.get(m, []) if gpus[d].memory >= need]
         return max(ok, key=lambda d: (gpus[d].speed, -d)) if ok else None
 
-    def why_not(self, m: int, parts: Sequence[int]) -> str:
+    def why_not(self, m: int, parts: Sequence[int], shares: Sequence[float] = ()) -> str:
         """Why :meth:`device_for` finds no device for a trainer of `parts` on machine `m`."""
         pb = self.pb
         mach = pb.cluster.machines[m]
@@ -64,7 +65,7 @@ class Ledger:
             return f"may not train (roles: {', '.join(mach.roles)})"
         if not mach.gpus:
             return "has no GPU"
-        c = pb.cost(parts)
+        c = pb.cost(parts, shares)
         gpu_need = pb.trainer_gpu_bytes(c)
         if all(g.memory < gpu_need for g in mach.gpus):
             return (f"has no GPU with the {fmt_bytes(gpu_need)} a trainer needs (model and two "
@@ -79,32 +80,37 @@ class Ledger:
         return (f"has no free GPU: its {len(mach.gpus)} GPU(s) already run trainers of other "
                 "partitions")
 
-    def take_trainer(self, m: int, d: int, parts: Sequence[int]) -> None:
+    def take_trainer(self, m: int, d: int, parts: Sequence[int], shares: Sequence[float] = ()) -> None:
         self.devices[m].remove(d)
         self.cores[m] -= 1
-        self.memory[m] -= self.pb.trainer_host_bytes(self.pb.cost(parts))
+        self.memory[m] -= self.pb.trainer_host_bytes(self.pb.cost(parts, shares))
 
-    def can_sample(self, m: int, parts: Sequence[int], reserve: int = 0) -> bool:
-        c = self.pb.cost(parts)
+    def can_sample(self, m: int, parts: Sequence[int], reserve: int = 0,
+                   shares: Sequence[float] = ()) -> bool:
+        c = self.pb.cost(parts, shares)
         return self.pb.can_sample[m] and self.cores[m] - reserve >= 1 and \
             self.memory[m] >= self.pb.sampler_bytes(c)
 
-    def take_sampler(self, m: int, parts: Sequence[int]) -> None:
+    def take_sampler(self, m: int, parts: Sequence[int], shares: Sequence[float] = ()) -> None:
         self.cores[m] -= 1
-        self.memory[m] -= self.pb.sampler_bytes(self.pb.cost(parts))
+        self.memory[m] -= self.pb.sampler_bytes(self.pb.cost(parts, shares))
 
 
 def _trainer(i: int, problem: Problem, T: int, d: int, parts: Sequence[int], S: int,
-             F: int | None = None) -> TrainerPlan:
+             F: int | None = None, shares: Sequence[float] = ()) -> TrainerPlan:
     n = problem.names
+    if shares and any(v < 1 for v in shares):
+        order = sorted(range(len(parts)), key=lambda j: parts[j])
+        return TrainerPlan(i, n[T], d, tuple(parts[j] for j in order), ((n[S], 1),),
+                           n[T if F is None else F], tuple(shares[j] for j in order))
     return TrainerPlan(i, n[T], d, tuple(sorted(parts)), ((n[S], 1),), n[T if F is None else F])
 
 
 def _sampler_host(ledger: Ledger, problem: Problem, prefer: Sequence[int],
-                  parts: Sequence[int]) -> int:
+                  parts: Sequence[int], shares: Sequence[float] = ()) -> int:
     """First machine of `prefer` (then any) with a free core for one more sampler."""
     for m in list(prefer) + sorted(range(problem.M), key=lambda m: -ledger.cores[m]):
-        if ledger.can_sample(m, parts):
+        if ledger.can_sample(m, parts, shares=shares):
             return m
     raise SpecError(problem.cluster.source, "machines[*].cpus",
                     "no core left for a sampler after placing the trainers",
@@ -131,34 +137,36 @@ class Colocation(Placer):
         notes: list[str] = []
         # DistDGL: every store trains on its own partitions (seeds split over its trainers)
         groups = store_groups(problem, W)
+        shares: list[tuple[float, ...]] = [()] * len(groups)
         if W < len(stores):
             notes.append(f"{len(stores)} store machines but only {W} trainers: neighbouring "
                          "stores share a trainer, which runs on one of them")
-        if len(groups) < W:
-            raise SpecError(problem.job.source, "trainers",
-                            f"colocation runs at most one trainer per partition of a store: "
-                            f"{len(groups)} here, the job asks for {W}",
-                            "use another placer or fewer trainers")
+        if len(groups) < W:  # more trainers than partitions: split every store's seeds evenly
+            sl = store_slices(problem, W)
+            groups = [(s, list(ps)) for s, ps, _ in sl]
+            shares = [sh for _, _, sh in sl]
+            notes.append(f"{W} trainers for {problem.P} partitions: every store's training "
+                         "seeds split evenly over its trainers (DistDGL's split)")
         ledger = Ledger(problem)
         homes = [_homes(problem, s, parts) for s, parts in groups]
         # first pass: trainers that fit on a store of their own partitions
         placed: dict[int, tuple[int, int]] = {}
         for i, (_, parts) in enumerate(groups):
             for h in homes[i]:
-                d = ledger.device_for(h, parts)
+                d = ledger.device_for(h, parts, shares[i])
                 if d is not None:
-                    ledger.take_trainer(h, d, parts)
+                    ledger.take_trainer(h, d, parts, shares[i])
                     placed[i] = (h, d)
                     break
         # second pass: the rest go to the machine with the best link from their store
         for i, (s, parts) in enumerate(groups):
             if i in placed:
                 continue
-            why = "; ".join(f"store {problem.names[h]} {ledger.why_not(h, parts)}"
+            why = "; ".join(f"store {problem.names[h]} {ledger.why_not(h, parts, shares[i])}"
                             for h in homes[i])
             best = None
             for m in range(problem.M):
-                d = ledger.device_for(m, parts)
+                d = ledger.device_for(m, parts, shares[i])
                 if d is None:
                     continue
                 st = cl.machines[s]
@@ -171,16 +179,16 @@ class Colocation(Placer):
                                 f"no free device left for the trainer of partitions {parts}",
                                 "fewer trainers or more GPUs")
             _, m, d = best
-            ledger.take_trainer(m, d, parts)
+            ledger.take_trainer(m, d, parts, shares[i])
             placed[i] = (m, d)
             notes.append(f"colocation infeasible: {why}; its trainer (partitions "
                          f"{_span(parts)}) runs on {problem.names[m]}")
         trainers = []
         for i, (s, parts) in enumerate(groups):
             m, d = placed[i]
-            S = _sampler_host(ledger, problem, [s, m], parts)
-            ledger.take_sampler(S, parts)
-            trainers.append(_trainer(i, problem, m, d, parts, S))
+            S = _sampler_host(ledger, problem, [s, m], parts, shares[i])
+            ledger.take_sampler(S, parts, shares[i])
+            trainers.append(_trainer(i, problem, m, d, parts, S, shares=shares[i]))
         feasible = all(placed[i][0] in homes[i] for i in range(len(groups)))
         plan = problem.make_plan("colocation", trainers, notes, colocation_feasible=feasible)
         return fill_samplers(problem, plan)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -34,7 +34,7 @@ import numpy as np
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.profile import CostProfile
 from gnnsched.spec import GB, ClusterSpec, JobSpec, SpecError, check_compatible
-from gnnsched.workload import DrawnWorkload, PartCost, Workload
+from gnnsched.workload import DrawnWorkload, PartCost, Workload, owned_key
 
 Scorer = Callable[[Plan], float]  # a plan's predicted epoch seconds (lower is better)
 
@@ -85,7 +85,7 @@ class Problem:
         self.can_fetch = [m.can("fetch") for m in cluster.machines]
         self.store_of = list(cluster.part_stores)
         self.notes: list[str] = []
-        self._costs: dict[tuple[int, ...], PartCost] = {}
+        self._costs: dict[tuple[tuple[int, float], ...], PartCost] = {}
         if part_bytes is not None:
             if len(part_bytes) != self.P:
                 raise SpecError(part_bytes_from or "partitions", "num_parts",
@@ -124,17 +124,19 @@ class Problem:
                           "covers buffers, samplers and model copies only")
         return [0.0] * self.P
 
-    def cost(self, parts: Sequence[int]) -> PartCost:
-        """Mean mini-batch of a trainer owning `parts` (cached: placers ask repeatedly)."""
-        key = tuple(sorted(parts))
+    def cost(self, parts: Sequence[int], shares: Sequence[float] = ()) -> PartCost:
+        """Mean mini-batch of a trainer owning `parts` (``shares`` of their seeds; empty:
+        whole parts), cached: placers ask repeatedly."""
+        key = owned_key(parts, shares)
         c = self._costs.get(key)
         if c is None:
-            c = self._costs[key] = self.wl.trainer_cost(key)
+            ps, sh = zip(*key) if key else ((), ())
+            c = self._costs[key] = self.wl.trainer_cost(ps, sh)
         return c
 
-    def size_cost(self, parts: Sequence[int]) -> PartCost:
+    def size_cost(self, parts: Sequence[int], shares: Sequence[float] = ()) -> PartCost:
         """The mini-batch sizes the memory rules use (mean costs, also in :meth:`drawn`)."""
-        return self.cost(parts)
+        return self.cost(parts, shares)
 
     def drawn(self, seed: int) -> Problem:
         """This problem with the simulator's drawn mini-batches as its timing costs.
@@ -291,7 +293,7 @@ class Problem:
         idx = self.cluster.machine_index
         worst = (0.0, -1)
         for t in plan.trainers:
-            v = self.window_s(self.cost(t.parts), idx(t.machine),
+            v = self.window_s(self.cost(t.parts, t.shares), idx(t.machine),
                               [idx(m) for m, _ in t.samplers], idx(t.fetch_at))
             worst = max(worst, (v, t.id))
         return worst
@@ -402,7 +404,7 @@ def usage(problem: Problem, plan: Plan) -> Usage:
     probs: list[str] = []
     idx = problem.cluster.machine_index
     for t in plan.trainers:
-        c = problem.size_cost(t.parts)
+        c = problem.size_cost(t.parts, t.shares)
         T = idx(t.machine)
         cores[T] += 1
         mem[T] += problem.trainer_host_bytes(c)
@@ -544,6 +546,71 @@ def store_groups(problem: Problem, W: int | None = None) -> list[tuple[int, list
     return groups
 
 
+def seed_line(parts: Sequence[int], seeds: Sequence[float], k: int
+              ) -> list[tuple[tuple[int, ...], tuple[float, ...]]]:
+    """Cut the seeds of `parts` (laid end to end, in order) into `k` equal runs: each run is
+    (parts, shares of their seeds). DistDGL's even split of training seeds; a part is cut
+    where a run ends, so at most ``k - 1`` parts are split."""
+    total = float(sum(seeds))
+    if k < 1 or total <= 0:
+        raise ValueError(f"cannot cut {total} seeds into {k} runs")
+    out: list[tuple[tuple[int, ...], tuple[float, ...]]] = []
+    cur_p: list[int] = []
+    cur_s: list[float] = []
+    room = total / k
+    for p, n in zip(parts, seeds):
+        left = float(n)
+        while left > 1e-9 * total:
+            take = min(left, room)
+            cur_p.append(p)
+            cur_s.append(take / n)
+            left -= take
+            room -= take
+            if room <= 1e-9 * total and len(out) < k - 1:
+                out.append((tuple(cur_p), tuple(cur_s)))
+                cur_p, cur_s, room = [], [], total / k
+    if cur_p:
+        out.append((tuple(cur_p), tuple(cur_s)))
+    # exact sums: the last share of each part is 1 minus its others
+    seen: dict[int, list[tuple[int, int]]] = {}
+    for i, (ps, _) in enumerate(out):
+        for j, p in enumerate(ps):
+            seen.setdefault(p, []).append((i, j))
+    fixed = [list(sh) for _, sh in out]
+    for where in seen.values():
+        if len(where) == 1:
+            i, j = where[0]
+            fixed[i][j] = 1.0
+        else:
+            i, j = where[-1]
+            fixed[i][j] = 1.0 - sum(fixed[a][b] for a, b in where[:-1])
+    return [(ps, tuple(sh)) for (ps, _), sh in zip(out, fixed)]
+
+
+def store_slices(problem: Problem, W: int | None = None
+                 ) -> list[tuple[int, tuple[int, ...], tuple[float, ...]]]:
+    """DistDGL's split with more trainers than partitions: (home store, parts, shares) per
+    trainer. Every store gets a trainer, the rest go where the most seeds per trainer are
+    (at most the GPUs a store may train on, when it has any), and each store's seeds are cut
+    into equal runs (:func:`seed_line`)."""
+    W = problem.W if W is None else W
+    stores = sorted({problem.store_of[p] for p in range(problem.P)})
+    parts_of = {s: sorted(problem.cluster.machines[s].partitions) for s in stores}
+    seeds = {s: seeds_of(problem, parts_of[s]) for s in stores}
+    gpus = {s: (len(problem.cluster.machines[s].gpus)
+                if problem.cluster.machines[s].can("train") else 0) for s in stores}
+    count = {s: 1 for s in stores}
+    for _ in range(W - len(stores)):
+        open_ = [s for s in stores if count[s] < gpus[s]] or stores
+        s = max(open_, key=lambda s: (seeds[s] / count[s], -s))
+        count[s] += 1
+    out = []
+    for s in stores:
+        w = [seeds_of(problem, [p]) for p in parts_of[s]]
+        out.extend((s, ps, sh) for ps, sh in seed_line(parts_of[s], w, count[s]))
+    return out
+
+
 def bundle_parts(problem: Problem, W: int | None = None) -> list[tuple[int, ...]]:
     """The part split placers start from: whose seeds each trainer owns.
 
@@ -597,8 +664,16 @@ def lpt_split(problem: Problem, W: int | None = None) -> list[tuple[int, ...]]:
 
 
 def split_of(plan: Plan) -> tuple[tuple[int, ...], ...]:
-    """A plan's part split, canonical (sorted), for comparing splits across plans."""
-    return tuple(sorted(tuple(sorted(t.parts)) for t in plan.trainers))
+    """A plan's part split, canonical (sorted), for comparing splits across plans (with seed
+    shares: (part, share) pairs, which no whole-part split equals)."""
+    return tuple(sorted(tuple(sorted(t.parts)) if not t.shares else t.owned
+                        for t in plan.trainers))
+
+
+def has_shares(plan: Plan) -> bool:
+    """Whether some trainer owns part of a partition's seeds (outside the CP-SAT bundle
+    model's space: bounds use such a plan's own floor)."""
+    return any(t.shares for t in plan.trainers)
 
 
 def candidate_splits(problem: Problem) -> list[list[tuple[int, ...]]]:
@@ -641,12 +716,12 @@ def fill_samplers(problem: Problem, plan: Plan, cap: int = MAX_SAMPLERS) -> Plan
                 n = sum(samplers[tid].values())
                 if n >= cap:
                     continue
-                s = problem.cost(by_id[tid].parts).sample_s / n
+                s = problem.cost(by_id[tid].parts, by_id[tid].shares).sample_s / n
                 if s > worst:
                     best, worst = tid, s
             if best is None:
                 break
-            need = problem.sampler_bytes(problem.cost(by_id[best].parts))
+            need = problem.sampler_bytes(problem.cost(by_id[best].parts, by_id[best].shares))
             if u.memory[m] + need > mach.memory:
                 break
             samplers[best][mach.name] = samplers[best].get(mach.name, 0) + 1
@@ -655,7 +730,7 @@ def fill_samplers(problem: Problem, plan: Plan, cap: int = MAX_SAMPLERS) -> Plan
     out = []
     for t in plan.trainers:
         s = tuple(sorted(samplers[t.id].items(), key=lambda kv: idx(kv[0])))
-        out.append(TrainerPlan(t.id, t.machine, t.device, t.parts, s, t.fetch_at))
+        out.append(replace(t, samplers=s))
     return Plan(plan.placer, plan.cluster, plan.cluster_fingerprint, tuple(out), plan.job,
                 dict(plan.predicted), plan.notes)
 
@@ -690,7 +765,7 @@ def plan_transfers(problem: Problem, plan: Plan) -> dict[tuple[int, int], float]
     for t in plan.trainers:
         n = t.num_samplers
         shares = [(idx(m), k / n) for m, k in t.samplers]
-        for src, dst, b, _ in transfers(problem.cost(t.parts), idx(t.machine), shares,
+        for src, dst, b, _ in transfers(problem.cost(t.parts, t.shares), idx(t.machine), shares,
                                         idx(t.fetch_at)):
             out[(src, dst)] = out.get((src, dst), 0.0) + b
     return out

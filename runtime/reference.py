@@ -61,8 +61,11 @@ def _gather(parts: dict[int, PartGraph], node_part: np.ndarray, nodes: np.ndarra
 
 def reference_train(job: JobSpec, partitions: str, trainer_parts: list[list[int]], *,
                     eval_batch_size: int | None = None,
-                    progress: Callable[[str], None] | None = None) -> ReferenceResult:
-    """Train ``job`` in this process as ``len(trainer_parts)`` synchronous trainers would."""
+                    progress: Callable[[str], None] | None = None,
+                    slices: list[dict[int, tuple[float, float]]] | None = None
+                    ) -> ReferenceResult:
+    """Train ``job`` in this process as ``len(trainer_parts)`` synchronous trainers would
+    (``slices``: each trainer's share of split partitions, :func:`gnnsched.plan.seed_slices`)."""
     from gnnsched.compat import dgl
     from gnnsched.datasets import open_partitions
 
@@ -76,7 +79,7 @@ def reference_train(job: JobSpec, partitions: str, trainer_parts: list[list[int]
         parts = load_parts(partitions, list(range(pset.num_parts)))
         node_part = np.asarray(pset.node_part)
         W = len(trainer_parts)
-        sched = Schedule(job, trainer_parts, part_counts(pset.meta), eval_batch_size)
+        sched = Schedule(job, trainer_parts, part_counts(pset.meta), eval_batch_size, slices)
         sched.set_nodes({p: {k: pg.split(k) for k in PHASES} for p, pg in parts.items()})
         sample = local_sampler(parts)
         torch.manual_seed(job.seed)

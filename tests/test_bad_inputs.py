@@ -156,7 +156,7 @@ def test_cluster_file_missing_or_not_yaml(capsys: pytest.CaptureFixture, files: 
 @pytest.mark.parametrize("edit,needle", [
     (lambda d: d.__setitem__("fanouts", [10, 0]),
      "fanouts[1]: must be a positive integer or -1"),
-    (lambda d: d.__setitem__("trainers", 5), "5 trainers but only 4 partitions"),
+    (lambda d: d.__setitem__("trainers", 50), "50 trainers but cluster"),
     (lambda d: d.update(num_parts=2), "the cluster stores 4 partitions but job"),
     (lambda d: d.__setitem__("model", "transformer"), "model: unknown value 'transformer'"),
 ])

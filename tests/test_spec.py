@@ -109,7 +109,7 @@ JOB_CASES = [
     ({"batch_size": 0}, "batch_size: must be >= 1"),
     ({"lr": 0}, "lr: must be > 0"),
     ({"dropout": 1.0}, "dropout: must be < 1"),
-    ({"trainers": 5, "num_parts": 4}, "trainers: 5 trainers but only 4 partitions"),
+    ({"trainers": 0, "num_parts": 4}, "trainers: must be >= 1"),
     ({"epoch": 3}, "epoch: unknown field"),
     ({"part_method": "kahip"}, "part_method: unknown value 'kahip'"),
     ({"synthetic": [1]}, "synthetic: expected a mapping"),

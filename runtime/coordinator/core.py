@@ -33,7 +33,7 @@ import numpy as np
 import zmq
 
 from gnnsched import metrics
-from gnnsched.plan import Plan
+from gnnsched.plan import Plan, seed_slices
 from gnnsched.policy import Policy, get_policy
 from gnnsched.runtime.coordinator.advisor import Advisor
 from gnnsched.runtime.coordinator.driver import PolicyDriver
@@ -127,10 +127,12 @@ class Coordinator(PolicyDriver, RoleTable):
         self.progress = progress or (lambda *a, **k: None)
         self.W = len(plan.trainers)
         self.trainer_parts = [tuple(t.parts) for t in plan.trainers]
+        self.trainer_shares = [tuple(t.shares) for t in plan.trainers]
         self._bind(cluster, plan)
         counts = part_counts(self.pset.meta)
+        slices = seed_slices(plan.trainers)
         self.schedule = Schedule(job, [list(p) for p in self.trainer_parts], counts,
-                                 o.eval_batch_size)
+                                 o.eval_batch_size, [slices[t.id] for t in plan.trainers])
         self.items = self.schedule.items
         self.record_seq = self.schedule.record_seqs()
         self.metric = metrics.resolve(job.metric, self.pset.num_classes, job.source)

@@ -257,17 +257,19 @@ class Recovery:
         function of them): the new plan's trainer slots are matched to the old seed groups,
         same groups first."""
         W = len(self.trainer_parts)
+        shares = getattr(self.host, "trainer_shares", None) or [()] * W
         slots = list(plan.trainers)
         out: list[TrainerPlan | None] = [None] * W
         for w, parts in enumerate(self.trainer_parts):
             for t in slots:
                 if tuple(sorted(t.parts)) == tuple(sorted(parts)):
-                    out[w] = replace(t, id=w, parts=parts)
+                    out[w] = replace(t, id=w, parts=parts, shares=shares[w])
                     slots.remove(t)
                     break
         for w in range(W):
             if out[w] is None:
-                out[w] = replace(slots.pop(0), id=w, parts=self.trainer_parts[w])
+                out[w] = replace(slots.pop(0), id=w, parts=self.trainer_parts[w],
+                                 shares=shares[w])
         return replace(plan, trainers=tuple(t for t in out if t is not None),
                        notes=(*plan.notes, "re-planned by the runtime after a failure"))
 

@@ -8,7 +8,9 @@ empty, batches). Validation batches follow each ``eval_every``-th epoch (0: only
 and test batches the last one, equally many per trainer, of at most the job's evaluation
 batch size. With ``evaluation: {max_nodes}`` each trainer evaluates its share of that many
 nodes: those of its nodes whose seeded hash is smallest, so the sample is the same in every
-run of the job, whatever the placement. The single-process reference
+run of the job, whatever the placement. Trainers that share a partition (a plan's seed
+``shares``) each take their slice of its nodes in a seeded order (:func:`slice_of`), so every
+node is trained and evaluated by exactly one trainer. The single-process reference
 (:mod:`gnnsched.runtime.reference`) uses the same :class:`Schedule`, which is why the two agree.
 """
 
@@ -38,16 +40,21 @@ class Schedule:
     """The run's sequence of steps and each trainer's seeds (identical in the reference)."""
 
     def __init__(self, job: JobSpec, trainer_parts: list[list[int]],
-                 part_counts: list[dict[str, int]], eval_batch_size: int | None = None) -> None:
+                 part_counts: list[dict[str, int]], eval_batch_size: int | None = None,
+                 slices: list[dict[int, tuple[float, float]]] | None = None) -> None:
+        """``slices``: per trainer, {part: (from, to)} fractions of the part's nodes it owns
+        (:func:`gnnsched.plan.seed_slices`); None: whole parts."""
         self.job, self.W = job, len(trainer_parts)
         self.trainer_parts = [list(p) for p in trainer_parts]
+        self.slices = slices or [{p: (0.0, 1.0) for p in ps} for ps in trainer_parts]
         total = sum(c["train"] for c in part_counts)
         self.K = max(1, math.ceil(total / (self.W * job.batch_size)))
         batch = eval_batch_size or job.eval_batch_size
         self.cap: dict[str, list[int]] = {}  # phase -> nodes each trainer evaluates
 
         def steps(name: str) -> int:
-            counts = [sum(part_counts[p][name] for p in ps) for ps in trainer_parts]
+            counts = [sum(len(range(*_cut(part_counts[p][name], self.slices[w][p])))
+                          for p in ps) for w, ps in enumerate(trainer_parts)]
             every = sum(counts)
             if job.eval_max_nodes is not None and every > job.eval_max_nodes:
                 counts = [min(c, math.ceil(job.eval_max_nodes * c / every)) for c in counts]
@@ -74,8 +81,12 @@ class Schedule:
         for w, ps in enumerate(self.trainer_parts):
             mine = {}
             for name in PHASES:
-                ids = np.concatenate([splits[p][name][0] for p in ps]).astype(np.int64)
-                lab = np.concatenate([splits[p][name][1] for p in ps]).astype(np.int64)
+                cuts = [slice_of(splits[p][name][0], self.slices[w][p], self.job.seed)
+                        for p in ps]
+                ids = np.concatenate([splits[p][name][0][c] for p, c in zip(ps, cuts)]
+                                     ).astype(np.int64)
+                lab = np.concatenate([splits[p][name][1][c] for p, c in zip(ps, cuts)]
+                                     ).astype(np.int64)
                 if name in self.cap and len(ids) > self.cap[name][w]:
                     keep = np.argsort(node_hash(ids, self.job.seed), kind="stable")
                     keep = keep[:self.cap[name][w]]
@@ -107,6 +118,22 @@ class Schedule:
             if it.phase != 2 and (nxt is None or nxt.epoch != it.epoch or nxt.phase == 2):
                 out[it.epoch] = it.seq
         return out
+
+
+def _cut(n: int, frac: tuple[float, float]) -> tuple[int, int]:
+    """Index range of the slice ``frac`` = (from, to) of ``n`` items."""
+    return int(round(frac[0] * n)), int(round(frac[1] * n))
+
+
+def slice_of(ids: np.ndarray, frac: tuple[float, float], seed: int) -> np.ndarray:
+    """Indices into ``ids`` of the slice ``frac`` = (from, to) of a partition's nodes, in a
+    seeded order (:func:`node_hash`): consecutive slices of one partition never overlap and
+    together cover it, and each is a random sample of the partition."""
+    lo, hi = _cut(len(ids), frac)
+    if (lo, hi) == (0, len(ids)):
+        return np.arange(len(ids))
+    order = np.argsort(node_hash(np.asarray(ids), seed), kind="stable")
+    return np.sort(order[lo:hi])
 
 
 def node_hash(ids: np.ndarray, seed: int) -> np.ndarray:
