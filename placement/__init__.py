@@ -3,7 +3,8 @@
 ``get_placer(name).place(cluster, job, profile, seed=, budget=)`` returns a
 :class:`~gnnsched.plan.Plan`. Placers: ``gnnsched`` (CP-SAT bottleneck model + exploratory
 search scored by the simulator), ``cpsat`` (the model alone), and the baselines
-``colocation`` (DistDGL), ``random`` and ``greedy`` (HEFT-style).
+``shares`` (CP-SAT over seed shares: how much of each partition every machine trains),
+and the baselines ``colocation`` (DistDGL), ``random`` and ``greedy`` (HEFT-style).
 """
 
 from gnnsched.placement.placer import (

@@ -47,6 +47,7 @@ from gnnsched.placement.placer import (
     Problem,
     bundle_parts,
     candidate_splits,
+    has_shares,
     register,
     split_of,
 )
@@ -168,6 +169,9 @@ def lower_bound(problem: Problem, outcome: CpSatOutcome, plans: list[Plan], *,
     """
     bound = outcome.lower_bound_iter_s
     for p in plans:
+        if has_shares(p):  # outside the bundle model's space: only its own load holds
+            bound = min(bound, problem.seconds_per_iteration(p)[0])
+            continue
         sp = split_of(p)
         if outcome.covers(sp) or outcome.only_split:
             continue
@@ -200,7 +204,7 @@ def plan_floor(problem: Problem, plan: Plan) -> float:
     idx = problem.cluster.machine_index
     for t in plan.trainers:
         if len(t.samplers) == 1:
-            v = max(v, problem.window_s(problem.cost(t.parts), idx(t.machine),
+            v = max(v, problem.window_s(problem.cost(t.parts, t.shares), idx(t.machine),
                                         [idx(t.samplers[0][0])], idx(t.fetch_at)))
     return v
 
@@ -328,6 +332,9 @@ def simulated_lower_bound(problem: Problem, outcome: CpSatOutcome, plans: list[P
         own = plan_floor(dp, p)
         if own >= bound:
             continue  # this plan's own drawn load is above the bound already
+        if has_shares(p):  # outside the bundle model's space: only its own floor holds
+            bound = min(bound, own)
+            continue
         sp = split_of(p)
         key = "exact" if outcome.exact_parts and is_balanced(problem, sp) else sp
         b, inst = solve_split(key, max(1.0, min(5.0, time_limit)))

@@ -546,18 +546,22 @@ def store_groups(problem: Problem, W: int | None = None) -> list[tuple[int, list
     return groups
 
 
-def seed_line(parts: Sequence[int], seeds: Sequence[float], k: int
+def seed_line(parts: Sequence[int], seeds: Sequence[float], k: int,
+              sizes: Sequence[float] | None = None
               ) -> list[tuple[tuple[int, ...], tuple[float, ...]]]:
-    """Cut the seeds of `parts` (laid end to end, in order) into `k` equal runs: each run is
-    (parts, shares of their seeds). DistDGL's even split of training seeds; a part is cut
-    where a run ends, so at most ``k - 1`` parts are split."""
+    """Cut the seeds of `parts` (laid end to end, in order) into `k` runs: each run is
+    (parts, shares of their seeds). Equal runs (DistDGL's even split of training seeds), or
+    in proportion to ``sizes`` (e.g. GPU speeds); a part is cut where a run ends, so at most
+    ``k - 1`` parts are split."""
     total = float(sum(seeds))
     if k < 1 or total <= 0:
         raise ValueError(f"cannot cut {total} seeds into {k} runs")
+    rel = [1.0] * k if sizes is None else [float(v) for v in sizes]
+    want = [total * v / sum(rel) for v in rel]
     out: list[tuple[tuple[int, ...], tuple[float, ...]]] = []
     cur_p: list[int] = []
     cur_s: list[float] = []
-    room = total / k
+    room = want[0]
     for p, n in zip(parts, seeds):
         left = float(n)
         while left > 1e-9 * total:
@@ -568,7 +572,7 @@ def seed_line(parts: Sequence[int], seeds: Sequence[float], k: int
             room -= take
             if room <= 1e-9 * total and len(out) < k - 1:
                 out.append((tuple(cur_p), tuple(cur_s)))
-                cur_p, cur_s, room = [], [], total / k
+                cur_p, cur_s, room = [], [], want[len(out)]
     if cur_p:
         out.append((tuple(cur_p), tuple(cur_s)))
     # exact sums: the last share of each part is 1 minus its others
@@ -862,7 +866,7 @@ def placers() -> dict[str, type[Placer]]:
 
     from gnnsched.plugins import PLACERS_GROUP, merge
 
-    for mod in ("baselines", "cpsat", "search"):  # registering is importing
+    for mod in ("baselines", "cpsat", "shares", "search"):  # registering is importing
         importlib.import_module(f"gnnsched.placement.{mod}")
     return merge(PLACERS_GROUP, PLACERS, Placer)
 
