@@ -34,7 +34,7 @@ import numpy as np
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.profile import CostProfile
 from gnnsched.spec import GB, ClusterSpec, JobSpec, SpecError, check_compatible
-from gnnsched.workload import DrawnWorkload, PartCost, Workload, owned_key
+from gnnsched.workload import NIC_WINDOW_S, DrawnWorkload, PartCost, Workload, owned_key
 
 Scorer = Callable[[Plan], float]  # a plan's predicted epoch seconds (lower is better)
 
@@ -799,9 +799,9 @@ def simulator_scorer(problem: Problem, policy: str = "gnnsched", seed: int = 0,
         return None
     its = iterations if iterations and iterations < problem.wl.iterations else None
 
-    def score(plan: Plan) -> float:
+    def score(plan: Plan) -> float:  # on the runtime's network: its send windows
         return float(sim(problem.wl, plan, policy=policy, seed=seed, iterations=its,
-                         validate=False).epoch_time_s)
+                         validate=False, nic_window_s=NIC_WINDOW_S).epoch_time_s)
 
     return score
 
@@ -814,7 +814,7 @@ def default_scorer(problem: Problem, seed: int = 0, iterations: int | None = Non
     """Simulator with the gnnsched policy when available, else the cost model's bound."""
     s = simulator_scorer(problem, "gnnsched", seed, iterations)
     if s is not None:
-        return s, "simulator (gnnsched policy)"
+        return s, "simulator (gnnsched policy, windowed network)"
     return bound_scorer(problem), "cost-model bound (simulator not installed)"
 
 
