@@ -26,6 +26,7 @@ from gnnsched.placement.placer import (
     is_feasible,
     main_store,
     register,
+    seed_line,
     seeds_of,
     store_groups,
     store_slices,
@@ -130,6 +131,8 @@ class Colocation(Placer):
     colocation is infeasible here and why (``colocation_feasible``).
     """
 
+    even = False  # DistDGL's force_even split of the seeds (the colocation-even placer)
+
     def place_problem(self, problem: Problem, *, seed: int = 0,
                       budget: float | None = None) -> Plan:
         W, cl = problem.W, problem.cluster
@@ -138,7 +141,14 @@ class Colocation(Placer):
         # DistDGL: every store trains on its own partitions (seeds split over its trainers)
         groups = store_groups(problem, W)
         shares: list[tuple[float, ...]] = [()] * len(groups)
-        if W < len(stores):
+        if self.even:
+            order = sorted(range(problem.P), key=lambda p: (problem.store_of[p], p))
+            runs = seed_line(order, [seeds_of(problem, [p]) for p in order], W)
+            groups = [(_home(problem, ps, sh), list(ps)) for ps, sh in runs]
+            shares = [sh for _, sh in runs]
+            notes.append("training seeds split evenly over the trainers (DistDGL's "
+                         "force_even node split)")
+        elif W < len(stores):
             notes.append(f"{len(stores)} store machines but only {W} trainers: neighbouring "
                          "stores share a trainer, which runs on one of them")
         if len(groups) < W:  # more trainers than partitions: split every store's seeds evenly
@@ -192,6 +202,23 @@ class Colocation(Placer):
         feasible = all(placed[i][0] in homes[i] for i in range(len(groups)))
         plan = problem.make_plan("colocation", trainers, notes, colocation_feasible=feasible)
         return fill_samplers(problem, plan)
+
+
+@register("colocation-even")
+class ColocationEven(Colocation):
+    """Colocation with DistDGL's even split: every trainer gets the same number of training
+    seeds (parts cut where needed), on the store holding most of them."""
+
+    even = True
+
+
+def _home(problem: Problem, parts: Sequence[int], shares: Sequence[float]) -> int:
+    """The store holding most of a run's seeds."""
+    held: dict[int, float] = {}
+    for p, s in zip(parts, shares):
+        m = problem.store_of[p]
+        held[m] = held.get(m, 0.0) + s * seeds_of(problem, [p])
+    return max(held, key=lambda m: (held[m], -m))
 
 
 def _homes(problem: Problem, s: int, parts: Sequence[int]) -> list[int]:

@@ -247,3 +247,20 @@ def test_share_model_gives_fast_gpus_more_seeds() -> None:
     for name in ("colocation", "greedy", "cpsat"):
         other = get_placer(name).place_problem(pb, seed=0, budget=5.0)
         assert t_share < 0.95 * simulate(pb.wl, other, seed=0).epoch_time_s, name
+
+
+def test_even_split_balances_skewed_partitions() -> None:
+    """colocation keeps whole (skewed) partitions; colocation-even (DistDGL's force_even
+    split) gives every trainer the same seeds and a shorter epoch."""
+    cl = _cluster(gpus=1, parts=4, hosts=4)
+    job = _job(4, parts=4)
+    prof = synthetic_profile(4, seeds_per_part=2048, batch_size=64, fanouts=(5, 10),
+                             skew=1.0, seed=1)
+    pb = Problem(cl, job, prof)
+    whole = get_placer("colocation").place_problem(pb, seed=0)
+    even = get_placer("colocation-even").place_problem(pb, seed=0)
+    even.validate(cl, job)
+    loads = [pb.wl.load(t.parts, t.shares) for t in even.trainers]
+    assert max(loads) == pytest.approx(min(loads), rel=1e-9)
+    assert simulate(pb.wl, even, seed=0).epoch_time_s < \
+        0.9 * simulate(pb.wl, whole, seed=0).epoch_time_s
