@@ -129,8 +129,10 @@ def table(problem: Any, plan: Any, runtime: dict[str, Any] | None = None) -> str
     shown = plan.trainers if len(plan.trainers) <= 64 else plan.trainers[:32]
     for t in shown:
         gpu = cl.machine(t.machine).gpus[t.device]
-        parts = ",".join(map(str, t.parts)) if len(t.parts) <= 6 else \
-            f"{','.join(map(str, t.parts[:5]))},… ({len(t.parts)})"
+        owned = [str(p) if s >= 1 else f"{p} ({100 * s:.0f}%)"
+                 for p, s in zip(t.parts, t.seed_shares)]
+        parts = ",".join(owned) if len(owned) <= 6 else \
+            f"{','.join(owned[:5])},… ({len(owned)})"
         samp = " ".join(f"{m}×{c}" for m, c in t.samplers)
         fetch = "itself" if t.fetch_at == t.machine else f"{t.fetch_at} (relay)"
         rows.append((str(t.id), t.machine, f"{t.device} ({gpu.kind})", parts, samp, fetch))
