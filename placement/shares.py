@@ -1,25 +1,32 @@
-"""CP-SAT over seed shares: how much of every partition's training seeds each machine trains.
+"""CP-SAT over seed shares: how much of every partition's training seeds each trainer owns.
 
-The bundle model (:mod:`.cpsat_model`) gives every trainer whole partitions, so trainers never
-outnumber partitions and a fast GPU gets the same seeds as a slow one. This model makes the
-seeds themselves the decision. For a fixed set of trainer devices (:func:`device_sets`):
+The bundle model (:mod:`.cpsat_model`) gives every trainer whole partitions: a fast GPU gets
+the seeds of a slow one, a skewed partition makes its trainer the straggler of every
+iteration, and trainers cannot outnumber partitions. Here the seeds are the decision, on a
+placement already made (devices, sampler hosts, gathering: from colocation, greedy, CP-SAT or
+the search):
 
-* **instance** (:class:`ShareInstance`): per partition, the machines that may train its seeds
-  (every trainer machine in small clusters; its own store and the fastest others at scale),
-  and per unit of its seeds (``1 / UNITS`` of them) the seconds it adds to every resource per
-  iteration: device time at the machine's total GPU speed, sampling on its spare cores, and
-  the feature and sampled-edge bytes its stores send over both NICs
-  (:meth:`gnnsched.workload.Workload.loads`, with a trainer's mini-batch scaled by its seeds);
-* **model**: integers ``x[p, m]`` (units of part ``p`` on machine ``m``) summing to ``UNITS``
-  per part, every load below ``L`` (plus the ring all-reduce on each trainer machine), every
-  trainer with at least one unit, minimise ``L``: linear, so CP-SAT proves its optimum fast;
-* **solution** -> :class:`~gnnsched.plan.Plan`: each machine's seeds are cut across its
-  trainers in proportion to their GPU speed (:func:`~gnnsched.placement.placer.seed_line`),
-  samplers and gathering on the trainer's machine, spare cores to samplers.
+* **instance** (:class:`ShareInstance`): per partition, the trainers that may take its seeds
+  (every trainer in small clusters; at scale its current owners, trainers on the same
+  machines, on its store, and those already pulling from its store: ``CANDIDATES``), and per *unit* of its seeds (``1 / UNITS``) the
+  seconds it adds to every resource. A trainer's mean mini-batch is linear in the seeds it owns
+  (:meth:`gnnsched.workload.Workload.trainer_cost`: each part's mini-batch weighted by
+  ``seeds x share / (iterations x batch)``), so every load of :meth:`Workload.loads` is a sum
+  of per-unit terms: device time at the trainer's speed (plus the all-reduce), its sampler
+  pool, each sampler host's cores, and the bytes of hops, blocks, features and relays on both
+  NICs of every machine;
+* **model**: integers ``x[p, w]`` summing to ``UNITS`` per part, every trainer with at least
+  one unit and a mini-batch its GPU memory holds, every load at most ``L``; minimise ``L``,
+  then, with ``L`` held, the slowest trainer's device time (the straggler every barrier
+  waits for, which the bottleneck alone does not see when a NIC binds);
+* **solution** -> the same placement with ``shares`` (whole parts where a trainer has all of
+  one), spare cores to samplers.
 
-Loads are in units of ``unit_s`` and rounded down, so ``L`` is a lower bound on the
-per-iteration load of every share split over the same devices and candidate machines (the
-mean-cost model; prefetch windows and barriers are the simulator's).
+Loads are integers in units of ``unit_s``, coefficients rounded down: ``L`` is a lower bound
+on the most loaded resource of every share split of this placement over the candidates (the
+mean-cost model of :meth:`Workload.loads`; prefetch windows and barriers are the
+simulator's). The placement's own split is one of them, so the result never loads its
+bottleneck more than the plan it started from.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
 
@@ -37,102 +44,132 @@ from gnnsched.placement.placer import (
     fill_samplers,
     is_feasible,
     register,
-    seed_line,
 )
-from gnnsched.plan import Plan, TrainerPlan
+from gnnsched.plan import Plan
 from gnnsched.spec import SpecError
 
-UNITS = 24  # a partition's seeds in this many units (shares are multiples of 1/24)
-CANDIDATES = 6  # at scale: machines besides its own store that may train a partition
-EXACT_VARS = 6000  # every trainer machine is a candidate while P x machines stays this small
-SCALE = 100_000  # the coarsest load is about this many units
-
-
-@dataclass(frozen=True)
-class Device:
-    """One GPU a trainer will use."""
-
-    machine: int
-    device: int
-    speed: float
+UNITS = 24  # a partition's seeds in this many units: shares are multiples of 1/24
+CANDIDATES = 8  # trainers that may take a partition's seeds (beyond ALL_TRAINERS)
+ALL_TRAINERS = 4096  # every trainer is a candidate for every part while P x W is this small
+SCALE = 200_000  # the plan's bottleneck is about this many model units
 
 
 @dataclass
 class ShareInstance:
-    """Every (partition, machine) option and the seconds per unit it adds to each load."""
+    """Per (part, trainer) option, the model units it adds to every load (see module doc)."""
 
     problem: Problem
-    devices: list[Device]
-    machines: list[int]  # machines with trainers
-    options: list[list[int]]  # per part: candidate machines
-    device_s: dict[tuple[int, int], float]  # (p, m) -> GPU seconds per unit at m's speed
-    cpu_s: dict[tuple[int, int], float]  # sampling seconds per unit on m's spare cores
-    ingress_s: dict[tuple[int, int], float]  # receive seconds per unit at m
-    egress_s: dict[tuple[int, int, int], float]  # (p, m, q): send seconds per unit at store q
-    allreduce_s: float  # per iteration, on every trainer's device
-    ring_in: dict[int, float]  # machine -> all-reduce seconds on its NIC per iteration
-    ring_out: dict[int, float]
+    plan: Plan
+    options: list[list[int]]  # per part: candidate trainer positions
+    terms: dict[tuple[int, int], dict[tuple[str, int], float]]  # (p, w) -> load key -> s/unit
+    fixed: dict[tuple[str, int], float]  # load key -> seconds regardless of the split
+    gpu_room: list[float]  # per trainer: bytes its GPU holds for two mini-batches
+    gpu_per_unit: dict[tuple[int, int], float]  # (p, w) -> GPU bytes per unit
+    unit_s: float
 
 
-def build(problem: Problem, devices: Sequence[Device]) -> ShareInstance:
-    """The instance for trainers on `devices` (:class:`ShareInstance`)."""
-    wl = problem.wl
-    K, B = wl.iterations, problem.job.batch_size
-    machines = sorted({d.machine for d in devices})
-    speed = {m: sum(d.speed for d in devices if d.machine == m) for m in machines}
-    ntr = {m: sum(1 for d in devices if d.machine == m) for m in machines}
-    spare = {m: max(1, int(problem.cpus[m]) - ntr[m]) for m in machines}
-    if len(machines) * problem.P <= EXACT_VARS:
-        options = [list(machines) for _ in range(problem.P)]
-    else:  # its own store, then the fastest machines, spread over parts
-        fast = sorted(machines, key=lambda m: (-speed[m], m))
-        options = []
-        for p in range(problem.P):
-            own = problem.store_of[p]
-            pick = [own] if own in speed else []
-            k = p * CANDIDATES
-            while len(pick) < CANDIDATES + (1 if own in speed else 0):
-                m = fast[k % len(fast)]
-                if m not in pick:
-                    pick.append(m)
-                k += 1
-                if k > (p + 2) * CANDIDATES + len(fast):
-                    break
-            options.append(pick)
-    eg, ig = wl.egress_bw, wl.ingress_bw
-    dev, cpu, ing, egr = {}, {}, {}, {}
+def _candidates(problem: Problem, plan: Plan) -> list[list[int]]:
+    """Trainers that may take each part's seeds: owners first, then trainers on an owner's
+    machine, on the part's store, and gathering or sampling where an owner does."""
+    ts = plan.trainers
+    on_machine: dict[str, list[int]] = {}
+    for w, t in enumerate(ts):
+        on_machine.setdefault(t.machine, []).append(w)
+    pulls: dict[str, list[int]] = {}
+    for w, t in enumerate(ts):
+        for m in {t.fetch_at, *(s for s, _ in t.samplers)}:
+            pulls.setdefault(m, []).append(w)
+    owners: dict[int, list[int]] = {}
+    for w, t in enumerate(ts):
+        for p in t.parts:
+            owners.setdefault(p, []).append(w)
+    if problem.P * len(ts) <= ALL_TRAINERS:
+        return [list(dict.fromkeys(owners.get(p, []) + list(range(len(ts)))))
+                for p in range(problem.P)]
+    out = []
     for p in range(problem.P):
-        c = wl.parts[p]  # a mini-batch of B seeds of part p
-        per = wl.seeds[p] / UNITS / (K * B)  # one unit, as a share of a batch per iteration
-        for m in options[p]:
-            dev[(p, m)] = per * c.train_s / speed[m]
-            cpu[(p, m)] = per * c.sample_s / spare[m]
-            into = sum(v for q, v in c.feat_from.items() if q != m) + \
-                sum(v for q, v in c.struct_from.items() if q != m)
-            ing[(p, m)] = per * into / ig[m]
-            for q in set(c.feat_from) | set(c.struct_from):
-                if q != m:
-                    b = c.feat_from.get(q, 0.0) + c.struct_from.get(q, 0.0)
-                    egr[(p, m, q)] = per * b / eg[q]
-    W = len(devices)
-    ar_s, ring_in, ring_out = 0.0, {}, {}
-    if W > 1 and len(machines) > 1:
-        vol = 2.0 * (W - 1) / W * problem.profile.grad_bytes
-        slow = min(min(eg[m], ig[m]) / ntr[m] for m in machines)
-        ar_s = vol / slow + 2 * (W - 1) * problem.cluster.latency + \
-            problem.profile.allreduce_overhead_s
-        for m in machines:
-            ring_in[m] = ntr[m] * vol / ig[m]
-            ring_out[m] = ntr[m] * vol / eg[m]
-    return ShareInstance(problem, list(devices), machines, options, dev, cpu, ing, egr, ar_s,
-                         ring_in, ring_out)
+        store = problem.names[problem.store_of[p]]
+        pick = list(dict.fromkeys(owners.get(p, [])))
+        for o in list(pick):
+            for w in on_machine.get(ts[o].machine, []) + pulls.get(ts[o].fetch_at, []):
+                if len(pick) < CANDIDATES and w not in pick:
+                    pick.append(w)
+        for w in on_machine.get(store, []) + pulls.get(store, []):
+            if len(pick) < CANDIDATES and w not in pick:
+                pick.append(w)
+        out.append(pick)
+    return out
+
+
+def build(problem: Problem, plan: Plan) -> ShareInstance:
+    """The instance for `plan`'s placement (:class:`ShareInstance`)."""
+    wl = problem.wl
+    idx = problem.cluster.machine_index
+    K, B = wl.iterations, problem.job.batch_size
+    options = _candidates(problem, plan)
+    usable = {}  # sampler host -> cores its samplers use (as Workload.loads)
+    for t in plan.trainers:
+        for m, c in t.samplers:
+            usable[idx(m)] = usable.get(idx(m), 0) + c
+    usable = {m: max(min(int(problem.cpus[m]), n), 1) for m, n in usable.items()}
+    terms: dict[tuple[int, int], dict[tuple[str, int], float]] = {}
+    gpu_unit: dict[tuple[int, int], float] = {}
+    for p in range(problem.P):
+        c = wl.parts[p]
+        a = float(wl.seeds[p]) / UNITS / (K * B)  # one unit as a share of a mini-batch
+        for w in options[p]:
+            t = plan.trainers[w]
+            T, F, n = idx(t.machine), idx(t.fetch_at), t.num_samplers
+            d: dict[tuple[str, int], float] = {}
+
+            def add(key: tuple[str, int], v: float, d: dict = d) -> None:
+                if v > 0:
+                    d[key] = d.get(key, 0.0) + v
+
+            add(("device", w), a * c.train_s / wl.speed(t))
+            add(("sampler", w), a * c.sample_s / n)
+            for mname, cnt in t.samplers:
+                S, f = idx(mname), cnt / n
+                add(("cpu", S), a * f * c.sample_s / usable[S])
+                for m, v in c.struct_from.items():
+                    if m != S:
+                        add(("egress", m), a * f * v / wl.egress_bw[m])
+                        add(("ingress", S), a * f * v / wl.ingress_bw[S])
+                if S != T:
+                    add(("egress", S), a * f * c.block_bytes / wl.egress_bw[S])
+                    add(("ingress", T), a * f * c.block_bytes / wl.ingress_bw[T])
+            for m, v in c.feat_from.items():
+                if m != F:
+                    add(("egress", m), a * v / wl.egress_bw[m])
+                    add(("ingress", F), a * v / wl.ingress_bw[F])
+            if F != T:
+                add(("egress", F), a * c.feat_bytes / wl.egress_bw[F])
+                add(("ingress", T), a * c.feat_bytes / wl.ingress_bw[T])
+            terms[(p, w)] = d
+            gpu_unit[(p, w)] = 2 * a * (c.feat_bytes + c.block_bytes)
+    fixed: dict[tuple[str, int], float] = {}
+    ar, ar_b = wl.allreduce_s(plan), wl.allreduce_bytes(plan)
+    multi = len({t.machine for t in plan.trainers}) > 1
+    for w, t in enumerate(plan.trainers):
+        fixed[("device", w)] = ar
+        if multi:
+            T = idx(t.machine)
+            fixed[("egress", T)] = fixed.get(("egress", T), 0.0) + ar_b / wl.egress_bw[T]
+            fixed[("ingress", T)] = fixed.get(("ingress", T), 0.0) + ar_b / wl.ingress_bw[T]
+    room = []
+    for t in plan.trainers:
+        gpu = problem.cluster.machine(t.machine).gpus[t.device]
+        room.append(gpu.memory - problem.profile.model_bytes)
+    bottleneck = max(problem.wl.loads(plan).bottleneck()[1], 1e-9)
+    return ShareInstance(problem, plan, options, terms, fixed, room, gpu_unit,
+                         bottleneck / SCALE)
 
 
 @dataclass
 class ShareSolution:
-    units: dict[tuple[int, int], int]  # (p, m) -> units of p's seeds trained on m
-    load_s: float  # the model's per-iteration load of this split
-    bound_s: float  # proven lower bound over the instance's space
+    units: dict[tuple[int, int], int]  # (p, w) -> units of part p's seeds trainer w owns
+    load_s: float  # the model's most loaded resource per iteration
+    bound_s: float  # proven lower bound over the instance's splits
     status: str
     wall_s: float
 
@@ -140,42 +177,39 @@ class ShareSolution:
 def solve(inst: ShareInstance, *, time_limit: float = 5.0, seed: int = 0) -> ShareSolution:
     """Minimise the most loaded resource over integer unit splits (see the module doc)."""
     t0 = time.perf_counter()
-    pb = inst.problem
-    # the load of keeping every part on its own store (or spread evenly), to size the units
-    rough = max(sum(inst.device_s[(p, inst.options[p][0])] * UNITS for p in range(pb.P)), 1e-9)
-    unit = rough / SCALE
+    pb, unit = inst.problem, inst.unit_s
 
     def q(v: float) -> int:
         return int(math.floor(v / unit))
 
     md = cp_model.CpModel()
-    x = {(p, m): md.NewIntVar(0, UNITS, f"x{p}_{m}") for p in range(pb.P)
-         for m in inst.options[p]}
+    x = {(p, w): md.NewIntVar(0, UNITS, f"x{p}_{w}") for p in range(pb.P)
+         for w in inst.options[p]}
     for p in range(pb.P):
-        md.Add(sum(x[(p, m)] for m in inst.options[p]) == UNITS)
-    L = md.NewIntVar(0, 1 << 40, "L")
-    by_m: dict[int, list[tuple[int, int]]] = {m: [] for m in inst.machines}
-    for (p, m) in x:
-        by_m[m].append((p, m))
-    ar = q(inst.allreduce_s)
-    for m, keys in by_m.items():
-        ntr = sum(1 for d in inst.devices if d.machine == m)
-        md.Add(sum(x[k] for k in keys) >= ntr)  # every trainer gets some seeds
-        md.Add(sum(q(inst.device_s[k]) * x[k] for k in keys) + ar <= L)
-        md.Add(sum(q(inst.cpu_s[k]) * x[k] for k in keys) <= L)
-        md.Add(sum(q(inst.ingress_s[k]) * x[k] for k in keys)
-               + q(inst.ring_in.get(m, 0.0)) <= L)
-    out: dict[int, list[tuple[int, tuple[int, int]]]] = {}
-    for (p, m, s), v in inst.egress_s.items():
-        out.setdefault(s, []).append((q(v), (p, m)))
-    for s, terms in out.items():
-        md.Add(sum(c * x[k] for c, k in terms) + q(inst.ring_out.get(s, 0.0)) <= L)
+        md.Add(sum(x[(p, w)] for w in inst.options[p]) == UNITS)
+    by_w: dict[int, list[tuple[int, int]]] = {}
+    loads: dict[tuple[str, int], list[tuple[int, tuple[int, int]]]] = {}
+    for k, d in inst.terms.items():
+        by_w.setdefault(k[1], []).append(k)
+        for key, v in d.items():
+            loads.setdefault(key, []).append((q(v), k))
+    W = len(inst.plan.trainers)
+    for w in range(W):
+        keys = by_w.get(w, [])
+        if not keys:
+            raise SpecError(pb.job.source, "trainers", f"trainer {w} may take no partition's "
+                            "seeds in the share model", "another placer")
+        md.Add(sum(x[k] for k in keys) >= 1)  # every trainer trains something
+        md.Add(sum(int(inst.gpu_per_unit[k]) * x[k] for k in keys) <= int(inst.gpu_room[w]))
+    L = md.NewIntVar(0, 1 << 50, "L")
+    for key in set(loads) | set(inst.fixed):
+        md.Add(sum(c * x[k] for c, k in loads.get(key, []) if c) + q(inst.fixed.get(key, 0.0))
+               <= L)
     md.Minimize(L)
-    # hint: every part on its own store where it trains, else spread over its options
-    for p in range(pb.P):
-        own = pb.store_of[p]
-        for m in inst.options[p]:
-            md.AddHint(x[(p, m)], UNITS if m == own and own in by_m else 0)
+    shares_of = {(p, w): s for w, t in enumerate(inst.plan.trainers)
+                 for p, s in zip(t.parts, t.seed_shares)}
+    for k, v in x.items():  # hint: the plan's own split (rounded to units)
+        md.AddHint(v, int(round(shares_of.get(k, 0.0) * UNITS)))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit
     solver.parameters.num_workers = 2
@@ -183,114 +217,119 @@ def solve(inst: ShareInstance, *, time_limit: float = 5.0, seed: int = 0) -> Sha
     st = solver.Solve(md)
     name = solver.StatusName(st)
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise SpecError(pb.cluster.source, "trainers",
+        raise SpecError(pb.job.source, "trainers",
                         f"the seed-share model found no split ({name})",
                         "more time (--budget) or another placer")
+    best_L, bound = solver.Value(L), solver.BestObjectiveBound() * unit
     units = {k: int(solver.Value(v)) for k, v in x.items() if solver.Value(v) > 0}
-    return ShareSolution(units, solver.Value(L) * unit, solver.BestObjectiveBound() * unit,
-                         name, time.perf_counter() - t0)
+    # phase 2: the bottleneck held, the slowest device (the barrier's straggler) minimised
+    left = time_limit - (time.perf_counter() - t0)
+    if left > 0.2:
+        md.Add(L <= best_L)
+        D = md.NewIntVar(0, 1 << 50, "D")
+        for w in range(W):
+            key = ("device", w)
+            md.Add(sum(c * x[k] for c, k in loads.get(key, []) if c)
+                   + q(inst.fixed.get(key, 0.0)) <= D)
+        md.Minimize(D)
+        md.ClearHints()
+        for k, v in x.items():
+            md.AddHint(v, units.get(k, 0))
+        solver.parameters.max_time_in_seconds = left
+        st2 = solver.Solve(md)
+        if st2 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            units = {k: int(solver.Value(v)) for k, v in x.items() if solver.Value(v) > 0}
+    return ShareSolution(units, best_L * unit, bound, name, time.perf_counter() - t0)
 
 
 def to_plan(inst: ShareInstance, sol: ShareSolution, placer: str = "shares") -> Plan:
-    """Trainers from a split: each machine's seeds cut across its GPUs by speed."""
-    pb = inst.problem
-    names = pb.names
-    trainers: list[TrainerPlan] = []
-    owned: dict[int, list[tuple[int, int, float]]] = {}  # part -> (trainer, index, share)
-    raw: list[tuple[Device, list[int], list[float]]] = []
-    for m in inst.machines:
-        devs = sorted((d for d in inst.devices if d.machine == m), key=lambda d: d.device)
-        keys = sorted(p for (p, mm) in sol.units if mm == m)
-        amount = [sol.units[(p, m)] / UNITS * max(float(pb.wl.seeds[p]), 1e-9) for p in keys]
-        runs = seed_line(keys, amount, len(devs), [d.speed for d in devs])
-        for d, (ps, sh) in zip(devs, runs):
-            full = [s * sol.units[(p, m)] / UNITS for p, s in zip(ps, sh)]
-            raw.append((d, list(ps), full))
-    for i, (_d, ps, sh) in enumerate(raw):
-        for j, p in enumerate(ps):
-            owned.setdefault(p, []).append((i, j, sh[j]))
-    for where in owned.values():  # exact sums: the last holder takes 1 minus the others
-        if len(where) == 1:
-            i, j, _ = where[0]
-            raw[i][2][j] = 1.0
-        else:
-            i, j, _ = where[-1]
-            raw[i][2][j] = 1.0 - sum(s for _, _, s in where[:-1])
-    for i, (d, ps, sh) in enumerate(raw):
-        n = names[d.machine]
-        order = sorted(range(len(ps)), key=lambda j: ps[j])
-        whole = all(sh[j] >= 1.0 for j in order)
-        trainers.append(TrainerPlan(i, n, d.device, tuple(ps[j] for j in order), ((n, 1),), n,
-                                    () if whole else tuple(sh[j] for j in order)))
-    plan = pb.make_plan(placer, trainers, (), share_model_s=sol.load_s,
-                        share_bound_s=sol.bound_s, share_status=sol.status)
-    return fill_samplers(pb, plan)
+    """The instance's placement with the solution's seeds (whole parts stay whole)."""
+    per_w: dict[int, list[tuple[int, int]]] = {}
+    for (p, w), u in sorted(sol.units.items()):
+        per_w.setdefault(w, []).append((p, u))
+    trainers = []
+    for w, t in enumerate(inst.plan.trainers):
+        own = per_w.get(w, [])
+        parts = tuple(p for p, _ in own)
+        shares = tuple(u / UNITS for _, u in own)
+        trainers.append(replace(t, parts=parts,
+                                shares=() if all(u == UNITS for _, u in own) else shares))
+    plan = replace(inst.plan, placer=placer, trainers=tuple(trainers),
+                   predicted={"share_model_s": sol.load_s, "share_bound_s": sol.bound_s,
+                              "share_status": sol.status})
+    return fill_samplers(inst.problem, plan)
 
 
-def device_sets(problem: Problem) -> list[list[Device]]:
-    """Candidate trainer devices, ``job.trainers`` of them: the fastest GPUs (ties: on
-    machines that store partitions), and GPUs on the stores first (colocation's)."""
-    W = problem.W
-    all_ = [Device(s.machine, d, s.speed) for s in problem.usable_slots() for d in s.devices]
-    stores = set(problem.store_of)
-    fast = sorted(all_, key=lambda d: (-d.speed, d.machine not in stores, d.machine, d.device))
-    local = sorted(all_, key=lambda d: (d.machine not in stores, -d.speed, d.machine, d.device))
-    spread = _spread(fast, W)
-    out: list[list[Device]] = []
-    for cand in (fast[:W], local[:W], spread):
-        key = sorted((d.machine, d.device) for d in cand)
-        if len(cand) == W and all(sorted((d.machine, d.device) for d in o) != key for o in out):
-            out.append(cand)
+def rebalance(problem: Problem, plan: Plan, *, time_limit: float = 5.0, seed: int = 0
+              ) -> Plan | None:
+    """`plan`'s placement with the seed split that loads its bottleneck least, or None when
+    that split does not fit (memory, cores) or loads it no less than the plan does."""
+    inst = build(problem, plan)
+    try:
+        sol = solve(inst, time_limit=time_limit, seed=seed)
+    except SpecError:
+        return None
+    out = to_plan(inst, sol, plan.placer)
+    if not is_feasible(problem, out):
+        return None
+    if not _better(problem, out, plan):
+        return None
     return out
 
 
-def _spread(devs: Sequence[Device], W: int) -> list[Device]:
-    """`W` of `devs` (in preference order), round-robin over machines: NICs shared least."""
-    by_m: dict[int, list[Device]] = {}
-    for d in devs:
-        by_m.setdefault(d.machine, []).append(d)
-    order = list(by_m)
-    out: list[Device] = []
-    while len(out) < W and any(by_m.values()):
-        for m in order:
-            if by_m[m] and len(out) < W:
-                out.append(by_m[m].pop(0))
-    return out
+def _better(problem: Problem, a: Plan, b: Plan) -> bool:
+    """Whether `a` loads its most loaded resource less than `b` does, or as much (to 0.1%)
+    with a faster slowest device (the barrier's straggler)."""
+    la, lb = problem.wl.loads(a), problem.wl.loads(b)
+    ta, tb = la.bottleneck()[1], lb.bottleneck()[1]
+    if ta < tb * (1 - 1e-3):
+        return True
+    da, db = max(la.device.values(), default=0.0), max(lb.device.values(), default=0.0)
+    return ta <= tb * (1 + 1e-3) and da < db * (1 - 1e-3)
 
 
-def share_plans(problem: Problem, *, time_limit: float = 10.0, seed: int = 0
-                ) -> list[tuple[Plan, ShareSolution]]:
-    """A plan per candidate device set (:func:`device_sets`) that fits, best model load
-    first."""
-    sets = device_sets(problem)
-    out = []
-    for i, devs in enumerate(sets):
-        inst = build(problem, devs)
+def starting_plans(problem: Problem, *, seed: int = 0) -> list[Plan]:
+    """The placements shares are rebalanced on: colocation (even and whole) and greedy."""
+    from gnnsched.placement.placer import get_placer
+
+    out: list[Plan] = []
+    for name in ("colocation", "colocation-even", "greedy"):
         try:
-            sol = solve(inst, time_limit=max(0.5, time_limit / (len(sets) - i)), seed=seed)
+            p = get_placer(name).place_problem(problem, seed=seed)
         except SpecError:
             continue
-        plan = to_plan(inst, sol)
-        if is_feasible(problem, plan):
-            out.append((plan, sol))
-    return sorted(out, key=lambda ps: ps[1].load_s)
+        if len(p.trainers) == problem.W and all(p.key() != o.key() for o in out):
+            out.append(p)
+    return out
+
+
+def share_plans(problem: Problem, starts: Sequence[Plan], *, time_limit: float = 10.0,
+                seed: int = 0) -> list[Plan]:
+    """Every start rebalanced (those that improve), best model load first."""
+    out = []
+    for i, p in enumerate(starts):
+        r = rebalance(problem, p, time_limit=max(0.5, time_limit / (len(starts) - i)),
+                      seed=seed)
+        if r is not None:
+            out.append(r)
+    return sorted(out, key=lambda p: problem.wl.loads(p).bottleneck()[1])
 
 
 @register("shares")
 class SharePlacer(Placer):
-    """The seed-share model alone: CP-SAT chooses how much of every partition each machine
-    trains, for the best of a few device sets (no simulator)."""
+    """The seed-share model alone: colocation and greedy placements with the seed split
+    CP-SAT finds best for each (no simulator); the best by the cost model."""
 
     def place_problem(self, problem: Problem, *, seed: int = 0,
                       budget: float | None = None) -> Plan:
-        found = share_plans(problem, time_limit=min(20.0, budget or 10.0), seed=seed)
-        if not found:
-            raise SpecError(problem.cluster.source, "trainers",
-                            "no seed-share split fits the cluster's memory and cores",
-                            "another placer, or more memory")
-        best = min(found, key=lambda ps: problem.seconds_per_iteration(ps[0])[0])[0]
-        return best
+        starts = starting_plans(problem, seed=seed)
+        if not starts:
+            raise SpecError(problem.job.source, "trainers", "no placement to split seeds on",
+                            "another placer")
+        found = share_plans(problem, starts, time_limit=min(20.0, budget or 10.0), seed=seed)
+        best = min(found + starts, key=lambda p: problem.seconds_per_iteration(p)[0])
+        return replace(best, placer="shares")
 
 
-__all__ = ["Device", "SharePlacer", "ShareInstance", "ShareSolution", "build", "device_sets",
-           "share_plans", "solve", "to_plan"]
+__all__ = ["SharePlacer", "ShareInstance", "ShareSolution", "build", "rebalance",
+           "share_plans", "solve", "starting_plans", "to_plan"]

@@ -222,7 +222,7 @@ def test_share_model_gives_fast_gpus_more_seeds() -> None:
     """Two hosts, one with 3x faster GPUs, skewed partitions: CP-SAT over seed shares gives
     the fast host more seeds, its plan is valid, and it simulates faster than every
     whole-partition baseline."""
-    from gnnsched.placement.shares import build, device_sets, solve
+    from gnnsched.placement.shares import build, solve
 
     cl = cluster_from_dict({"name": "mixed", "machines": [
         {"name": f"h{i}", "cpus": 8, "memory_gb": 64, "nic_gbps": 10,
@@ -233,9 +233,12 @@ def test_share_model_gives_fast_gpus_more_seeds() -> None:
     prof = synthetic_profile(4, seeds_per_part=4096, batch_size=64, fanouts=(5, 10), seed=0,
                              skew=0.8)
     pb = Problem(cl, job, prof)
-    inst = build(pb, device_sets(pb)[0])
+    coloc = get_placer("colocation").place_problem(pb, seed=0)
+    inst = build(pb, coloc)
     sol = solve(inst, time_limit=5.0)
     assert sol.bound_s <= sol.load_s * (1 + 1e-9)
+    # the model's load never exceeds the placement's own split (its hint)
+    assert sol.load_s <= pb.wl.loads(coloc).bottleneck()[1] * (1 + 1e-6)
     plan = get_placer("shares").place_problem(pb, seed=0, budget=5.0)
     plan.validate(cl, job)
     check_resources(pb, plan)
