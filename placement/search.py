@@ -2,22 +2,35 @@
 
 The bottleneck model sees per-iteration loads; it misses barrier waits, pipeline fill and the
 timing of contention, which only the simulator (running the ``gnnsched`` policy) sees. The
-search starts from the best of several good plans (CP-SAT's pool, greedy), proposes local
-moves — move a trainer, swap two, change sampler counts or hosts, change where gathering
-runs, reassign a part — and accepts them by simulated annealing on the simulated epoch time.
+search starts from several good plans — CP-SAT's plan and pool, greedy's plan of every part
+split, colocation — proposes local moves (move a trainer, swap two, change sampler counts or
+hosts, change where gathering runs, reassign a part or a share of its seeds) and accepts them
+by simulated annealing on the simulated epoch time.
+
+**Several draws.** A simulated epoch depends on the mini-batches drawn with a seed, and a plan
+tuned to one draw can lose on the next. Every candidate is scored on ``SEARCH_SEEDS`` seeded
+draws (:func:`draw_seeds`: the planner's seed first), and annealing follows the mean. A plan
+found by the search is kept only when it *wins on every draw*: it is faster than the best
+start on that draw (the per-draw minimum over every start: CP-SAT, greedy, colocation). When
+no plan does, the placer falls back to the best start — the fastest on the planner's own seed
+(ties by the mean), so the plan it reports is never slower there than any baseline it started
+from. It reports the noise: the spread (max - min) / min of its plan's epoch over the draws
+(``predicted["noise"]``), and per draw its epoch and the best start's
+(``predicted["search"]``).
 
 Reproducible: the random stream is seeded and the search is bounded by a number of
-*evaluations* (and proposals); the time budget is only a safety cap. Moves whose cost-model
-lower bound already exceeds the current plan's score by more than the temperature allows are
-skipped unsimulated. It never returns a plan scored worse than its best start.
+*evaluations* (a plan scored on every draw; a candidate clearly worse on the first draw is
+rejected there, costing a fraction of one) and proposals; the time budget is only a safety
+cap. Moves whose cost-model lower bound already exceeds the current plan's score by more than
+the temperature allows are skipped unsimulated.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -38,25 +51,41 @@ from gnnsched.placement.placer import (
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.spec import SpecError
 
-MOVES = ("move", "swap", "samplers", "sampler_host", "fetch", "part")
+MOVES = ("move", "swap", "samplers", "sampler_host", "fetch", "part", "share")
+SEARCH_SEEDS = 3  # seeded draws every candidate is scored on
+SEED_STRIDE = 1000  # draw k of seed s is s + k * SEED_STRIDE: runs with nearby seeds differ
+REHEATS = 2  # restarts from the best plan found, once the starts are used up
+KEEP = 4  # finalists re-scored with the full simulation when the search scores a shorter one
+_SHARES = "shares" in {f.name for f in fields(TrainerPlan)}  # seed shares in this model
+SeedScorer = Callable[[int, "int | None"], Scorer]  # (seed, iterations or None) -> scorer
+
+
+def draw_seeds(seed: int, n: int = SEARCH_SEEDS) -> tuple[int, ...]:
+    """The seeds of the draws a placer with `seed` scores on: `seed` itself first."""
+    return tuple(int(seed) + k * SEED_STRIDE for k in range(max(1, n)))
 
 
 @dataclass
 class SearchStats:
     """What the search did: for the plan's `predicted` and the benchmark."""
 
-    start_score: float
-    best_score: float
-    evaluations: int = 0
+    start_score: float  # mean over the draws of the best start (by that mean)
+    best_score: float  # mean over the draws of the plan returned
+    evaluations: float = 0  # plans scored on every draw (a raced-out candidate: a fraction)
+    simulations: int = 0
     proposals: int = 0
     skipped_by_bound: int = 0
+    raced_out: int = 0  # rejected after the first draw
     infeasible: int = 0
     accepted: int = 0
-    improved: int = 0
+    improved: int = 0  # new best mean
+    winners: int = 0  # plans that beat the best start on every draw
     restarts: int = 0
     wall_s: float = 0.0
     stopped: str = ""
     improving_moves: dict[str, int] = field(default_factory=dict)
+    seeds: list[int] = field(default_factory=list)
+    kept: str = ""  # "search" (won on every draw) or the start it fell back to
 
     def to_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -78,6 +107,88 @@ class Evaluator:
         return self.cache[k]
 
 
+class SeedEvaluator:
+    """A plan's score on several seeded draws: one cached :class:`Evaluator` per draw.
+
+    ``vector(plan)`` is the score on every draw, ``__call__`` their mean (so it stands in for
+    a one-draw scorer), ``first(plan)`` only the first draw (racing). ``calls`` counts plans
+    scored on every draw (simulations / draws).
+    """
+
+    def __init__(self, scorers: Sequence[Scorer], seeds: Sequence[int] | None = None) -> None:
+        self.evs = [s if isinstance(s, Evaluator) else Evaluator(s) for s in scorers]
+        self.seeds = list(seeds) if seeds is not None else list(range(len(self.evs)))
+
+    @classmethod
+    def of(cls, scorer: Scorer | SeedEvaluator) -> SeedEvaluator:
+        return scorer if isinstance(scorer, SeedEvaluator) else cls([scorer])
+
+    @property
+    def n(self) -> int:
+        return len(self.evs)
+
+    @property
+    def simulations(self) -> int:
+        return sum(e.calls for e in self.evs)
+
+    @property
+    def calls(self) -> float:
+        return self.simulations / self.n
+
+    def known(self, plan: Plan) -> bool:
+        k = plan.key()
+        return all(k in e.cache for e in self.evs)
+
+    def first(self, plan: Plan) -> float:
+        return self.evs[0](plan)
+
+    def vector(self, plan: Plan) -> tuple[float, ...]:
+        return tuple(e(plan) for e in self.evs)
+
+    def __call__(self, plan: Plan) -> float:
+        v = self.vector(plan)
+        return sum(v) / len(v)
+
+
+def spread(v: Sequence[float]) -> float:
+    """The noise of one plan over the draws: (max - min) / min of its epochs."""
+    return (max(v) - min(v)) / min(v) if v and min(v) > 0 else 0.0
+
+
+def wins(v: Sequence[float], ref: Sequence[float]) -> bool:
+    """Faster than `ref` on every draw."""
+    return all(a < b * (1 - 1e-9) for a, b in zip(v, ref))
+
+
+def fallback(vectors: Sequence[Sequence[float]]) -> int:
+    """Index of the start to keep when nothing wins on every draw: the fastest on the first
+    draw (the planner's seed), ties (within 1e-9) by the mean over the draws."""
+    lo = min(v[0] for v in vectors)
+    return min((i for i, v in enumerate(vectors) if v[0] <= lo * (1 + 1e-9)),
+               key=lambda i: (sum(vectors[i]), i))
+
+
+def _cost(pb: Problem, t: TrainerPlan) -> Any:
+    shares = getattr(t, "shares", ())
+    return pb.cost(t.parts, shares) if shares else pb.cost(t.parts)
+
+
+def _owned(t: TrainerPlan) -> dict[int, float]:
+    shares = getattr(t, "shares", ()) or (1.0,) * len(t.parts)
+    out: dict[int, float] = {}
+    for p, s in zip(t.parts, shares):
+        out[p] = out.get(p, 0.0) + s
+    return out
+
+
+def _with_owned(t: TrainerPlan, owned: dict[int, float]) -> TrainerPlan:
+    parts = tuple(sorted(owned))
+    if not _SHARES:
+        return replace(t, parts=parts)
+    sh = tuple(min(1.0, owned[p]) for p in parts)
+    return replace(t, parts=parts, shares=() if all(s >= 1 - 1e-9 for s in sh) else sh)
+
+
 class _Moves:
     """Local moves on a plan; each returns a new plan or None (not applicable)."""
 
@@ -90,10 +201,11 @@ class _Moves:
         self.avg = sum(seeds) / problem.W
 
     # -------------------------------------------------------------- helpers
-    def _balanced(self, parts: Sequence[int]) -> bool:
-        if len(parts) == 1:
+    def _balanced(self, owned: dict[int, float]) -> bool:
+        if len(owned) == 1 and next(iter(owned.values())) >= 1 - 1e-9:
             return True
-        return abs(sum(self.seeds[p] for p in parts) - self.avg) <= BALANCE * self.avg
+        return abs(sum(self.seeds[p] * s for p, s in owned.items()) - self.avg) \
+            <= BALANCE * self.avg
 
     def _set(self, plan: Plan, trainers: list[TrainerPlan]) -> Plan:
         return replace(plan, trainers=tuple(sorted(trainers, key=lambda t: t.id)),
@@ -106,7 +218,7 @@ class _Moves:
             near = [i for i, t in enumerate(ts) if focus in
                     {self.idx(t.machine), self.idx(t.fetch_at)} |
                     {self.idx(m) for m, _ in t.samplers} |
-                    set(self.pb.cost(t.parts).feat_from)]
+                    set(_cost(self.pb, t).feat_from)]
             if near:
                 return int(self.rng.choice(near))
         return int(self.rng.integers(len(ts)))
@@ -125,7 +237,7 @@ class _Moves:
         samplers = tuple((name if s == t.machine else s, c) for s, c in t.samplers)
         fetch = name if t.fetch_at == t.machine else t.fetch_at
         ts = list(plan.trainers)
-        ts[i] = TrainerPlan(t.id, name, d, t.parts, _merge(samplers), fetch)
+        ts[i] = replace(t, machine=name, device=d, samplers=_merge(samplers), fetch_at=fetch)
         return self._set(plan, ts)
 
     def swap(self, plan: Plan, focus: int | None) -> Plan | None:
@@ -142,7 +254,8 @@ class _Moves:
         def moved(t: TrainerPlan, o: TrainerPlan) -> TrainerPlan:
             s = tuple((o.machine if m == t.machine else m, c) for m, c in t.samplers)
             f = o.machine if t.fetch_at == t.machine else t.fetch_at
-            return TrainerPlan(t.id, o.machine, o.device, t.parts, _merge(s), f)
+            return replace(t, machine=o.machine, device=o.device, samplers=_merge(s),
+                           fetch_at=f)
 
         ts = list(plan.trainers)
         ts[i], ts[j] = moved(a, b), moved(b, a)
@@ -210,25 +323,56 @@ class _Moves:
         return self._set(plan, ts)
 
     def part(self, plan: Plan, focus: int | None) -> Plan | None:
-        """Move a partition's seeds to another trainer, or swap two partitions."""
+        """Move a partition's seeds (a trainer's whole share of it) to another trainer, or
+        swap two partitions' shares."""
         if len(plan.trainers) < 2:
             return None
         i = self._pick(plan, focus)
         j = int(self.rng.integers(len(plan.trainers) - 1))
         j += j >= i
         a, b = plan.trainers[i], plan.trainers[j]
-        pa = a.parts[int(self.rng.integers(len(a.parts)))]
-        if len(a.parts) > 1 and self.rng.random() < 0.5:
-            na = tuple(p for p in a.parts if p != pa)
-            nb = tuple(sorted(b.parts + (pa,)))
+        oa, ob = _owned(a), _owned(b)
+        pa = list(oa)[int(self.rng.integers(len(oa)))]
+        if len(oa) > 1 and self.rng.random() < 0.5:
+            ob[pa] = ob.get(pa, 0.0) + oa.pop(pa)
         else:
-            pbp = b.parts[int(self.rng.integers(len(b.parts)))]
-            na = tuple(sorted([p for p in a.parts if p != pa] + [pbp]))
-            nb = tuple(sorted([p for p in b.parts if p != pbp] + [pa]))
-        if not (self._balanced(na) and self._balanced(nb)):
+            pbp = list(ob)[int(self.rng.integers(len(ob)))]
+            if pbp == pa:
+                return None
+            sa, sb = oa.pop(pa), ob.pop(pbp)
+            ob[pa] = ob.get(pa, 0.0) + sa
+            oa[pbp] = oa.get(pbp, 0.0) + sb
+        if not (self._balanced(oa) and self._balanced(ob)):
             return None
         ts = list(plan.trainers)
-        ts[i], ts[j] = replace(a, parts=na), replace(b, parts=nb)
+        ts[i], ts[j] = _with_owned(a, oa), _with_owned(b, ob)
+        return self._set(plan, ts)
+
+    def share(self, plan: Plan, focus: int | None) -> Plan | None:
+        """Shift part of one partition's seeds between two trainers that both own some of
+        it (seed shares: only where the plan model has them)."""
+        if not _SHARES:
+            return None
+        i = self._pick(plan, focus)
+        a = plan.trainers[i]
+        oa = _owned(a)
+        mates = [j for j, t in enumerate(plan.trainers) if j != i and set(_owned(t)) & set(oa)]
+        if not mates:
+            return None
+        j = mates[int(self.rng.integers(len(mates)))]
+        b = plan.trainers[j]
+        ob = _owned(b)
+        p = sorted(set(oa) & set(ob))[int(self.rng.integers(len(set(oa) & set(ob))))]
+        d = oa[p] * float(self.rng.choice([0.1, 0.25, 0.5]))
+        if self.rng.random() < 0.5:  # or the other way round
+            a, b, oa, ob, i, j = b, a, ob, oa, j, i
+            d = oa[p] * float(self.rng.choice([0.1, 0.25, 0.5]))
+        oa[p] -= d
+        ob[p] += d
+        if oa[p] <= 1e-6 or not (self._balanced(oa) and self._balanced(ob)):
+            return None
+        ts = list(plan.trainers)
+        ts[i], ts[j] = _with_owned(a, oa), _with_owned(b, ob)
         return self._set(plan, ts)
 
 
@@ -259,7 +403,7 @@ def repair(problem: Problem, plan: Plan) -> Plan | None:
                 del ts[tid][mach.name]
             u.cores[m] -= 1
             t = next(x for x in plan.trainers if x.id == tid)
-            u.memory[m] -= problem.sampler_bytes(problem.cost(t.parts))
+            u.memory[m] -= problem.sampler_bytes(_cost(problem, t))
     out = tuple(replace(t, samplers=tuple(sorted(ts[t.id].items(), key=lambda kv: idx(kv[0]))))
                 for t in plan.trainers)
     fixed = replace(plan, trainers=out)
@@ -284,28 +428,58 @@ def _focus(problem: Problem, plan: Plan) -> int | None:
     return None
 
 
-def search(problem: Problem, starts: Sequence[Plan], scorer: Scorer, *, seed: int = 0,
-           max_evals: int = 200, max_proposals: int | None = None, stall: int = 60,
-           time_budget: float = 30.0, t0_frac: float = 0.02,
-           evaluator: Evaluator | None = None) -> tuple[Plan, SearchStats]:
-    """Simulated annealing over placements from the best start; never worse than it."""
+@dataclass
+class Outcome:
+    """What :func:`search_many` found: the plan to keep and what it was compared with."""
+
+    plan: Plan
+    vector: tuple[float, ...]  # its score on every draw
+    reference: tuple[float, ...]  # per draw, the best start's score
+    won: bool  # found by the search and faster than `reference` on every draw
+    start: int  # index of the start kept when not `won` (else -1)
+    finalists: list[tuple[tuple[float, ...], Plan]]  # the best plans by mean, best first
+    stats: SearchStats
+
+
+def search_many(problem: Problem, starts: Sequence[Plan], scorer: Scorer | SeedEvaluator, *,
+                seed: int = 0, max_evals: int = 200, max_proposals: int | None = None,
+                stall: int = 60, time_budget: float = 30.0, t0_frac: float = 0.02,
+                keep: int = KEEP) -> Outcome:
+    """Simulated annealing over placements on several draws (see the module's docstring).
+
+    `scorer`: a :class:`SeedEvaluator` (every draw) or a one-draw scorer. Every start is
+    scored on every draw first; the per-draw minimum is the reference a found plan must beat
+    on every draw to be kept, else the best start (:func:`fallback`) is.
+    """
     wall0 = time.perf_counter()
-    ev = evaluator or Evaluator(scorer)
+    ev = SeedEvaluator.of(scorer)
+    n = ev.n
     rng = np.random.default_rng(seed)
     moves = _Moves(problem, rng)
-    scored = sorted(((ev(p), k, p) for k, p in enumerate(starts)), key=lambda x: x[:2])
-    best_s, _, best = scored[0]
-    stats = SearchStats(best_s, best_s)
-    queue = [p for _, _, p in scored[1:]]
-    cur, cur_s = best, best_s
+    sims_start = ev.simulations
+    vecs = [ev.vector(p) for p in starts]
+    sims0 = ev.simulations  # the starts' scores do not count against max_evals
+    ref = tuple(min(v[k] for v in vecs) for k in range(n))
+    order = sorted(range(len(starts)), key=lambda i: (sum(vecs[i]) / n, i))
+    cur = starts[order[0]]
+    cur_v = vecs[order[0]]
+    cur_s = sum(cur_v) / n
+    best_s = cur_s
+    stats = SearchStats(cur_s, cur_s, seeds=list(getattr(ev, "seeds", [])))
+    queue = [starts[i] for i in order[1:]]
+    start_keys = {p.key() for p in starts}
+    found: dict[tuple, tuple[tuple[float, ...], Plan]] = {}  # non-start plans scored fully
     max_proposals = max_proposals or 20 * max_evals
     since = 0
-    calls0 = ev.calls
-    weights = np.array([3.0, 2.0, 1.0, 1.0, 1.0, 1.5 if problem.W < problem.P else 0.0])
+    budget_sims = max_evals * n
+    weights = np.array([3.0, 2.0, 1.0, 1.0, 1.0, 1.5 if problem.W < problem.P else 0.0,
+                        1.0 if _SHARES and problem.W > problem.P else 0.0])
     weights /= weights.sum()
     focus = _focus(problem, cur)
+    best_p: Plan | None = None  # the best plan found by mean (not a start)
+    reheats = 0
     while True:
-        if ev.calls - calls0 >= max_evals:
+        if ev.simulations - sims0 >= budget_sims:
             stats.stopped = "evaluations"
             break
         if stats.proposals >= max_proposals:
@@ -315,11 +489,16 @@ def search(problem: Problem, starts: Sequence[Plan], scorer: Scorer, *, seed: in
             stats.stopped = "time"
             break
         if since >= stall:
-            if not queue:
+            if queue:
+                cur = queue.pop(0)  # restart from the next diverse start
+            elif reheats < REHEATS and best_p is not None and best_p.key() != cur.key():
+                cur = best_p  # then from the best plan found, the temperature as it is
+                reheats += 1
+            else:
                 stats.stopped = "stall"
                 break
-            cur = queue.pop(0)  # restart from the next diverse start
-            cur_s = ev(cur)
+            cur_v = ev.vector(cur)
+            cur_s = sum(cur_v) / n
             focus = _focus(problem, cur)
             stats.restarts += 1
             since = 0
@@ -329,89 +508,210 @@ def search(problem: Problem, starts: Sequence[Plan], scorer: Scorer, *, seed: in
         cand = getattr(moves, kind)(cur, focus if rng.random() < 0.6 else None)
         if cand is None:
             continue
-        if kind in ("move", "swap", "part"):
+        if kind in ("move", "swap", "part", "share"):
             cand = fill_samplers(problem, repair(problem, cand) or cand)
         cand = repair(problem, cand)
         if cand is None or usage(problem, cand).problems:
             stats.infeasible += 1
             continue
-        progress = (ev.calls - calls0) / max(max_evals, 1)
+        progress = (ev.simulations - sims0) / max(budget_sims, 1)
         temp = t0_frac * stats.start_score * max(1e-3, 1.0 - progress)
-        if cand.key() not in ev.cache:
+        if not ev.known(cand):
             lb = problem.epoch_bound(cand)
             if lb > cur_s + 3 * temp:
                 stats.skipped_by_bound += 1
                 since += 1
                 continue
-        s = ev(cand)
+            # race: a candidate clearly worse on the first draw is not drawn again
+            if n > 1 and ev.first(cand) > cur_v[0] + 3 * temp:
+                stats.raced_out += 1
+                since += 1
+                continue
+        v = ev.vector(cand)
+        s = sum(v) / n
         since += 1
+        if cand.key() not in start_keys:
+            found[cand.key()] = (v, cand)
         if s < cur_s or rng.random() < math.exp(-(s - cur_s) / max(temp, 1e-12)):
             stats.accepted += 1
-            cur, cur_s = cand, s
+            cur, cur_v, cur_s = cand, v, s
             focus = _focus(problem, cur)
         if s < best_s - 1e-12:
-            best, best_s = cand, s
+            best_s, best_p = s, cand
             stats.improved += 1
             stats.improving_moves[kind] = stats.improving_moves.get(kind, 0) + 1
             since = 0
-    stats.evaluations = ev.calls - calls0
-    stats.best_score = best_s
+    winners = sorted((x for x in found.values() if wins(x[0], ref)),
+                     key=lambda x: (sum(x[0]), x[1].key()))
+    stats.winners = len(winners)
+    ranked = sorted(found.values(), key=lambda x: (sum(x[0]), x[1].key()))
+    finalists = list({x[1].key(): x for x in winners[:keep] + ranked[:keep]}.values())
+    if winners:
+        v, plan = winners[0]
+        out = Outcome(plan, v, ref, True, -1, finalists, stats)
+        stats.kept = "search"
+    else:
+        i = fallback(vecs)
+        out = Outcome(starts[i], vecs[i], ref, False, i, finalists, stats)
+        stats.kept = f"start {i}"
+    stats.simulations = ev.simulations - sims_start
+    stats.evaluations = (ev.simulations - sims0) / n
+    stats.best_score = sum(out.vector) / n
     stats.wall_s = time.perf_counter() - wall0
-    return best, stats
+    return out
+
+
+def search(problem: Problem, starts: Sequence[Plan], scorer: Scorer | SeedEvaluator, *,
+           seed: int = 0, max_evals: int = 200, max_proposals: int | None = None,
+           stall: int = 60, time_budget: float = 30.0, t0_frac: float = 0.02,
+           evaluator: Evaluator | SeedEvaluator | None = None) -> tuple[Plan, SearchStats]:
+    """:func:`search_many`'s plan and stats: never worse than every start on every draw
+    unless it is a start itself (the best one, :func:`fallback`)."""
+    out = search_many(problem, starts, evaluator or scorer, seed=seed, max_evals=max_evals,
+                      max_proposals=max_proposals, stall=stall, time_budget=time_budget,
+                      t0_frac=t0_frac)
+    return out.plan, out.stats
 
 
 # ---------------------------------------------------------------------- the placer
 
 
+def _starts(problem: Problem, out: Any, *, seed: int = 0, budget: float = 2.0
+            ) -> list[tuple[str, Plan]]:
+    """(name, plan) of the starts: CP-SAT's plan and pool, greedy's plan of every part split
+    solved, colocation, and the seed-share model's plan where it is installed (``shares``)
+    — each placement once (first name wins), only plans with every trainer of the job."""
+    from gnnsched.placement.placer import placers
+
+    named: list[tuple[str, Plan]] = [("cpsat", out.plan)]
+    named += [(f"cpsat pool {k}", p) for k, p in enumerate(list(out.pool)[:3])]
+    named += [("greedy" if k == 0 else f"greedy split {k}", p)
+              for k, p in enumerate(out.warm_starts)]
+    for name in ("colocation", "shares"):
+        if name not in placers():
+            continue
+        try:
+            named.append((name, placers()[name]().place_problem(problem, seed=seed,
+                                                                budget=budget)))
+        except SpecError:  # it cannot place this job (e.g. colocation: trainers > groups)
+            pass
+    seen: set[tuple] = set()
+    starts = []
+    for name, p in named:
+        if p.key() in seen or len(p.trainers) != problem.W or usage(problem, p).problems:
+            continue
+        seen.add(p.key())
+        starts.append((name, replace(p, placer="gnnsched", predicted={}, notes=())))
+    return starts
+
+
 @register("gnnsched")
 class GnnschedPlacer(Placer):
-    """CP-SAT's bottleneck model, then the exploratory search scored by the simulator."""
+    """CP-SAT's bottleneck model, then the exploratory search scored by the simulator on
+    several seeded draws (see the module's docstring).
+
+    ``seed_scorer(seed, iterations)``: a scorer simulating the draws of `seed` (``iterations``
+    None: the whole epoch; else that many, extrapolated). Without it and without a `scorer`
+    the simulator with the gnnsched policy is used (:func:`default_scorer`); with a `scorer`
+    but no ``seed_scorer`` the caller's scorer is the only draw (its seed is unknown here).
+    """
 
     max_evals: int = 150
+    seeds: int = SEARCH_SEEDS
+
+    def __init__(self, scorer: Scorer | None = None, search_scorer: Scorer | None = None,
+                 seed_scorer: SeedScorer | None = None, seeds: int | None = None) -> None:
+        super().__init__(scorer, search_scorer)
+        self.seed_scorer = seed_scorer
+        if seeds is not None:
+            self.seeds = seeds
+
+    def _evaluators(self, problem: Problem, seed: int
+                    ) -> tuple[SeedEvaluator, SeedEvaluator, str]:
+        """(full, quick, how): every draw's whole-epoch scorer, and the search's."""
+        K = problem.wl.iterations
+        # a shortened epoch only where it saves much (else the finalists are simulated twice)
+        short = SEARCH_ITERATIONS if SEARCH_ITERATIONS < 0.75 * K else None
+        make = self.seed_scorer
+        how = "caller's scorer"
+        if make is None and self.scorer is None:
+            how = default_scorer(problem, seed)[1]
+            if how.startswith("simulator"):
+                def make(s: int, its: int | None) -> Scorer:
+                    return default_scorer(problem, s, its)[0]
+        if make is None:  # one draw: the caller's scorer, or the cost-model bound
+            full_one = self.scorer or default_scorer(problem, seed)[0]
+            full = SeedEvaluator([full_one], [seed])
+            quick = full if self.search_scorer is None or self.search_scorer is full_one \
+                else SeedEvaluator([self.search_scorer], [seed])
+            return full, quick, how
+        seeds = draw_seeds(seed, self.seeds)
+        first_full = self.scorer or make(seed, None)
+        full = SeedEvaluator([first_full] + [make(s, None) for s in seeds[1:]], seeds)
+        if short is None:
+            return full, full, how
+        first_quick = self.search_scorer or make(seed, short)
+        quick = SeedEvaluator([first_quick] + [make(s, short) for s in seeds[1:]], seeds)
+        return full, quick, how
 
     def place_problem(self, problem: Problem, *, seed: int = 0,
                       budget: float | None = None) -> Plan:
-        from gnnsched.placement.baselines import Colocation
-
         t0 = time.perf_counter()
         budget = 30.0 if budget is None else budget
-        if self.scorer is not None:
-            full, how = self.scorer, "caller's scorer"
-            quick = self.search_scorer or full
-        else:
-            full, how = default_scorer(problem, seed)
-            quick = self.search_scorer or default_scorer(problem, seed, SEARCH_ITERATIONS)[0]
-        full_ev = full if isinstance(full, Evaluator) else Evaluator(full)
-        quick_ev = full_ev if quick is full else Evaluator(quick)
+        full, quick, how = self._evaluators(problem, seed)
         out = run_cpsat(problem, time_limit=min(20.0, max(0.5, 0.3 * budget)), seed=seed,
                         placer="gnnsched")
-        starts = list(out.pool)[:3]  # the pool holds greedy's warm starts too
-        for base in out.warm_starts[:1] + [Colocation().place_problem(problem)]:
-            base = replace(base, placer="gnnsched", predicted={}, notes=())
-            if all(base.key() != p.key() for p in starts):
-                starts.append(base)
+        named = _starts(problem, out, seed=seed, budget=max(0.5, 0.1 * budget))
+        if not named:
+            raise SpecError(problem.job.source, "trainers", "no placement to start from "
+                            f"has the job's {problem.W} trainers", "another placer")
+        starts = [p for _, p in named]
         left = budget - (time.perf_counter() - t0)
         # keep time to re-score the finalists with the full simulation
-        reserve = 0.0 if quick_ev is full_ev else 0.15 * left
-        best, stats = search(problem, starts, quick_ev, seed=seed, max_evals=self.max_evals,
-                             time_budget=max(0.0, left - reserve), evaluator=quick_ev)
-        final = min([best] + starts, key=lambda p: (full_ev(p), p is not best))
+        reserve = 0.0 if quick is full else 0.15 * left
+        res = search_many(problem, starts, quick, seed=seed, max_evals=self.max_evals,
+                          time_budget=max(0.0, left - reserve))
+        stats = res.stats
+        if quick is full:
+            final, vec, ref, won = res.plan, res.vector, res.reference, res.won
+        else:  # the search scored shortened epochs: judge the starts and finalists in full
+            svecs = [full.vector(p) for p in starts]
+            ref = tuple(min(v[k] for v in svecs) for k in range(full.n))
+            cands = [(full.vector(p), p) for _, p in res.finalists]
+            good = sorted((c for c in cands if wins(c[0], ref)),
+                          key=lambda c: (sum(c[0]), c[1].key()))
+            won = bool(good)
+            if won:
+                vec, final = good[0]
+            else:
+                i = fallback(svecs)
+                vec, final = svecs[i], starts[i]
+        if won:
+            stats.kept = "search"
+        else:
+            stats.kept = next(name for name, p in named if p.key() == final.key())
         lb = simulated_lower_bound(problem, out, [final] + starts, seed=seed,
                                    time_limit=max(1.0, min(5.0, budget - (time.perf_counter()
                                                                           - t0))))
         self.outcome = out
         it = problem.wl.iterations
         r = out.result
+        noise = spread(vec)
+        draws = {"seeds": list(full.seeds), "epoch_s": list(vec), "best_start_s": list(ref),
+                 "gain": [b / a for a, b in zip(vec, ref)], "noise": noise,
+                 "won_on_every_draw": won, "kept": stats.kept,
+                 "starts": [name for name, _ in named]}
         return replace(final, notes=tuple(out.plan.notes) + tuple(final.notes)).with_prediction(
-            epoch_time_s=full_ev(final), scored_by=how,
+            epoch_time_s=vec[0], scored_by=how, noise=noise,
+            epoch_time_by_seed_s={str(s): v for s, v in zip(full.seeds, vec)},
             lower_bound_s=lb * it, lower_bound_iteration_s=lb,
             lower_bound_scope=out.scope(),
             cpsat={"status": r.status, "objective_iteration_s": r.objective_s,
                    "bound_iteration_s": out.lower_bound_iter_s, "wall_s": r.wall_s,
                    "variables": r.variables, "exact_parts": r.instance.exact_parts,
                    "aggregated": r.instance.aggregated, "cpu_model": r.cpu_model},
-            search=stats.to_dict(), planning_s=time.perf_counter() - t0)
-
+            search={**stats.to_dict(), "draws": draws},
+            planning_s=time.perf_counter() - t0)
 
 
 # ---------------------------------------------------------------------- plan + compare
@@ -472,14 +772,19 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
     everything `gnnsched plan` prints.
     """
     from gnnsched.bounds import any_placement_bound, bound_fields, per_plan_bound
-    from gnnsched.placement.placer import get_placer
+    from gnnsched.placement.placer import get_placer, placers
 
     if scorer is None:
         scorer, how = default_scorer(problem, seed)
     simulated = (how or "").startswith("simulator")
     ev = scorer if isinstance(scorer, Evaluator) else Evaluator(scorer)
     t0 = time.perf_counter()
-    chosen = get_placer(placer, scorer=ev)
+    kw: dict[str, Any] = {"scorer": ev}
+    if simulated and isinstance(chosen_cls := placers().get(placer), type) and \
+            issubclass(chosen_cls, GnnschedPlacer):
+        # the scorer is the simulator on the draws of `seed`: the search adds other draws
+        kw["seed_scorer"] = lambda s, its: default_scorer(problem, s, its)[0]
+    chosen = get_placer(placer, **kw)
     plan = chosen.place_problem(problem, seed=seed, budget=budget)
     if cache_share > 0:
         from gnnsched.placement.caches import size_caches
@@ -561,5 +866,6 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
     return replace(plan, predicted=pred, notes=notes)
 
 
-__all__ = ["BASELINES", "Evaluator", "GnnschedPlacer", "SearchStats", "iteration_floor",
-           "plan_and_compare", "repair", "search"]
+__all__ = ["BASELINES", "SEARCH_SEEDS", "Evaluator", "GnnschedPlacer", "Outcome", "SearchStats",
+           "SeedEvaluator", "draw_seeds", "fallback", "iteration_floor", "plan_and_compare",
+           "repair", "search", "search_many", "spread", "wins"]
