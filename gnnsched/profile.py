@@ -6,7 +6,10 @@ since remote hops are requests to that store), the input nodes owned by every pa
 feature bytes each (store, trainer) pair moves follow), and the train seconds on the reference
 device. The simulator draws mini-batches from these samples with a seed; the placer uses their
 means. ``gnnsched profile`` measures one from real DGL sampling on real partitions
-(:mod:`gnnsched.profiler`); :func:`synthetic_profile` makes one for clusters with no graph.
+(:mod:`gnnsched.profiler`); :func:`synthetic_profile` makes one for clusters with no graph,
+from constants, and :func:`profile_from_stats` one for a graph known by its statistics (node
+and edge counts, degree law, locality, partition sizes: :mod:`gnnsched.graphstats`), with the
+fan-out law for its mini-batches and a measured reference for its costs.
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ from __future__ import annotations
 import json
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from gnnsched.graphstats import CostReference, GraphStats
 from gnnsched.spec import JobSpec, SpecError, fingerprint
 
 EDGE_BYTES = 16  # one sampled edge in a block message: src + dst as int64
@@ -340,9 +345,136 @@ def synthetic_profile(num_parts: int, *, seeds_per_part: int = 2000, batch_size:
                              "locality": locality, "skew": skew})
 
 
-def profile_for(job: JobSpec, cost: str | None = None) -> CostProfile:
+def profile_from_stats(stats: GraphStats, *, batch_size: int = 1024,
+                       fanouts: Sequence[int] = (10, 25), model: str = "sage",
+                       hidden: int = 128, reference: CostReference | None = None,
+                       samples: int = 16, neighbours: int | None = None,
+                       seed: int = 0) -> CostProfile:
+    """A profile for a graph known by its statistics (:class:`~gnnsched.graphstats.GraphStats`).
+
+    Every partition's mini-batch comes from the fan-out law
+    (:func:`gnnsched.graphstats.fanout_law`: unique input nodes and sampled edges per hop of
+    ``batch_size`` seeds from that partition, with degree capping and saturation against the
+    partition and the graph), its costs from ``reference``
+    (:class:`~gnnsched.graphstats.CostReference`: sampler seconds per sampled edge and per
+    unique node, training seconds per aggregated float and per dense multiply-add of the
+    job's model, fitted on measured profiles of a generated graph with the same statistics;
+    the built-in :data:`~gnnsched.graphstats.BUILTIN_REFERENCE` by default). Input nodes outside the seeds' partition are spread over the ``neighbours``
+    nearest partitions on a ring (default: all others, at most 32) in proportion to their
+    sizes. ``samples`` mini-batches per partition vary by the reference's measured spread,
+    their mean exactly the law's. The meta carries the partition sizes (``part_nodes``,
+    ``part_bytes``), so placement's memory check covers the partitions too.
+    """
+    from gnnsched.graphstats import BUILTIN_REFERENCE, fanout_law, summary
+
+    fan = tuple(int(f) for f in fanouts)
+    P = stats.num_parts
+    ref = reference or BUILTIN_REFERENCE
+    dims = [stats.feature_dim] + [hidden] * (len(fan) - 1) + [stats.num_classes]
+    rng = np.random.default_rng(seed)
+    seeds = stats.part_train_seeds()
+    sizes = np.array(stats.part_nodes, dtype=float)
+    k = min(P - 1, 32 if neighbours is None else max(int(neighbours), 0))
+    laws: dict[tuple[int, int], Any] = {}
+    parts: list[PartProfile] = []
+    for p in range(P):
+        key = (stats.part_nodes[p], seeds[p])
+        if key not in laws:
+            laws[key] = fanout_law(stats, batch_size, fan, part=p)
+        mb = laws[key]
+        nbrs = np.array(sorted({(p + d) % P for d in range(1, k // 2 + 1)} |
+                               {(p - d) % P for d in range(1, k - k // 2 + 1)} - {p}),
+                        dtype=np.int32)
+        w = sizes[nbrs] / sizes[nbrs].sum() if len(nbrs) else np.zeros(0)
+        ids = np.concatenate([[p], nbrs]).astype(np.int32)
+        own_in, all_in = mb.own_nodes[-1], mb.input_nodes
+        own_e, all_e = sum(mb.own_edges), mb.total_edges
+        if not len(nbrs):
+            own_in, own_e = all_in, all_e
+        cnt = np.concatenate([[own_in], (all_in - own_in) * w])
+        ecnt = np.concatenate([[own_e], (all_e - own_e) * w])
+        z = rng.standard_normal(samples)
+        f = np.exp(ref.spread * z)
+        f = f / f.mean()
+        e = all_e * f
+        parts.append(PartProfile(
+            p, int(seeds[p]), ref.sample_s(mb) * f, ref.train_s(mb, model, dims) * f,
+            np.round(e).astype(np.int64), [ids] * samples,
+            [np.round(cnt * fi) for fi in f], [ids] * samples, [np.round(ecnt * fi) for fi in f]))
+    params = _param_count(model, dims)
+    feature_bytes = 4 * stats.feature_dim
+    key = {"num_parts": P, "batch_size": batch_size, "fanouts": list(fan),
+           "feature_dim": stats.feature_dim, "hidden": hidden, "model": model}
+    law0 = laws[(stats.part_nodes[0], seeds[0])]
+    notes = ["mini-batches from the fan-out law on the graph's statistics "
+             "(gnnsched.graphstats.fanout_law); costs per edge and input node from "
+             + (ref.source or "a measured reference") + ", per unit of the model's work "
+             "(gnnsched.graphstats.model_work)"]
+    if ref.job and (ref.job.get("model"), ref.job.get("hidden")) != (model, hidden):
+        notes.append(f"the reference was measured with {ref.job.get('model')} "
+                     f"({ref.job.get('hidden')} hidden): its costs per unit of work are "
+                     f"applied to {model} ({hidden} hidden) unvalidated")
+    return CostProfile(key, P, feature_bytes, params * 4, params * 4 * 3, parts,
+                       reference=ref.reference, synthetic=True,
+                       meta={"generator": "profile_from_stats", "seed": seed,
+                             "stats": stats.to_dict(), "law": summary(law0),
+                             "cost_reference": ref.to_dict(),
+                             "num_nodes": stats.num_nodes, "num_edges": stats.num_edges,
+                             "locality": stats.locality,
+                             "part_nodes": list(stats.part_nodes),
+                             "part_bytes": [float(b) for b in stats.part_bytes(feature_bytes)],
+                             "notes": notes})
+
+
+def _param_count(model: str, dims: Sequence[int], heads: int = 4) -> int:
+    """Parameters of ``gnnsched.runtime.model.GNN`` with these layer widths."""
+    n = 0
+    for i, (a, b) in enumerate(zip(dims, dims[1:])):
+        if model == "gcn":
+            n += a * b + b
+        elif model == "gat":
+            h = 1 if i == len(dims) - 2 else heads
+            n += (a if i == 0 else a * heads) * h * b + 3 * h * b
+        else:  # sage: fc_self (with bias) + fc_neigh
+            n += 2 * a * b + b
+    return n
+
+
+# keys of a job's ``synthetic:`` block that only the constant profile (synthetic_profile) reads
+CONSTANT_PROFILE_KEYS = ("seeds_per_part",)
+
+
+def stats_for_job(job: JobSpec) -> GraphStats:
+    """The statistics of a ``dataset: synthetic`` job's graph: its ``synthetic:`` block
+    (``num_nodes``, ``avg_degree``, ``power``, ``feature_dim``, ``num_classes``,
+    ``train_frac``, ``locality``; the generator's defaults fill the rest) cut into the job's
+    partitions, uneven by ``skew`` (Zipf-like, as :func:`synthetic_profile` makes them)."""
+    syn = {k: v for k, v in job.synthetic.items() if k != "profile"}
+    if job.feature_dim is not None:
+        syn.setdefault("feature_dim", job.feature_dim)
+    P = job.num_parts
+    n = int(syn.get("num_nodes", 0) or 0)
+    parts: tuple[int, ...] = ()
+    skew = float(syn.get("skew", 0.0) or 0.0)
+    if skew > 0 and n >= P:
+        rng = np.random.default_rng(job.seed)
+        share = rng.permutation(1.0 / np.arange(1, P + 1) ** skew)
+        raw = np.maximum(1, np.floor(share / share.sum() * n)).astype(int)
+        raw[np.argmax(raw)] += n - raw.sum()
+        parts = tuple(int(x) for x in raw)
+    return GraphStats.from_synthetic(syn, P, part_nodes=parts or None)
+
+
+def profile_for(job: JobSpec, cost: str | None = None, *,
+                reference: CostReference | str | Path | None = None) -> CostProfile:
     """The profile a command should use: ``--cost`` if given, else a synthetic one when the
-    job says ``synthetic: {profile: true, ...}`` or uses a synthetic graph with no profile."""
+    job says ``synthetic: {profile: true, ...}`` or uses a synthetic graph with no profile.
+
+    A synthetic job whose ``synthetic:`` block gives the graph's size (``num_nodes``) gets
+    :func:`profile_from_stats` (the fan-out law on its statistics, costs from ``reference``:
+    a :class:`~gnnsched.graphstats.CostReference` or a JSON file of one, else the built-in
+    one); one that gives ``seeds_per_part`` instead keeps the constant
+    :func:`synthetic_profile`."""
     if cost:
         prof = CostProfile.load(cost)
         prof.check_job(job, cost)
@@ -350,6 +482,14 @@ def profile_for(job: JobSpec, cost: str | None = None) -> CostProfile:
     syn = dict(job.synthetic)
     if job.dataset == "synthetic":
         syn.pop("profile", None)
+        if "num_nodes" in syn and not any(k in syn for k in CONSTANT_PROFILE_KEYS):
+            if reference is not None and not isinstance(reference, CostReference):
+                reference = CostReference.from_dict(json.loads(Path(reference).read_text()))
+            return profile_from_stats(stats_for_job(job), batch_size=job.batch_size,
+                                      fanouts=job.fanouts, model=job.model, hidden=job.hidden,
+                                      reference=reference, seed=job.seed,
+                                      samples=int(syn.get("samples", 16)),
+                                      neighbours=syn.get("neighbours"))
         keep = ("seeds_per_part", "feature_dim", "locality", "neighbours", "skew", "samples",
                 "num_classes")
         args = {k: syn[k] for k in keep if k in syn}
