@@ -442,12 +442,13 @@ class CostReference:
 # at 50,000 nodes, 4 METIS partitions, GraphSAGE 100->256x3->47, fan-outs (15, 10, 5), batches
 # of 1024/512/256 seeds, profiled with gnnsched.runtime.profiler, CPU seconds of one thread.
 BUILTIN_REFERENCE = CostReference(
-    sample_s_fixed=0.0, sample_s_per_edge=3.6e-08, sample_s_per_node=7.8e-08,
-    train_s_fixed=0.0, train_s_per_float=1.0e-9, train_s_per_madd=1.0e-11,
+    sample_s_fixed=0.0, sample_s_per_edge=3.63e-08, sample_s_per_node=6.66e-08,
+    train_s_fixed=8.7e-05, train_s_per_float=0.0, train_s_per_madd=1.097e-10,
     job={"model": "sage", "feature_dim": 100, "hidden": 256, "num_classes": 47, "layers": 3,
          "fanouts": [15, 10, 5], "batch_size": 1024},
-    reference="cpu (1 thread)", source="the built-in reference (products preset, 50k nodes)",
-    spread=0.05)
+    reference="cpu (1 thread, torch 2.13.0+cpu)",
+    source="the built-in reference (products preset at 50,000 nodes, 4 METIS parts, batches "
+           "1024/512/256; bench/bench_profile_stats.py)", spread=0.056)
 
 
 def _nnls_rel(X: np.ndarray, y: np.ndarray) -> np.ndarray:
