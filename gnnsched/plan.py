@@ -107,7 +107,7 @@ class TrainerPlan:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "machine": self.machine, "device": self.device,
                 "parts": list(self.parts),
-                **({"shares": [round(v, 9) for v in self.shares]} if self.shares else {}),
+                **({"shares": list(self.shares)} if self.shares else {}),
                 "samplers": [{"machine": m, "count": c} for m, c in self.samplers],
                 "fetch_at": self.fetch_at}
 
