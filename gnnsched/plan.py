@@ -115,6 +115,37 @@ class TrainerPlan:
 SHARE_TOL = 1e-6  # a partition's shares must sum to 1 within this
 
 
+def split_slices(split: Any) -> tuple[list[list[int]], list[dict[int, tuple[float, float]]] | None]:
+    """A stored seed split -> (each trainer's parts, each trainer's slices or None).
+
+    ``split`` lists per trainer either part ids (whole parts) or ``[part, share]`` pairs, in
+    trainer order (results.json's ``split``, :func:`gnnsched.evaluation.config.seed_split`)."""
+    parts: list[list[int]] = []
+    shares: list[tuple[float, ...]] = []
+    for group in split:
+        ps, sh = [], []
+        for e in group:
+            if isinstance(e, (list, tuple)):
+                ps.append(int(e[0]))
+                sh.append(float(e[1]))
+            else:
+                ps.append(int(e))
+                sh.append(1.0)
+        parts.append(ps)
+        shares.append(tuple(sh))
+    if all(v >= 1.0 for sh in shares for v in sh):
+        return parts, None
+
+    @dataclass(frozen=True)
+    class _T:
+        id: int
+        parts: tuple[int, ...]
+        seed_shares: tuple[float, ...]
+
+    sl = seed_slices([_T(i, tuple(p), s) for i, (p, s) in enumerate(zip(parts, shares))])
+    return parts, [sl[i] for i in range(len(parts))]
+
+
 def seed_slices(trainers: Any) -> dict[int, dict[int, tuple[float, float]]]:
     """trainer id -> {partition: (from, to)}: the slice of the partition's seeds (as
     fractions of its seeds in a fixed seeded order) that the trainer owns. Trainers sharing a
@@ -391,4 +422,4 @@ def plan_dict_diff(a: Plan, b: Plan) -> list[str]:
     return out
 
 
-__all__ = ["Plan", "TrainerPlan", "plan_dict_diff", "seed_slices"]
+__all__ = ["Plan", "TrainerPlan", "plan_dict_diff", "seed_slices", "split_slices"]

@@ -412,7 +412,7 @@ def canonical(plan: Plan) -> Plan:
     Batches and sampling seeds follow the trainer index, so two plans with the same seed
     split then train exactly the same mini-batches whatever order the placer listed them in.
     """
-    ts = sorted(plan.trainers, key=lambda t: min(t.parts))
+    ts = sorted(plan.trainers, key=lambda t: (min(t.parts), t.owned, t.id))
     return replace(plan, trainers=tuple(replace(t, id=i) for i, t in enumerate(ts)))
 
 
@@ -421,11 +421,14 @@ def seed_split(plan: Plan) -> list[list[int]]:
     stores it: lists, trainer order for a :func:`canonical` plan."""
     from gnnsched.placement.placer import split_of
 
+    if any(t.shares for t in plan.trainers):  # [part, share] pairs, in trainer order
+        return [[[p, s] for p, s in zip(t.parts, t.seed_shares)] for t in plan.trainers]
     return [list(g) for g in split_of(plan)]
 
 
 def plan_rows(plan: Plan) -> list[dict[str, Any]]:
     return [{"trainer": i, "machine": t.machine, "device": t.device, "parts": list(t.parts),
+             **({"shares": list(t.shares)} if t.shares else {}),
              "samplers": [f"{m}x{c}" for m, c in t.samplers], "fetch_at": t.fetch_at}
             for i, t in enumerate(plan.trainers)]
 

@@ -25,6 +25,7 @@ from gnnsched.evaluation.config import (
     metric_text,
     say,
 )
+from gnnsched.plan import split_slices
 from gnnsched.profile import CostProfile
 from gnnsched.spec import JobSpec, SpecError
 
@@ -226,7 +227,9 @@ class Context:
 
             t0 = time.perf_counter()
             try:
-                r = reference_train(job, str(self.parts[ds]), split, eval_batch_size=EVAL_BATCH)
+                parts, slices = split_slices(split)
+                r = reference_train(job, str(self.parts[ds]), parts, eval_batch_size=EVAL_BATCH,
+                                    slices=slices)
                 self.references[key] = {"dataset": ds, "split": split, "seed": int(job.seed),
                                         "test_accuracy": r.test_accuracy, **metric_fields(r),
                                         "seconds": time.perf_counter() - t0}
