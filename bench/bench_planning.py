@@ -8,7 +8,8 @@ seed; every plan is simulated with the gnnsched policy and the runtime's network
 any-placement bound of :mod:`gnnsched.bounds` is computed on the same draws. The logic is
 :mod:`gnnsched.evaluation.planning`; this script prints the table and writes the JSON (with its
 ``targets``), a Markdown table (``.md``) and a plot (``.png``) beside ``--out``.
-``--quick`` (CI-size, < 60 s): the shapes below 256 hosts, products-sized, short budgets.
+``--quick`` (CI-size, about a minute): the shapes below 256 hosts, products-sized, two seeds,
+1 s budgets.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from gnnsched.evaluation import planning  # noqa: E402
 
-COLOURS = {"gnnsched": "#2e7d32", "cpsat": "#81c784", "greedy": "#1565c0",
-           "random": "#9e9e9e", "colocation": "#c62828"}
+COLOURS = {"gnnsched": "#2e7d32", "shares": "#a5d6a7", "cpsat": "#66bb6a", "greedy": "#1565c0",
+           "random": "#9e9e9e", "colocation": "#c62828", "colocation-even": "#ef9a9a"}
 
 
 def _cell(c: dict[str, Any], n: str) -> str:
@@ -36,13 +37,15 @@ def _cell(c: dict[str, Any], n: str) -> str:
 
 def table_rows(cases: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     head = ["shape", "size", "hosts", "GPUs", "W/P", "K"] + [f"{p}/b" for p in planning.PLACERS] \
-        + ["noise", "vs best", "best", "worst seed", "plan s", "GPUs used"]
+        + ["gn ideal/b", "gn/own b", "noise", "vs best", "best", "worst seed", "plan s",
+           "GPUs used"]
     rows = []
     for c in cases:
         rows.append([c["shape"], c["size"], str(c["hosts"]), str(c["gpus"]),
                      f"{c['trainers']}/{c['partitions']}" + ("!" if c["note"] else ""),
                      str(c["iterations"])] + [_cell(c, p) for p in planning.PLACERS] + [
-            f"{c['noise']:.3f}",
+            f"{c['gnnsched_ideal_network_ratio_to_bound']:.3f}",
+            f"{c['gnnsched_ratio_to_own_bound']:.3f}", f"{c['noise']:.3f}",
             f"{c['speedup_vs_best_baseline']:.3f}x" if c["speedup_vs_best_baseline"] else "-",
             c["best_baseline"] or "-",
             f"{c['worst_seed_speedup_vs_best_baseline']:.3f}x"
@@ -52,10 +55,14 @@ def table_rows(cases: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
 
 
 LEGEND = ("columns <placer>/b: simulated epoch / any-placement bound, geometric mean over the "
-          "seeds (gnnsched policy, the runtime's send-window network); noise: the largest "
+          "seeds (gnnsched policy, the runtime's send-window network); shares: the seed-share "
+          "CP-SAT model alone; cpsat: the whole-partition CP-SAT model alone; colocation-even: "
+          "colocation with DistDGL's even seed split; gn ideal/b: gnnsched's plans on the ideal "
+          "network (every NIC in the policy's order, no send windows) / the same bound; gn/own "
+          "b: gnnsched's epoch / its plan's per-plan bound; noise: the largest "
           "spread (max-min)/min of a gnnsched plan's epoch over the seeds' draws; vs best: "
-          "gnnsched's speed-up over the best simple baseline (CP-SAT alone, greedy, random, "
-          "colocation) from those means; worst seed: its smallest per-seed speed-up; plan s: "
+          "gnnsched's speed-up over the best simple baseline (every other column) "
+          "from those means; worst seed: its smallest per-seed speed-up; plan s: "
           "gnnsched's longest planning time; W/P: trainers / partitions, ! = fewer trainers "
           "than asked (trainers > partitions not supported yet)")
 
@@ -151,17 +158,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
                     help="CI-size: shapes below 256 hosts, products-sized, short budgets")
-    ap.add_argument("--seeds", default=None, help="comma-separated seeds (default 0,1,2)")
+    ap.add_argument("--seeds", default=None,
+                    help="comma-separated seeds (default 0,1,2; quick 0,1)")
     ap.add_argument("--budget", type=float, default=None,
-                    help="gnnsched planning seconds per plan (default 10, quick 1; the "
-                         "256-host shape gets 4x)")
+                    help="gnnsched planning seconds per plan (default 8, quick 1; the "
+                         "256-host shape gets 3.5x)")
     ap.add_argument("--only", default=None, help="comma-separated shape names")
     ap.add_argument("--sizes", default=None, help="comma-separated: products,papers")
+    ap.add_argument("--profile", default="auto", choices=planning.PROFILE_SOURCES,
+                    help="profiles from graph statistics (stats), the shaped synthetic "
+                         "generator (synthetic), or stats where available (auto)")
     ap.add_argument("--out", default=str(ROOT / "docs/bench/planning.json"))
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args(argv)
-    seeds = [int(s) for s in (args.seeds or "0,1,2").split(",")]
-    budget = args.budget if args.budget is not None else (1.0 if args.quick else 10.0)
+    seeds = [int(s) for s in (args.seeds or ("0,1" if args.quick else "0,1,2")).split(",")]
+    budget = args.budget if args.budget is not None else (1.0 if args.quick else 8.0)
     only = args.only.split(",") if args.only else None
     sizes = args.sizes.split(",") if args.sizes else None
     suite = [s for s in planning.shapes(args.quick) if not only or s.name in only]
@@ -188,12 +199,13 @@ def main(argv: list[str] | None = None) -> int:
                       f"({time.perf_counter() - t0:.0f} s so far)")
 
     doc = planning.run(quick=args.quick, seeds=seeds, budget=budget, only=only, sizes=sizes,
-                       progress=progress, on_case=on_case)
+                       source=args.profile, progress=progress, on_case=on_case)
     if bar is not None:
         bar.close()
     command = "python bench/bench_planning.py" + (" --quick" if args.quick else "") + \
         (f" --seeds {args.seeds}" if args.seeds else "") + \
-        (f" --budget {args.budget:g}" if args.budget is not None else "")
+        (f" --budget {args.budget:g}" if args.budget is not None else "") + \
+        (f" --profile {args.profile}" if args.profile != "auto" else "")
     doc["command"] = command
     print()
     print_table(doc["cases"])
