@@ -96,6 +96,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gnnsched.plan import split_slices
 from gnnsched.spec import ClusterSpec, JobSpec
 
 PRESET = "products"
@@ -502,7 +503,8 @@ def _c_limit(a: dict[str, Any]) -> dict[str, Any]:
         for k, m in masks.items():
             ids = np.nonzero(m & (node_part == p))[0]
             splits[p][k] = (ids, graph.labels[ids])
-    sched = Schedule(job, a["split"], part_counts(pset.meta))
+    split_parts, slices = split_slices(a["split"])
+    sched = Schedule(job, split_parts, part_counts(pset.meta), None, slices)
     sched.set_nodes(splits)
     feat = torch.from_numpy(np.ascontiguousarray(graph.features, dtype=np.float32))
     del graph
@@ -635,7 +637,9 @@ def _c_reference(a: dict[str, Any]) -> dict[str, Any]:
         marks.append((time.perf_counter(), time.process_time()))
         print(f"    reference: {msg}", file=sys.stderr, flush=True)
 
-    r = reference_train(job, a["partitions"], a["split"], eval_batch_size=job.eval_batch_size,
+    split_parts, slices = split_slices(a["split"])
+    r = reference_train(job, a["partitions"], split_parts, slices=slices,
+                        eval_batch_size=job.eval_batch_size,
                         progress=progress)
     cpu = [b[1] - a_[1] for a_, b in zip(marks, marks[1:])]
     return {"test_accuracy": r.test_accuracy, "metric": r.metric,
