@@ -64,7 +64,8 @@ LEGEND = ("columns <placer>/b: simulated epoch / any-placement bound, geometric 
           "gnnsched's speed-up over the best simple baseline (every other column) "
           "from those means; worst seed: its smallest per-seed speed-up; plan s: "
           "gnnsched's longest planning time; W/P: trainers / partitions, ! = fewer trainers "
-          "than asked (trainers > partitions not supported yet)")
+          "than asked (trainers > partitions not supported yet); -: the placer had no plan on "
+          "some seed (its error is in the JSON)")
 
 
 def print_table(cases: list[dict[str, Any]]) -> None:
