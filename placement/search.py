@@ -588,7 +588,8 @@ def search(problem: Problem, starts: Sequence[Plan], scorer: Scorer | SeedEvalua
 def _starts(problem: Problem, out: Any, *, seed: int = 0, budget: float = 2.0
             ) -> list[tuple[str, Plan]]:
     """(name, plan) of the starts: CP-SAT's plan and pool, greedy's plan of every part split
-    solved, colocation, and the seed-share model's plan where it is installed (``shares``)
+    solved, colocation (whole and even), the seed-share model's plan where it is installed
+    (``shares``) and CP-SAT's plan with the seed split best for it
     — each placement once (first name wins), only plans with every trainer of the job."""
     from gnnsched.placement.placer import placers
 
@@ -596,7 +597,7 @@ def _starts(problem: Problem, out: Any, *, seed: int = 0, budget: float = 2.0
     named += [(f"cpsat pool {k}", p) for k, p in enumerate(list(out.pool)[:3])]
     named += [("greedy" if k == 0 else f"greedy split {k}", p)
               for k, p in enumerate(out.warm_starts)]
-    for name in ("colocation", "shares"):
+    for name in ("colocation", "colocation-even", "shares"):
         if name not in placers():
             continue
         try:
@@ -604,6 +605,12 @@ def _starts(problem: Problem, out: Any, *, seed: int = 0, budget: float = 2.0
                                                                 budget=budget)))
         except SpecError:  # it cannot place this job (e.g. colocation: trainers > groups)
             pass
+    if "shares" in placers():  # CP-SAT's own placement with the seed split best for it
+        from gnnsched.placement.shares import rebalance
+
+        r = rebalance(problem, out.plan, time_limit=budget, seed=seed)
+        if r is not None:
+            named.append(("cpsat+shares", r))
     seen: set[tuple] = set()
     starts = []
     for name, p in named:

@@ -42,9 +42,11 @@ from gnnsched.plan import Plan
 from gnnsched.profile import CostProfile
 from gnnsched.spec import ClusterSpec, JobSpec, SpecError, cluster_from_dict, job_from_dict
 
-# every placer compared, where this gnnsched has it registered; all but gnnsched are the
-# simple baselines: the two CP-SAT models alone (whole parts; seed shares), greedy, random,
-# colocation with whole partitions and with DistDGL's even seed split
+# every placer compared, where this gnnsched has it registered. The simple baselines
+# (SIMPLE): CP-SAT's whole-partition bottleneck model alone, greedy, random, colocation with
+# whole partitions and with DistDGL's even seed split. `shares` is gnnsched's own seed-share
+# stage (CP-SAT over seed shares, one of the search's starts): compared beside it, it says
+# what the search adds; every placer counts for "never below any baseline"
 WANTED = ("gnnsched", "shares", "cpsat", "greedy", "random", "colocation", "colocation-even")
 
 
@@ -57,6 +59,7 @@ def _registered() -> tuple[str, ...]:
 
 PLACERS = _registered()
 BASELINES = tuple(n for n in PLACERS if n != "gnnsched")
+SIMPLE = tuple(n for n in BASELINES if n != "shares")
 MODEL_PLACERS = ("cpsat", "shares")  # solve a model for a time limit (see baseline_limit_s)
 LOCALITY = 0.6  # share of a mini-batch's input nodes in its seeds' partition (METIS-like)
 # graph-statistics profiles: the remote input nodes of a mini-batch spread over this many
@@ -429,10 +432,12 @@ def run_case(shape: Shape, size: GraphSize, seeds: Sequence[int], budget: float,
                                         ideal_network_ratio_to_bound=gi
                                         / r["any_placement_bound_s"])
         gn = r["placers"]["gnnsched"]["epoch_time_s"]
-        base = {n: r["placers"][n]["epoch_time_s"] for n in BASELINES
+        base = {n: r["placers"][n]["epoch_time_s"] for n in SIMPLE
                 if "epoch_time_s" in r["placers"][n]}
         best = min(base, key=base.__getitem__) if base else None
+        stage = r["placers"].get("shares", {}).get("epoch_time_s")
         r.update(best_baseline=best, best_baseline_s=base.get(best) if best else None,
+                 speedup_vs_share_stage=(stage / gn) if stage else None,
                  speedup_vs_best_baseline=(base[best] / gn) if best else None,
                  speedup_vs_colocation=(base["colocation"] / gn if "colocation" in base
                                         else None),
@@ -458,8 +463,8 @@ def _aggregate(runs: list[dict[str, Any]], noise: float) -> dict[str, Any]:
     """Across seeds: geometric means of ratios, the worst seed, and the losses beyond noise."""
     ratio = {n: _geo(r["placers"][n]["ratio_to_bound"] for r in runs)
              for n in PLACERS if all("ratio_to_bound" in r["placers"][n] for r in runs)}
-    best_ratio = min((ratio[n] for n in BASELINES if n in ratio), default=None)
-    best_name = min((n for n in BASELINES if n in ratio), key=ratio.__getitem__, default=None)
+    best_ratio = min((ratio[n] for n in SIMPLE if n in ratio), default=None)
+    best_name = min((n for n in SIMPLE if n in ratio), key=ratio.__getitem__, default=None)
     losses = []
     for r in runs:
         gn = r["placers"]["gnnsched"]["epoch_time_s"]
@@ -478,6 +483,8 @@ def _aggregate(runs: list[dict[str, Any]], noise: float) -> dict[str, Any]:
             "gnnsched_worst_ratio_to_bound": max(r["placers"]["gnnsched"]["ratio_to_bound"]
                                                  for r in runs),
             "best_baseline": best_name, "best_baseline_ratio_to_bound": best_ratio,
+            "speedup_vs_share_stage": (ratio["shares"] / ratio["gnnsched"])
+            if "shares" in ratio else None,
             "speedup_vs_best_baseline": (best_ratio / ratio["gnnsched"]) if best_ratio
             else None, "worst_seed_speedup_vs_best_baseline": worst,
             "losses_beyond_noise": losses,
@@ -541,6 +548,18 @@ def judge(cases: list[dict[str, Any]], *, seeds: Sequence[int], quick: bool) -> 
                        ",".join(won) or "none", len(won), 2, len(won) >= 2,
                        ("shapes with room: " + detail) if room else
                        "no shape where the best baseline is over 1.15x the bound"))
+    # (not a Done-when line) what the search adds over its own seed-share stage
+    stage = [c for c in cases if c.get("speedup_vs_share_stage")]
+    if stage:
+        best_c = max(stage, key=lambda c: c["speedup_vs_share_stage"])
+        out.append({**_target(
+            "(informational) the search over its own seed-share stage (the shares placer)",
+            f"{best_c['shape']}/{best_c['size']} (best)", best_c["speedup_vs_share_stage"],
+            OVER_BASELINE, best_c["speedup_vs_share_stage"] >= OVER_BASELINE,
+            "gnnsched vs shares, geometric mean over the seeds: " + ", ".join(
+                f"{c['shape']}/{c['size']} {c['speedup_vs_share_stage']:.3f}x"
+                for c in stage)), "note": "not a Done-when target: the simple baselines "
+            "exclude gnnsched's own seed-share stage, which this line compares against"})
     # 3. never below any baseline on any seed beyond the reported noise
     losses = [(c, lo) for c in cases for lo in c["losses_beyond_noise"]]
     worst_loss = max((lo["ratio"] / (1 + c["noise"]) for c, lo in losses), default=None)
@@ -621,7 +640,8 @@ def run(*, quick: bool = False, seeds: Sequence[int] = (0, 1, 2), budget: float 
             "budget_s": budget, "baseline_model_limit_s": baseline_limit_s(budget),
             "profile_source": profile_source(source),
             "network_model": f"runtime send windows (nic_window_s={nic_window_s()})",
-            "policy": "gnnsched", "placers": list(PLACERS), "baselines": list(BASELINES),
+            "policy": "gnnsched", "placers": list(PLACERS), "baselines": list(SIMPLE),
+            "share_stage": "shares",
             "noise_definition": "per plan: (max - min) / min of its simulated epoch over the "
                                 "seeds' draws; per shape x size: the largest over gnnsched's "
                                 "plans",
@@ -630,6 +650,6 @@ def run(*, quick: bool = False, seeds: Sequence[int] = (0, 1, 2), budget: float 
             "targets": judge(cases, seeds=seeds, quick=quick)}
 
 
-__all__ = ["BASELINES", "PLACERS", "SHAPES", "SIZES", "GraphSize", "Shape", "graph_profile",
+__all__ = ["BASELINES", "PLACERS", "SIMPLE", "SHAPES", "SIZES", "GraphSize", "Shape", "graph_profile",
            "judge", "make_job", "profile_source", "run", "run_case", "shapes",
            "simulate_epoch"]
