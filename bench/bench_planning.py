@@ -65,7 +65,7 @@ LEGEND = ("columns <placer>/b: simulated epoch / any-placement bound, geometric 
           "gnnsched's own seed-share stage) "
           "from those means; worst seed: its smallest per-seed speed-up; plan s: "
           "gnnsched's longest planning time; W/P: trainers / partitions, ! = fewer trainers "
-          "than asked (trainers > partitions not supported yet); -: the placer had no plan on "
+          "than asked; -: the placer had no plan on "
           "some seed (its error is in the JSON)")
 
 

@@ -115,24 +115,20 @@ class TrainerPlan:
 SHARE_TOL = 1e-6  # a partition's shares must sum to 1 within this
 
 
+def split_owned(split: Any) -> list[list[tuple[int, float]]]:
+    """A stored seed split (part ids, or ``[part, share]`` pairs) as (part, share) pairs."""
+    return [[(int(e[0]), float(e[1])) if isinstance(e, (list, tuple)) else (int(e), 1.0)
+             for e in group] for group in split]
+
+
 def split_slices(split: Any) -> tuple[list[list[int]], list[dict[int, tuple[float, float]]] | None]:
     """A stored seed split -> (each trainer's parts, each trainer's slices or None).
 
     ``split`` lists per trainer either part ids (whole parts) or ``[part, share]`` pairs, in
     trainer order (results.json's ``split``, :func:`gnnsched.evaluation.config.seed_split`)."""
-    parts: list[list[int]] = []
-    shares: list[tuple[float, ...]] = []
-    for group in split:
-        ps, sh = [], []
-        for e in group:
-            if isinstance(e, (list, tuple)):
-                ps.append(int(e[0]))
-                sh.append(float(e[1]))
-            else:
-                ps.append(int(e))
-                sh.append(1.0)
-        parts.append(ps)
-        shares.append(tuple(sh))
+    owned = split_owned(split)
+    parts = [[p for p, _ in g] for g in owned]
+    shares = [tuple(s for _, s in g) for g in owned]
     if all(v >= 1.0 for sh in shares for v in sh):
         return parts, None
 
@@ -422,4 +418,4 @@ def plan_dict_diff(a: Plan, b: Plan) -> list[str]:
     return out
 
 
-__all__ = ["Plan", "TrainerPlan", "plan_dict_diff", "seed_slices", "split_slices"]
+__all__ = ["Plan", "TrainerPlan", "plan_dict_diff", "seed_slices", "split_owned", "split_slices"]

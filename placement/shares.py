@@ -327,7 +327,10 @@ class SharePlacer(Placer):
             raise SpecError(problem.job.source, "trainers", "no placement to split seeds on",
                             "another placer")
         found = share_plans(problem, starts, time_limit=min(20.0, budget or 10.0), seed=seed)
-        best = min(found + starts, key=lambda p: problem.seconds_per_iteration(p)[0])
+        best = starts[0]
+        for p in starts[1:] + found:
+            if _better(problem, p, best):
+                best = p
         return replace(best, placer="shares")
 
 

@@ -75,7 +75,8 @@ def quick_doc(tmp_path_factory) -> dict:
 
 
 def test_quick_targets_one_per_done_when_line(quick_doc: dict) -> None:
-    ts = quick_doc["targets"]
+    ts = [t for t in quick_doc["targets"]
+          if not str(t.get("note", "")).startswith("not a Done-when target")]
     assert len(ts) == 7  # the benchmark line, its four bullets, plentiful, 768 GPUs
     for t in ts:
         assert TARGET_KEYS <= set(t)

@@ -20,6 +20,7 @@ from gnnsched.evaluation.config import (
     num,
 )
 from gnnsched.evaluation.context import Context
+from gnnsched.plan import split_owned
 
 
 def _study_side(ds: str, me: dict[str, Any], ctx: Context) -> tuple[Any, Any]:
@@ -225,7 +226,7 @@ def _why_sim(r: dict[str, Any], prof_info: dict[str, Any], shape: str | None = N
     seeds = prof_info.get("train_seeds") or []
     split = r.get("split") or []
     if seeds and split:
-        per = [sum(seeds[p] for p in parts) for parts in split]
+        per = [round(sum(seeds[p] * sh for p, sh in g)) for g in split_owned(split)]
         if max(per) > 1.25 * min(per):
             bits.append(f"the seed split is uneven ({'/'.join(map(str, per))} seeds): the "
                         "runtime trains all of a trainer's seeds each epoch (bigger batches "

@@ -96,7 +96,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gnnsched.plan import split_slices
+from gnnsched.plan import split_owned, split_slices
 from gnnsched.spec import ClusterSpec, JobSpec
 
 PRESET = "products"
@@ -1247,7 +1247,8 @@ def _split_seeds(parts: Path, split: list[list[int]]) -> int:
     from gnnsched.datasets import open_partitions
 
     meta = open_partitions(parts, verify=False).meta
-    return sum(int(meta["parts"][p].get("train", 0)) for g in split for p in g)
+    return round(sum(sh * int(meta["parts"][p].get("train", 0))
+                     for g in split_owned(split) for p, sh in g))
 
 
 def _versions() -> dict[str, str]:
