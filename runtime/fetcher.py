@@ -71,6 +71,7 @@ class FeatureCache:
 
 
 CACHE_FILL = -1  # the trainer id of the start-up request that fills the cache
+SHM_OFFER_WAIT_S = 5.0  # at most this long for the own store's shared-memory answer, once
 
 
 @dataclass
@@ -133,6 +134,9 @@ class Gather:
             split = [(m, np.nonzero(machine == m)[0]) for m in np.unique(machine).tolist()]
             if todo is not None:
                 split = [(m, todo[i]) for m, i in split]
+        if getattr(self.stores, "shm_pending", None) is not None:  # start-up: offer due
+            with section("wait:shm_offer"):
+                self.stores.wait_shm(SHM_OFFER_WAIT_S)
         for m, idx in split:
             with section("copy:ids"):
                 ids = nodes[idx]

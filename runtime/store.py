@@ -983,13 +983,27 @@ class StoreClient:
         self.ids = itertools.count(1)
         self.tables: dict[int, FeatureTable] = {}
         self.shm, self.log = shm, log or (lambda text: None)
+        self.shm_pending: int | None = None  # own machine, until its store answers
         if shm is not None and machine in self.channels:  # queued until connected
             self.channels[machine].send(ctrl("shm", machine=machine))
+            self.shm_pending = machine
+
+    def wait_shm(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the own store's shared-memory answer, so that
+        no row crosses a socket only because the answer was late (at start-up). Only while no
+        request is in flight: answers to those are never consumed here."""
+        deadline = time.monotonic() + timeout
+        while self.shm_pending is not None and not self.pending and \
+                time.monotonic() < deadline:
+            ch = self.channels[self.shm_pending]
+            if ch.sock.poll(20):
+                self.handle(ch.sock)
 
     def _on_ctrl(self, m: int, msg: Message) -> None:
         body = ctrl_body(msg, self.channels[m].name)
         if body["op"] != "shm" or self.shm is None or m in self.tables:
             raise MessageError(f"{self.channels[m].name}: unexpected control op {body['op']!r}")
+        self.shm_pending = None
         try:
             self.tables[m] = FeatureTable.attach(body, *self.shm)
         except (OSError, ValueError) as exc:
