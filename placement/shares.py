@@ -52,6 +52,7 @@ UNITS = 24  # a partition's seeds in this many units: shares are multiples of 1/
 CANDIDATES = 8  # trainers that may take a partition's seeds (beyond ALL_TRAINERS)
 ALL_TRAINERS = 4096  # every trainer is a candidate for every part while P x W is this small
 SCALE = 200_000  # the plan's bottleneck is about this many model units
+ONE_WORKER_VARS = 2000  # models this small are solved by one worker: reproducible
 
 
 @dataclass
@@ -212,7 +213,8 @@ def solve(inst: ShareInstance, *, time_limit: float = 5.0, seed: int = 0) -> Sha
         md.AddHint(v, int(round(shares_of.get(k, 0.0) * UNITS)))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit
-    solver.parameters.num_workers = 2
+    # small models on one worker: the same optimum every run (several are often optimal)
+    solver.parameters.num_workers = 1 if len(x) <= ONE_WORKER_VARS else 2
     solver.parameters.random_seed = seed
     st = solver.Solve(md)
     name = solver.StatusName(st)

@@ -249,7 +249,7 @@ def test_share_model_gives_fast_gpus_more_seeds() -> None:
     t_share = simulate(pb.wl, plan, seed=0).epoch_time_s
     for name in ("colocation", "greedy", "cpsat"):
         other = get_placer(name).place_problem(pb, seed=0, budget=5.0)
-        assert t_share < 0.95 * simulate(pb.wl, other, seed=0).epoch_time_s, name
+        assert t_share < 0.97 * simulate(pb.wl, other, seed=0).epoch_time_s, name
 
 
 def test_even_split_balances_skewed_partitions() -> None:
