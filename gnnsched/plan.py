@@ -102,7 +102,7 @@ class TrainerPlan:
     @property
     def owned(self) -> tuple[tuple[int, float], ...]:
         """(partition, share) pairs, sorted: the trainer's seeds as a cache key."""
-        return tuple(sorted(zip(self.parts, self.seed_shares)))
+        return owned_key(self.parts, self.shares)
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "machine": self.machine, "device": self.device,
@@ -113,6 +113,12 @@ class TrainerPlan:
 
 
 SHARE_TOL = 1e-6  # a partition's shares must sum to 1 within this
+
+
+def owned_key(parts: Any, shares: Any = ()) -> tuple[tuple[int, float], ...]:
+    """(part, share) pairs, sorted (empty shares: whole parts): a trainer's seeds as a key."""
+    sh = shares if len(shares) else (1.0,) * len(parts)
+    return tuple(sorted((int(p), float(s)) for p, s in zip(parts, sh)))
 
 
 def split_owned(split: Any) -> list[list[tuple[int, float]]]:
@@ -128,35 +134,34 @@ def split_slices(split: Any) -> tuple[list[list[int]], list[dict[int, tuple[floa
     trainer order (results.json's ``split``, :func:`gnnsched.evaluation.config.seed_split`)."""
     owned = split_owned(split)
     parts = [[p for p, _ in g] for g in owned]
-    shares = [tuple(s for _, s in g) for g in owned]
-    if all(v >= 1.0 for sh in shares for v in sh):
+    if all(s >= 1.0 for g in owned for _, s in g):
         return parts, None
-
-    @dataclass(frozen=True)
-    class _T:
-        id: int
-        parts: tuple[int, ...]
-        seed_shares: tuple[float, ...]
-
-    sl = seed_slices([_T(i, tuple(p), s) for i, (p, s) in enumerate(zip(parts, shares))])
-    return parts, [sl[i] for i in range(len(parts))]
+    return parts, _slices(owned)
 
 
 def seed_slices(trainers: Any) -> dict[int, dict[int, tuple[float, float]]]:
     """trainer id -> {partition: (from, to)}: the slice of the partition's seeds (as
     fractions of its seeds in a fixed seeded order) that the trainer owns. Trainers sharing a
     partition take consecutive slices in trainer-id order; a whole partition is (0, 1)."""
+    ts = sorted(trainers, key=lambda t: t.id)
+    sl = _slices([list(zip(t.parts, t.seed_shares)) for t in ts])
+    return {t.id: s for t, s in zip(ts, sl)}
+
+
+def _slices(groups: list[list[tuple[int, float]]]) -> list[dict[int, tuple[float, float]]]:
+    """Per group (trainer, in order) of (part, share): {part: (from, to)}, consecutive."""
     start: dict[int, float] = {}
-    out: dict[int, dict[int, tuple[float, float]]] = {}
-    for t in sorted(trainers, key=lambda t: t.id):
-        mine = out.setdefault(t.id, {})
-        for p, s in zip(t.parts, t.seed_shares):
+    out = []
+    for g in groups:
+        mine = {}
+        for p, s in g:
             lo = start.get(p, 0.0)
             hi = min(1.0, lo + s)
             if hi > 1.0 - SHARE_TOL:
                 hi = 1.0
             mine[p] = (lo, hi)
             start[p] = hi
+        out.append(mine)
     return out
 
 
@@ -418,4 +423,4 @@ def plan_dict_diff(a: Plan, b: Plan) -> list[str]:
     return out
 
 
-__all__ = ["Plan", "TrainerPlan", "plan_dict_diff", "seed_slices", "split_owned", "split_slices"]
+__all__ = ["Plan", "TrainerPlan", "owned_key", "plan_dict_diff", "seed_slices", "split_owned", "split_slices"]

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from gnnsched.plan import Plan, TrainerPlan
+from gnnsched.plan import Plan, TrainerPlan, owned_key
 from gnnsched.profile import EDGE_BYTES, CostProfile
 from gnnsched.spec import ClusterSpec, JobSpec
 
@@ -232,8 +232,7 @@ class Workload:
         random stream is keyed by (seed, the sorted parts and shares): the draws depend on
         what the trainer owns, not on where it runs nor on its number in the plan.
         """
-        sh = list(shares) if len(shares) else [1.0] * len(parts)
-        pairs = sorted((int(p), float(s)) for p, s in zip(parts, sh))
+        pairs = owned_key(parts, shares)
         ps = [p for p, _ in pairs]
         key = [int(seed) & 0xFFFFFFFF, *ps]
         if any(s < 1.0 for _, s in pairs):
@@ -395,9 +394,3 @@ class DrawnWorkload(Workload):
             c = self._drawn[key] = self.drawn_cost(ps, self.seed, self.K, sh)
         return c
 
-
-def owned_key(parts: tuple[int, ...] | list[int], shares: tuple[float, ...] | list[float] = ()
-              ) -> tuple[tuple[int, float], ...]:
-    """(part, share) pairs, sorted: a trainer's seeds as a cache key."""
-    sh = shares if len(shares) else (1.0,) * len(parts)
-    return tuple(sorted((int(p), float(s)) for p, s in zip(parts, sh)))

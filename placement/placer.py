@@ -31,10 +31,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from gnnsched.plan import Plan, TrainerPlan
+from gnnsched.plan import Plan, TrainerPlan, owned_key
 from gnnsched.profile import CostProfile
 from gnnsched.spec import GB, ClusterSpec, JobSpec, SpecError, check_compatible
-from gnnsched.workload import NIC_WINDOW_S, DrawnWorkload, PartCost, Workload, owned_key
+from gnnsched.workload import NIC_WINDOW_S, DrawnWorkload, PartCost, Workload
 
 Scorer = Callable[[Plan], float]  # a plan's predicted epoch seconds (lower is better)
 
