@@ -46,10 +46,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--network", choices=list(NETWORKS), default=None,
                    help="NIC model. windowed (default): as the gnnsched runtime drives them: "
-                        "each sender hands transfers to its kernel, in the policy's order, "
-                        "while less than its send window of egress is queued there, and the "
-                        "kernel sends them over one connection per receiver, in that order, "
-                        "connections sharing the NICs fairly. ideal: NICs that serve their "
+                        "one connection per sender and receiver, each handed "
+                        "the sender's next transfer for it, in the policy's order, while less "
+                        "than its send window of egress is queued in it, connections sharing "
+                        "the NICs fairly. ideal: NICs that serve their "
                         "queue as the policy says (strict priority or fair sharing), no window "
                         f"(default: {DEFAULT_NETWORK})")
     p.add_argument("--nic-window", type=milliseconds, default=None, metavar="MS",

@@ -236,9 +236,9 @@ def _fidelity(doc: dict[str, Any], L: list[str]) -> None:
              "barrier; all per run in results.json, `sim.insitu_factors`); the simulator "
              "still predicts queueing, NIC "
              "sharing, the pipeline and the barrier. Its NICs are the runtime's: a store "
-             "hands transfers to its kernel, in the policy's order, while less than 150 ms "
-             "of its egress is queued there; there each receiver's TCP connection sends "
-             "them in that order, and connections share the NICs fairly. *Isolated* is the "
+             "hands each receiver's TCP connection its next transfer, in the policy's order, "
+             "while less than 120 ms of the store's egress is queued in that connection; "
+             "each connection sends in that order, and connections share the NICs fairly. *Isolated* is the "
              "prediction from the "
              "profile alone, before the run.")
     L.append("")

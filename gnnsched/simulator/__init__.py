@@ -20,10 +20,10 @@ Semantics (the costs themselves come from :class:`gnnsched.workload.Workload`):
   by both. ``fair`` policies share them max-min fairly; ``priority`` policies serve flows in
   the policy's order, each taking what is left of min(egress, ingress) — work-conserving;
   ``classes`` is strict priority between classes and max-min fair within one. With
-  ``nic_window_s`` the NICs are the gnnsched runtime's instead: a sender hands transfers to
-  its kernel, in the policy's order, while less than that many seconds of its egress are
-  queued there, and the kernel sends them over one TCP connection per receiver, in that
-  order, connections sharing the NICs fairly (:class:`_WindowNet`).
+  ``nic_window_s`` the NICs are the gnnsched runtime's instead: one TCP connection per
+  (sender, receiver), each handed its next transfer in the policy's order while less than the
+  runtime's per-receiver share of that window (``PEER_WINDOW_S`` of ``NIC_WINDOW_S``) is
+  queued in it, connections sharing the NICs fairly (:class:`_WindowNet`).
 * **Network model** of the user-facing prediction (:func:`gnnsched.api.simulate`, ``gnnsched
   simulate``): ``windowed`` by default, the runtime's NICs with the runtime's window
   (:data:`gnnsched.workload.NIC_WINDOW_S`); ``ideal`` is the policy's ``sharing`` above
@@ -69,9 +69,10 @@ from gnnsched.workload import NIC_WINDOW_S
 
 # The network models a prediction can use, by name: what each means, for help texts and output.
 NETWORKS = {
-    "windowed": "the runtime's NICs: each store hands transfers to its kernel, in the "
-                "policy's order, while less than its send window of egress is queued there, "
-                "one TCP connection per receiver, connections sharing the NICs fairly",
+    "windowed": "the runtime's NICs: one TCP connection per store and receiver, "
+                "each handed the store's next transfer for it, in the policy's order, while "
+                "less than its send window of the store's egress is queued in it, connections "
+                "sharing the NICs fairly",
     "ideal": "ideal NICs that serve their queue as the policy's sharing says (strict priority "
              "or max-min fair), with no send window",
 }

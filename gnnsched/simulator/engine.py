@@ -32,7 +32,7 @@ from gnnsched.policy import (
 from gnnsched.profile import CostProfile
 from gnnsched.simulator.network import _FairNet, _Flow, _PriorityNet, _WindowNet
 from gnnsched.spec import ClusterSpec, JobSpec
-from gnnsched.workload import Workload
+from gnnsched.workload import NIC_WINDOW_S, PEER_WINDOW_S, Workload
 
 KINDS = ("struct", "block", "feat", "relay")
 _STRUCT, _BLOCK, _FEAT, _RELAY = range(4)
@@ -126,8 +126,8 @@ def simulate(cluster: ClusterSpec | Workload, job: JobSpec | Plan | None = None,
     and extrapolates the epoch from the steady-state iteration time. `validate` checks the
     plan against the cluster and job (SpecError naming the trainer and field).
     `nic_window_s`: None, every NIC serves its queue as the policy says (the planning
-    model); seconds, senders hand transfers to their kernel while less than that much egress
-    is queued there, one connection per receiver, as the gnnsched runtime's stores do
+    model); seconds, one connection per (sender, receiver), each handed its next transfer
+    while less than its share of that much egress is queued in it, as the runtime's stores do
     (:class:`_WindowNet`; what predicting a real run needs).
     """
     if isinstance(cluster, Workload):
@@ -179,7 +179,10 @@ def run(inst: Instance, policy: str | Policy = "gnnsched", *, record: bool = Fal
         raise ValueError(f"policy {pol.name!r}: sharing must be 'fair' or 'priority'")
     net: Any
     if inst.nic_window_s is not None:
-        net = _WindowNet(caps, schedule, rec_flow, inst.nic_window_s, M, priority)
+        # nic_window_s is a sender's window; each receiver's stream gets the runtime's
+        # per-receiver share of it (PEER_WINDOW_S of NIC_WINDOW_S)
+        net = _WindowNet(caps, schedule, rec_flow,
+                         inst.nic_window_s * PEER_WINDOW_S / NIC_WINDOW_S, M, priority)
     else:
         net = (_PriorityNet if pol.sharing == "priority" else _FairNet)(caps, schedule,
                                                                         rec_flow)

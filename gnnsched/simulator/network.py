@@ -7,9 +7,9 @@ Resources are numbered egress ``m`` = ``m`` and ingress ``m`` = ``M + m``.
   taking what is left of min(egress, ingress) — work-conserving strict priority.
 * :class:`_FairNet` (``fair`` and ``classes`` policies): max-min fair sharing; ``classes`` is
   strict priority between classes and max-min fair within one.
-* :class:`_WindowNet` (``nic_window_s``): the gnnsched runtime's NICs — a sender hands
-  transfers to its kernel while less than a window of egress is queued there, one TCP
-  connection per receiver, connections sharing the NICs fairly.
+* :class:`_WindowNet` (``nic_window_s``): the gnnsched runtime's NICs — one TCP connection
+  per (sender, receiver), connections sharing the NICs fairly; a sender hands a connection
+  its next transfer while less than a window of its egress is queued in it.
 
 Speed: rates are recomputed only around the NICs whose flow set changed. Priority mode keeps,
 per NIC direction, only the most urgent flow of each (sender, receiver) pair (the only one that
@@ -524,44 +524,54 @@ class _FairNet:
 
 
 class _WindowNet:
-    """NICs the way the gnnsched runtime drives them. A sender hands whole transfers to its
-    kernel, in the policy's order (priority key, else arrival), while less than ``window_s``
-    of its egress is queued there. The kernel holds one byte stream (a TCP connection) per
-    receiver: a stream sends what it was handed in that order, and streams share the NICs
-    max-min fairly, one share each however much they hold (:class:`_FairNet` with
-    ``connections``).
+    """NICs the way the gnnsched runtime drives them. The kernel holds one byte stream (a TCP
+    connection) per (sender, receiver): a stream sends what it was handed in that order, and
+    streams share the NICs max-min fairly, one share each however much they hold
+    (:class:`_FairNet` with ``connections``). A sender hands a stream the next transfer for
+    its receiver, in the policy's order (priority key, else arrival), while less than
+    ``window_s`` of its egress is queued in that stream and not yet delivered.
 
-    A store's window (``runtime.coordinator.NIC_WINDOW_S``) has to cover acknowledgement
-    round trips through busy processes, so it holds every transfer of a short queue: the
-    policy's order then reaches the wire only within one receiver's stream and for what waits
-    behind a full window.
+    That is the runtime's per-receiver send window (``PEER_WINDOW_S`` of the store's egress;
+    :class:`gnnsched.runtime.store.NicQueue`): it has to cover acknowledgement round trips
+    through busy processes, so it holds every transfer of a short queue and the policy's
+    order reaches the wire only within one receiver's stream and for what waits behind a full
+    window. The window is per stream, as in the runtime, so a receiver whose ingress is
+    congested holds back only its own stream: the sender's other streams keep its egress busy
+    (the runtime picks the first transfer whose receiver has room). The runtime's total window
+    (``NIC_WINDOW_S``) bounds only the bytes in flight, chunk by chunk; with acknowledgements
+    faster than it, every stream with data stays backlogged, so the model leaves it out.
     """
 
     def __init__(self, cap: list[float], schedule: Any, record: Any, window_s: float,
                  M: int, ordered: bool) -> None:
         self.inner = _FairNet(cap, schedule, record, connections=True)
-        self.window = [c * window_s for c in cap[:M]]  # bytes, per sender
+        self.window = [c * window_s for c in cap[:M]]  # bytes per stream, by sender
         self.ordered = ordered  # policy keys (priority) or arrival order (fair sharing)
-        self.waiting: list[list[tuple]] = [[] for _ in range(M)]
-        self.queued = [0.0] * M  # bytes of admitted, unfinished transfers
+        self.waiting: dict[tuple[int, int], list[tuple]] = {}  # per stream
+        self.queued: dict[tuple[int, int], float] = {}  # bytes admitted, unfinished
 
     def add(self, f: _Flow, now: float) -> None:
-        heapq.heappush(self.waiting[f.s], (f.skey if self.ordered else (f.fid,), f.fid, f))
-        self._admit(f.s, now)
+        pair = (f.s, f.d)
+        heapq.heappush(self.waiting.setdefault(pair, []),
+                       (f.skey if self.ordered else (f.fid,), f.fid, f))
+        self._admit(pair, now)
 
-    def _admit(self, s: int, now: float) -> None:
-        q = self.waiting[s]
-        while q and self.queued[s] < self.window[s]:
+    def _admit(self, pair: tuple[int, int], now: float) -> None:
+        q = self.waiting.get(pair)
+        queued = self.queued.get(pair, 0.0)
+        while q and queued < self.window[pair[0]]:
             f = heapq.heappop(q)[-1]
             f.skey = ()  # one class: the streams share fairly
-            self.queued[s] += f.nbytes
+            queued += f.nbytes
             self.inner.add(f, now)
+        self.queued[pair] = queued
 
     def done(self, g: _Group, ver: int, now: float) -> _Flow | None:
         f = self.inner.done(g, ver, now)
         if f is not None:
-            self.queued[f.s] = max(0.0, self.queued[f.s] - f.nbytes)
-            self._admit(f.s, now)
+            pair = (f.s, f.d)
+            self.queued[pair] = max(0.0, self.queued[pair] - f.nbytes)
+            self._admit(pair, now)
         return f
 
     def set_cap(self, r: int, c: float) -> None:
