@@ -143,7 +143,8 @@ def insitu_profile(prof: CostProfile, plan: Plan, cluster: ClusterSpec, job: Job
     requests per layer through busy processes, and gloo's all-reduce over TCP takes longer
     than bytes / bandwidth. All measured in the run: ``cpu`` (median over trainers of a
     training step's seconds, times its device speed — training is stretched to emulate
-    slower devices — over the profile's mean for its parts; training steps are pure compute)
+    slower devices — over the profile's mean for its parts times the trainer's load, its
+    mini-batch over the profile's; training steps are pure compute)
     scales every ``train_s``; each trainer's mean sampling seconds per mini-batch over the
     profile's mean for its parts scales those parts' ``sample_s`` (at least by ``cpu``);
     ``allreduce_overhead_s`` (the all-reduce's own seconds -- :func:`barrier_release`'s last
@@ -163,11 +164,15 @@ def insitu_profile(prof: CostProfile, plan: Plan, cluster: ClusterSpec, job: Job
     def mean(t: Any, key: str) -> float:
         return float(np.mean(np.concatenate([getattr(prof.parts[q], key) for q in t.parts])))
 
+    wl = Workload(cluster, job, prof)
     cpu, ar, sample = [], [], {}
     for t in plan.trainers:
         got = by_trainer.get(str(t.id)) or {}
         speed = cluster.machine(t.machine).gpus[t.device].speed
-        p_train, p_sample = mean(t, "train_s"), mean(t, "sample_s")
+        # a measured step is the trainer's own mini-batch, its load times the profile's (the
+        # simulator scales the profile's batches by the load again): compare like with like
+        ld = wl.load(t.parts, t.shares) or 1.0
+        p_train, p_sample = mean(t, "train_s") * ld, mean(t, "sample_s") * ld
         if got.get("train_s") and p_train > 0:
             cpu.append(got["train_s"] * speed / p_train)
         if got.get("allreduce_s"):
@@ -175,7 +180,7 @@ def insitu_profile(prof: CostProfile, plan: Plan, cluster: ClusterSpec, job: Job
         if got.get("sample_s") and p_sample > 0:
             sample.update(dict.fromkeys(t.parts, got["sample_s"] / p_sample))
     f_cpu = float(np.median(cpu)) if cpu else 1.0
-    model_ar = Workload(cluster, job, prof).allreduce_s(plan)
+    model_ar = wl.allreduce_s(plan)
     if allreduce_s:
         ar = [allreduce_s]
     extra = max(0.0, min(ar) - model_ar) if ar and model_ar > 0 else 0.0

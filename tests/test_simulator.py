@@ -242,8 +242,8 @@ def test_timeline_is_consistent(policy, variant):
 
 def test_window_net_is_the_runtimes_connections_behind_a_window():
     """The runtime's NICs (_WindowNet): a receiver's transfers go first come first served in
-    its one connection, connections share a NIC fairly, and what waits behind a connection's
-    full window enters in policy order -- while the sender's other connections keep going."""
+    its one connection, connections share a NIC fairly, and what waits behind a full window
+    (a connection's, or the sender's in all) enters in policy order."""
     cap = [10.0] * 6  # M=3: egress 0..2, ingress 3..5
 
     def admitted(net):
@@ -261,16 +261,29 @@ def test_window_net_is_the_runtimes_connections_behind_a_window():
     assert net.done(g, g.ver, 0.1) is a
     net.commit(0.1)
     assert done[-1] == pytest.approx(0.2)  # then b, at the full rate
-    # a window of 0.1 s of egress (1 byte) per connection on a priority policy: the first
-    # transfer to receiver 1 goes in at once, the one to receiver 2 too (its own connection);
-    # the urgent one to receiver 1 waits behind the full window and enters when it drains
-    net = _WindowNet(cap, lambda t, g: None, None, 0.1, 3, True)
+    # windows of 0.2 s of egress in all (2 bytes) and 0.1 s (1 byte) per connection, on a
+    # priority policy: the first transfer to receiver 1 goes in at once; the urgent and the
+    # later one to receiver 1 wait behind its full connection, so the one to receiver 2 goes
+    # in; when the first completes, the urgent one enters
+    net = _WindowNet(cap, lambda t, g: None, None, 0.2, 3, True, 0.1)
     first, other, later, urgent = _flows(net, [(0, 1, 1.0, (2,)), (0, 2, 1.0, (3,)),
                                                (0, 1, 1.0, (1,)), (0, 1, 1.0, (0,))], M=3)
     assert admitted(net) == {first.fid, other.fid}
     g = next(g for g in net.inner.groups.values() if g.d == 3 + 1)
     net.done(g, g.ver, 0.1)
     assert admitted(net) == {other.fid, urgent.fid}
+    # one window of 1 byte in all: everything else waits, and enters by its key
+    net = _WindowNet(cap, lambda t, g: None, None, 0.1, 3, True)
+    first, later, urgent = _flows(net, [(0, 1, 1.0, (2,)), (0, 2, 1.0, (1,)),
+                                        (0, 1, 1.0, (0,))], M=3)
+    assert admitted(net) == {first.fid}
+    (g,) = net.inner.groups.values()
+    net.done(g, g.ver, 0.1)
+    assert admitted(net) == {urgent.fid}
+    # a huge transfer to a congested receiver holds only its connection's window of the total
+    net = _WindowNet(cap, lambda t, g: None, None, 0.2, 3, True, 0.1)
+    huge, small = _flows(net, [(0, 1, 50.0, (0,)), (0, 2, 0.5, (1,))], M=3)
+    assert admitted(net) == {huge.fid, small.fid}
     cluster, job, prof, plan = make_problem()
     with pytest.raises(ValueError, match="nic_window_s must be > 0"):
         simulate(cluster, job, plan, prof, "fifo", iterations=2, nic_window_s=0.0)

@@ -230,7 +230,9 @@ def _why_sim(r: dict[str, Any], prof_info: dict[str, Any], shape: str | None = N
         if max(per) > 1.25 * min(per):
             bits.append(f"the seed split is uneven ({'/'.join(map(str, per))} seeds): the "
                         "runtime trains all of a trainer's seeds each epoch (bigger batches "
-                        "for the bigger share) while the simulator draws batch-size batches")
+                        "for the bigger share), which the simulator models by scaling the "
+                        "profiled mini-batch's costs linearly with the seeds (the trainer's "
+                        "load)")
     sent = r.get("bytes_by_host_per_epoch") or {}
     if shape and sent and r.get("epoch_time_s") and sim.get("epoch_time_s"):
         egress = {m.name: m.egress for m in load_shape(shape).machines}

@@ -179,10 +179,10 @@ def run(inst: Instance, policy: str | Policy = "gnnsched", *, record: bool = Fal
         raise ValueError(f"policy {pol.name!r}: sharing must be 'fair' or 'priority'")
     net: Any
     if inst.nic_window_s is not None:
-        # nic_window_s is a sender's window; each receiver's stream gets the runtime's
-        # per-receiver share of it (PEER_WINDOW_S of NIC_WINDOW_S)
-        net = _WindowNet(caps, schedule, rec_flow,
-                         inst.nic_window_s * PEER_WINDOW_S / NIC_WINDOW_S, M, priority)
+        # nic_window_s is a sender's window in all; each receiver's stream gets the
+        # runtime's per-receiver share of it (PEER_WINDOW_S of NIC_WINDOW_S)
+        net = _WindowNet(caps, schedule, rec_flow, inst.nic_window_s, M, priority,
+                         inst.nic_window_s * PEER_WINDOW_S / NIC_WINDOW_S)
     else:
         net = (_PriorityNet if pol.sharing == "priority" else _FairNet)(caps, schedule,
                                                                         rec_flow)

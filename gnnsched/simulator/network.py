@@ -8,8 +8,9 @@ Resources are numbered egress ``m`` = ``m`` and ingress ``m`` = ``M + m``.
 * :class:`_FairNet` (``fair`` and ``classes`` policies): max-min fair sharing; ``classes`` is
   strict priority between classes and max-min fair within one.
 * :class:`_WindowNet` (``nic_window_s``): the gnnsched runtime's NICs — one TCP connection
-  per (sender, receiver), connections sharing the NICs fairly; a sender hands a connection
-  its next transfer while less than a window of its egress is queued in it.
+  per (sender, receiver), connections sharing the NICs fairly; a sender hands over its most
+  urgent transfer whose connection has room under the runtime's per-receiver and total send
+  windows.
 
 Speed: rates are recomputed only around the NICs whose flow set changed. Priority mode keeps,
 per NIC direction, only the most urgent flow of each (sender, receiver) pair (the only one that
@@ -527,51 +528,62 @@ class _WindowNet:
     """NICs the way the gnnsched runtime drives them. The kernel holds one byte stream (a TCP
     connection) per (sender, receiver): a stream sends what it was handed in that order, and
     streams share the NICs max-min fairly, one share each however much they hold
-    (:class:`_FairNet` with ``connections``). A sender hands a stream the next transfer for
-    its receiver, in the policy's order (priority key, else arrival), while less than
-    ``window_s`` of its egress is queued in that stream and not yet delivered.
+    (:class:`_FairNet` with ``connections``). A sender hands over its most urgent waiting
+    transfer (policy key, else arrival) whose stream has room: less than ``peer_s`` of the
+    sender's egress queued in that stream, and less than ``window_s`` in all its streams.
 
-    That is the runtime's per-receiver send window (``PEER_WINDOW_S`` of the store's egress;
-    :class:`gnnsched.runtime.store.NicQueue`): it has to cover acknowledgement round trips
-    through busy processes, so it holds every transfer of a short queue and the policy's
+    These are the runtime's two send windows (:class:`gnnsched.runtime.store.NicQueue`, sized
+    by ``NIC_WINDOW_S`` and ``PEER_WINDOW_S``): they have to cover acknowledgement round trips
+    through busy processes, so they hold every transfer of a short queue, and the policy's
     order reaches the wire only within one receiver's stream and for what waits behind a full
-    window. The window is per stream, as in the runtime, so a receiver whose ingress is
-    congested holds back only its own stream: the sender's other streams keep its egress busy
-    (the runtime picks the first transfer whose receiver has room). The runtime's total window
-    (``NIC_WINDOW_S``) bounds only the bytes in flight, chunk by chunk; with acknowledgements
-    faster than it, every stream with data stays backlogged, so the model leaves it out.
+    window. The runtime counts chunks in flight, so a large transfer holds at most the
+    per-receiver window of the total; the model counts each stream's queued bytes up to
+    ``peer_s`` towards ``window_s`` the same way, so a congested receiver holds back only its
+    own stream while the sender's others keep its egress busy.
     """
 
     def __init__(self, cap: list[float], schedule: Any, record: Any, window_s: float,
-                 M: int, ordered: bool) -> None:
+                 M: int, ordered: bool, peer_s: float | None = None) -> None:
         self.inner = _FairNet(cap, schedule, record, connections=True)
-        self.window = [c * window_s for c in cap[:M]]  # bytes per stream, by sender
+        self.window = [c * window_s for c in cap[:M]]  # bytes, per sender
+        self.peer = [c * (peer_s if peer_s is not None else window_s) for c in cap[:M]]
         self.ordered = ordered  # policy keys (priority) or arrival order (fair sharing)
-        self.waiting: dict[tuple[int, int], list[tuple]] = {}  # per stream
-        self.queued: dict[tuple[int, int], float] = {}  # bytes admitted, unfinished
+        self.waiting: list[list[tuple]] = [[] for _ in range(M)]  # per sender, by key
+        self.queued: dict[tuple[int, int], float] = {}  # stream -> bytes admitted, unfinished
+        self.held = [0.0] * M  # per sender: sum over its streams of min(queued, peer window)
 
     def add(self, f: _Flow, now: float) -> None:
-        pair = (f.s, f.d)
-        heapq.heappush(self.waiting.setdefault(pair, []),
-                       (f.skey if self.ordered else (f.fid,), f.fid, f))
-        self._admit(pair, now)
+        heapq.heappush(self.waiting[f.s], (f.skey if self.ordered else (f.fid,), f.fid, f))
+        self._admit(f.s, now)
 
-    def _admit(self, pair: tuple[int, int], now: float) -> None:
-        q = self.waiting.get(pair)
-        queued = self.queued.get(pair, 0.0)
-        while q and queued < self.window[pair[0]]:
-            f = heapq.heappop(q)[-1]
+    def _charge(self, s: int, pair: tuple[int, int], delta: float) -> None:
+        before = self.queued.get(pair, 0.0)
+        after = max(0.0, before + delta)
+        self.queued[pair] = after
+        cap = self.peer[s]
+        self.held[s] += min(after, cap) - min(before, cap)
+
+    def _admit(self, s: int, now: float) -> None:
+        q = self.waiting[s]
+        skipped = []
+        while q and self.held[s] < self.window[s]:
+            item = heapq.heappop(q)
+            f = item[-1]
+            pair = (f.s, f.d)
+            if self.queued.get(pair, 0.0) >= self.peer[s]:
+                skipped.append(item)  # its stream is full: the next transfer may go
+                continue
             f.skey = ()  # one class: the streams share fairly
-            queued += f.nbytes
+            self._charge(s, pair, f.nbytes)
             self.inner.add(f, now)
-        self.queued[pair] = queued
+        for item in skipped:
+            heapq.heappush(q, item)
 
     def done(self, g: _Group, ver: int, now: float) -> _Flow | None:
         f = self.inner.done(g, ver, now)
         if f is not None:
-            pair = (f.s, f.d)
-            self.queued[pair] = max(0.0, self.queued[pair] - f.nbytes)
-            self._admit(pair, now)
+            self._charge(f.s, (f.s, f.d), -f.nbytes)
+            self._admit(f.s, now)
         return f
 
     def set_cap(self, r: int, c: float) -> None:
