@@ -131,18 +131,29 @@ class Instance:
             Fw = self.F[w]
             share = wl.cache_share(Fw, plan.caches.get(t.fetch_at, 0)) if plan.caches else 0.0
             ld = wl.load(t.parts, t.shares)  # the trainer's batch over the profile's
-            for q, i in wl.draws(t.parts, seed, K, t.shares):
-                pp = prof.part(q)
-                ss.append(ld * float(pp.sample_s[i]))
-                ts.append(ld * float(pp.train_s[i]) / self.speed[w])
-                bl.append(ld * float(pp.edges[i]) * EDGE_BYTES)
-                # cached rows are read at F, not fetched (the relay F -> T, if any, still
-                # carries every row: feat_total below is unchanged)
-                miss = 1.0 - wl.cache_hit(q, share) if share > 0 else 1.0
-                fe.append(tuple((m, ld * b * (miss if m != Fw else 1.0))
-                                for m, b in tab.feat[q][i]))
-                st.append(tuple((m, ld * b) for m, b in tab.struct[q][i]))
-                ft.append(ld * sum(b for _, b in tab.feat[q][i]))
+            for mix in wl.draws(t.parts, seed, K, t.shares):
+                s = tr = e = tot = 0.0
+                fd: dict[int, float] = {}
+                sd: dict[int, float] = {}
+                for q, i, f in mix:  # the batch mixes the trainer's parts by their seeds
+                    pp = prof.part(q)
+                    s += f * float(pp.sample_s[i])
+                    tr += f * float(pp.train_s[i])
+                    e += f * float(pp.edges[i])
+                    # cached rows are read at F, not fetched (the relay F -> T, if any, still
+                    # carries every row: feat_total below is unchanged)
+                    miss = 1.0 - wl.cache_hit(q, share) if share > 0 else 1.0
+                    for m, b in tab.feat[q][i]:
+                        fd[m] = fd.get(m, 0.0) + f * b * (miss if m != Fw else 1.0)
+                        tot += f * b
+                    for m, b in tab.struct[q][i]:
+                        sd[m] = sd.get(m, 0.0) + f * b
+                ss.append(ld * s)
+                ts.append(ld * tr / self.speed[w])
+                bl.append(ld * e * EDGE_BYTES)
+                fe.append(tuple((m, ld * b) for m, b in sorted(fd.items())))
+                st.append(tuple((m, ld * b) for m, b in sorted(sd.items())))
+                ft.append(ld * tot)
             self.sample_s.append(ss)
             self.train_s.append(ts)
             self.block.append(bl)

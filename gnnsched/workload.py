@@ -24,7 +24,8 @@ seeds: sampled edges and training work are per seed; input nodes are slightly su
 Transfers inside a machine are free. Means come from the profile; the simulator draws samples
 (:meth:`Workload.draws`: a trainer's mini-batches are a function of the seed and of the
 partitions it owns, never of its position in the plan, so every plan with the same part split
-runs the same mini-batches). :class:`DrawnWorkload` has the same interface with each trainer's
+runs the same mini-batches; each batch mixes one profiled sample of every partition the trainer
+owns, weighted by its seeds there, as the runtime shuffles a trainer's seeds together). :class:`DrawnWorkload` has the same interface with each trainer's
 cost the average of the mini-batches the simulator will actually draw for it: loads and bounds
 computed on it hold for the simulated epoch, not just in expectation.
 """
@@ -225,12 +226,17 @@ class Workload:
         return PartCost(s, t, b, feat, struct)
 
     def draws(self, parts: tuple[int, ...] | list[int], seed: int, K: int,
-              shares: tuple[float, ...] | list[float] = ()) -> list[tuple[int, int]]:
-        """(partition, profiled sample) of each of the ``K`` mini-batches of a trainer.
+              shares: tuple[float, ...] | list[float] = ()
+              ) -> list[tuple[tuple[int, int, float], ...]]:
+        """The ``K`` mini-batches of a trainer: each a tuple of (partition, profiled sample,
+        weight), one per partition it owns, the weights its seeds' fractions there.
 
-        Batches come from the trainer's parts in proportion to its training seeds there. The
-        random stream is keyed by (seed, the sorted parts and shares): the draws depend on
-        what the trainer owns, not on where it runs nor on its number in the plan.
+        The runtime shuffles all of a trainer's seeds together and cuts them into the
+        epoch's iterations, so every batch mixes its partitions in proportion to their seeds:
+        a batch costs the weighted sum of one profiled sample of each (times the trainer's
+        :meth:`load`). The random stream is keyed by (seed, the sorted parts and shares): the
+        draws depend on what the trainer owns, not on where it runs nor on its number in the
+        plan; a one-partition trainer draws what it drew before batches were mixed.
         """
         pairs = owned_key(parts, shares)
         ps = [p for p, _ in pairs]
@@ -239,15 +245,13 @@ class Workload:
             key += [int(round(s * 1e6)) for _, s in pairs]
         rng = np.random.default_rng(key)
         wts = self.weights(ps, [s for _, s in pairs])
-        p = wts / wts.sum() if wts.sum() > 0 else np.full(len(ps), 1.0 / len(ps))
-        pick = rng.choice(len(ps), size=K, p=p)
-        u = rng.random(K)
-        out = []
-        for k in range(K):
-            q = ps[int(pick[k])]
-            n = self.profile.part(q).n
-            out.append((q, min(int(u[k] * n), n - 1)))
-        return out
+        frac = wts / wts.sum() if wts.sum() > 0 else np.full(len(ps), 1.0 / len(ps))
+        rng.choice(len(ps), size=K, p=frac)  # the stream's first draws (single-part batches)
+        us = [rng.random(K) for _ in ps]
+        ns = [self.profile.part(q).n for q in ps]
+        return [tuple((q, min(int(u[k] * n), n - 1), float(f))
+                      for q, u, n, f in zip(ps, us, ns, frac) if f > 0)
+                for k in range(K)]
 
     def drawn_cost(self, parts: tuple[int, ...], seed: int, K: int,
                    shares: tuple[float, ...] = ()) -> PartCost:
@@ -257,17 +261,18 @@ class Workload:
         feat: dict[int, float] = {}
         struct: dict[int, float] = {}
         s = t = b = 0.0
-        for q, i in self.draws(parts, seed, K, shares):
-            pp = prof.part(q)
-            s += float(pp.sample_s[i])
-            t += float(pp.train_s[i])
-            b += float(pp.edges[i]) * EDGE_BYTES
-            for r, c in zip(pp.input_parts[i].tolist(), pp.input_nodes[i].tolist()):
-                m = int(self.store[r])
-                feat[m] = feat.get(m, 0.0) + c * fb
-            for r, c in zip(pp.edge_parts[i].tolist(), pp.edge_counts[i].tolist()):
-                m = int(self.store[r])
-                struct[m] = struct.get(m, 0.0) + c * EDGE_BYTES
+        for mix in self.draws(parts, seed, K, shares):
+            for q, i, f in mix:
+                pp = prof.part(q)
+                s += f * float(pp.sample_s[i])
+                t += f * float(pp.train_s[i])
+                b += f * float(pp.edges[i]) * EDGE_BYTES
+                for r, c in zip(pp.input_parts[i].tolist(), pp.input_nodes[i].tolist()):
+                    m = int(self.store[r])
+                    feat[m] = feat.get(m, 0.0) + f * c * fb
+                for r, c in zip(pp.edge_parts[i].tolist(), pp.edge_counts[i].tolist()):
+                    m = int(self.store[r])
+                    struct[m] = struct.get(m, 0.0) + f * c * EDGE_BYTES
         ld = self.load(parts, shares)
         n = K / ld if ld > 0 else float("inf")  # the average, scaled by the trainer's load
         feat = {m: v / n for m, v in feat.items() if v > 0}

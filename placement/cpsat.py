@@ -261,20 +261,25 @@ def barrier_chain_bound(problem: Problem, split: Sequence[tuple[int, ...]], seed
         speed = max((s.speed for s in problem.slots if s.gpu_memory >= need), default=0.0)
         if speed <= 0:
             return 0.0
-        for k, (q, i) in enumerate(wl.draws(parts, seed, K)):
-            pp = problem.profile.part(q)
+        ld = wl.load(parts)
+        for k, mix in enumerate(wl.draws(parts, seed, K)):
             v = np.zeros(problem.M)
-            np.add.at(v, store[pp.input_parts[i]], pp.input_nodes[i] * fb)
+            e = np.zeros(problem.M)
+            samp = tr = 0.0
+            for q, i, f in mix:  # the batch mixes the parts by their seeds, times the load
+                pp = problem.profile.part(q)
+                np.add.at(v, store[pp.input_parts[i]], ld * f * pp.input_nodes[i] * fb)
+                np.add.at(e, store[pp.edge_parts[i]], ld * f * pp.edge_counts[i] * EDGE_BYTES)
+                samp += ld * f * float(pp.sample_s[i])
+                tr += ld * f * float(pp.train_s[i])
             per = np.where(own, 0.0, v[:, None] / rate)
             remote = v.sum() - v[Ts]
             fetch = np.maximum(per.max(axis=0), remote / igT) + np.where(remote > 0, lat, 0.0)
-            e = np.zeros(problem.M)
-            np.add.at(e, store[pp.edge_parts[i]], pp.edge_counts[i] * EDGE_BYTES)
             sper = np.where(sown, 0.0, e[:, None] / srate)
             sremote = e.sum() - e[Ss]
             hops = np.maximum(sper.max(axis=0), sremote / igS) + np.where(sremote > 0, lat, 0.0)
-            chain[w, k] = float(pp.sample_s[i]) + float(hops.min()) + float(fetch.min())
-            train[w, k] = float(pp.train_s[i]) / speed
+            chain[w, k] = samp + float(hops.min()) + float(fetch.min())
+            train[w, k] = tr / speed
     start = np.zeros((W, K))
     B = 0.0
     for k in range(K):

@@ -98,8 +98,9 @@ def test_iteration_isolation_guarantee():
 def test_gnnsched_beats_fifo_where_sharing_hurts():
     """Two trainers pulling from both stores: sharing delays every transfer of the current
     iteration behind the prefetch of the next; priority sends finish the oldest first.
-    The gain is averaged over four seeds (one seed's draws move it by several percent)."""
-    for kw, gain in (({"gbps": 0.5}, 0.95), ({"gbps": 5.0}, 0.90),
+    The gain is averaged over four seeds (one seed's draws move it by several percent;
+    batches that mix a trainer's partitions vary less, and gain ~5% at 0.5 Gbit/s)."""
+    for kw, gain in (({"gbps": 0.5}, 0.96), ({"gbps": 5.0}, 0.90),
                      ({"gbps": 0.5, "fetch_at_store": True}, 0.97)):
         cluster, job, prof, plan = make_problem(samplers=2, cpus=2, **kw)
         ratios = []

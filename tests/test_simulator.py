@@ -455,3 +455,30 @@ def test_cli_simulate(tmp_path, capsys):
     assert exc.value.code == 2
     assert "argument --nic-window: '0' is out of range (valid: milliseconds > 0" in \
         capsys.readouterr().err
+
+
+def test_a_trainers_batches_mix_its_partitions_by_their_seeds():
+    """The runtime shuffles a trainer's seeds together, so every drawn batch holds one
+    profiled sample of each partition it owns, weighted by its seeds there; a one-partition
+    trainer's draws are what they were before batches were mixed; the load scales the mix."""
+    from gnnsched.plan import owned_key
+    from gnnsched.workload import Workload
+
+    cluster, job, prof, plan = make_problem()
+    wl = Workload(cluster, job, prof)
+    parts = tuple(range(prof.num_parts))[:2]
+    mix = wl.draws(parts, seed=3, K=5)
+    seeds = wl.seeds[list(parts)]
+    assert len(mix) == 5
+    for batch in mix:
+        assert [q for q, _, _ in batch] == list(parts)
+        assert [f for _, _, f in batch] == pytest.approx(list(seeds / seeds.sum()))
+        assert all(0 <= i < prof.part(q).n for q, i, _ in batch)
+    one = wl.draws(parts[:1], seed=3, K=5)
+    rng = np.random.default_rng([3, *[p for p, _ in owned_key(parts[:1], ())]])
+    rng.choice(1, size=5, p=[1.0])
+    n = prof.part(parts[0]).n
+    assert [b[0][1] for b in one] == [min(int(u * n), n - 1) for u in rng.random(5)]
+    c = wl.drawn_cost(parts, seed=3, K=5)
+    want = sum(f * float(prof.part(q).sample_s[i]) for b in mix for q, i, f in b) / 5
+    assert c.sample_s == pytest.approx(want * wl.load(parts))

@@ -40,7 +40,7 @@ class _Flow:
     """One transfer on the network; slotted because there are hundreds of thousands."""
 
     __slots__ = ("fid", "s", "d", "skey", "rem", "rate", "t0", "ver", "kind", "w", "k", "tr",
-                 "nbytes", "tag", "t_arr", "src", "dst", "seen")
+                 "nbytes", "tag", "t_arr", "src", "dst", "seen", "conn")
 
     def __init__(self, fid: int, src: int, dst: int, M: int, nbytes: float, kind: int,
                  w: int, k: int) -> None:
@@ -55,6 +55,8 @@ class _Flow:
         self.tr: Transfer | None = None
         self.tag = 0.0
         self.seen = -1
+        self.conn = 0  # which connection of its (sender, receiver) pair (_WindowNet: the
+        # receiving process -- sampler, gatherer or trainer -- as in the runtime)
 
 
 class _PriorityNet:
@@ -258,10 +260,10 @@ class _Group:
     """The flows of one (class, sender, receiver): they share one rate in :class:`_FairNet`."""
 
     __slots__ = ("s", "d", "n", "wt", "V", "t0", "rate", "heap", "ver", "tchg", "key", "cls",
-                 "tail")
+                 "tail", "conn")
 
-    def __init__(self, s: int, d: int, now: float, cls: Any = 0) -> None:
-        self.s, self.d, self.cls = s, d, cls
+    def __init__(self, s: int, d: int, now: float, cls: Any = 0, conn: int = 0) -> None:
+        self.s, self.d, self.cls, self.conn = s, d, cls, conn
         self.n = 0
         self.wt = 0  # shares it takes: its flows (fair), or 1 (connections)
         self.V = 0.0  # bytes served to each flow of the group since it was created
@@ -295,11 +297,11 @@ class _FairNet:
         self.connections = connections
         self.cap = list(cap)
         R = len(cap)
-        self.groups: dict[tuple[int, int], _Group] = {}
+        self.groups: dict[tuple, _Group] = {}  # (class, sender, receiver, connection)
         self.on: list[dict[tuple, _Group]] = [{} for _ in range(R)]  # resource -> its groups
         self.level = [math.inf] * R
         self.touched: set[int] = set()  # resources whose groups or capacity changed
-        self.resched: set[tuple[int, int]] = set()
+        self.resched: set[tuple] = set()
         self.dirty = False
         self.schedule, self.record = schedule, record
         self.tol = 1e-12 * max(cap)
@@ -312,10 +314,10 @@ class _FairNet:
 
     def add(self, f: _Flow, now: float) -> None:
         cls = f.skey[0] if f.skey else 0
-        key = (cls, f.s, f.d)
+        key = (cls, f.s, f.d, f.conn)
         g = self.groups.get(key)
         if g is None:
-            g = self.groups[key] = _Group(f.s, f.d, now, cls)
+            g = self.groups[key] = _Group(f.s, f.d, now, cls, f.conn)
             self.on[f.s][key] = g
             self.on[f.d][key] = g
             if cls != 0:
@@ -351,7 +353,7 @@ class _FairNet:
         g.n -= 1
         g.wt = min(g.n, 1) if self.connections else g.n
         g.ver += 1
-        key = (g.cls, g.s, g.d)
+        key = (g.cls, g.s, g.d, g.conn)
         if g.n == 0:
             del self.groups[key]
             del self.on[g.s][key]
@@ -507,7 +509,7 @@ class _FairNet:
             if new <= tol:
                 new = 0.0
             changed_rate = abs(new - g.rate) > tol
-            if not changed_rate and (g.cls, g.s, g.d) not in resched:
+            if not changed_rate and (g.cls, g.s, g.d, g.conn) not in resched:
                 continue
             self._settle(g, now)
             if changed_rate:
@@ -524,11 +526,18 @@ class _FairNet:
         resched.clear()
 
 
+# The process a transfer of each kind (engine.KINDS: struct, block, feat, relay) goes to: the
+# sampler (remote-hop answers), the trainer (blocks, relayed features) or the gatherer
+# (feature rows). Each process holds its own connection to a sender, as in the runtime.
+_RECEIVER = (1, 0, 2, 0)
+
+
 class _WindowNet:
     """NICs the way the gnnsched runtime drives them. The kernel holds one byte stream (a TCP
-    connection) per (sender, receiver): a stream sends what it was handed in that order, and
-    streams share the NICs max-min fairly, one share each however much they hold
-    (:class:`_FairNet` with ``connections``). A sender hands over its most urgent waiting
+    connection) per (sender, receiving process): a stream sends what it was handed in that
+    order (a sampler's remote-hop answers never queue behind the rows its machine's gatherer
+    receives), and streams share the NICs max-min fairly, one share each however much they
+    hold (:class:`_FairNet` with ``connections``). A sender hands over its most urgent waiting
     transfer (policy key, else arrival) whose stream has room: less than ``peer_s`` of the
     sender's egress queued in that stream, and less than ``window_s`` in all its streams.
 
@@ -549,14 +558,15 @@ class _WindowNet:
         self.peer = [c * (peer_s if peer_s is not None else window_s) for c in cap[:M]]
         self.ordered = ordered  # policy keys (priority) or arrival order (fair sharing)
         self.waiting: list[list[tuple]] = [[] for _ in range(M)]  # per sender, by key
-        self.queued: dict[tuple[int, int], float] = {}  # stream -> bytes admitted, unfinished
+        self.queued: dict[tuple[int, int, int], float] = {}  # stream: bytes admitted, unfinished
         self.held = [0.0] * M  # per sender: sum over its streams of min(queued, peer window)
 
     def add(self, f: _Flow, now: float) -> None:
+        f.conn = _RECEIVER[f.kind]
         heapq.heappush(self.waiting[f.s], (f.skey if self.ordered else (f.fid,), f.fid, f))
         self._admit(f.s, now)
 
-    def _charge(self, s: int, pair: tuple[int, int], delta: float) -> None:
+    def _charge(self, s: int, pair: tuple[int, int, int], delta: float) -> None:
         before = self.queued.get(pair, 0.0)
         after = max(0.0, before + delta)
         self.queued[pair] = after
@@ -569,7 +579,7 @@ class _WindowNet:
         while q and self.held[s] < self.window[s]:
             item = heapq.heappop(q)
             f = item[-1]
-            pair = (f.s, f.d)
+            pair = (f.s, f.d, f.conn)
             if self.queued.get(pair, 0.0) >= self.peer[s]:
                 skipped.append(item)  # its stream is full: the next transfer may go
                 continue
@@ -582,7 +592,7 @@ class _WindowNet:
     def done(self, g: _Group, ver: int, now: float) -> _Flow | None:
         f = self.inner.done(g, ver, now)
         if f is not None:
-            self._charge(f.s, (f.s, f.d), -f.nbytes)
+            self._charge(f.s, (f.s, f.d, f.conn), -f.nbytes)
             self._admit(f.s, now)
         return f
 
