@@ -25,9 +25,10 @@ Transfers inside a machine are free. Means come from the profile; the simulator 
 (:meth:`Workload.draws`: a trainer's mini-batches are a function of the seed and of the
 partitions it owns, never of its position in the plan, so every plan with the same part split
 runs the same mini-batches; each batch mixes one profiled sample of every partition the trainer
-owns, weighted by its seeds there, as the runtime shuffles a trainer's seeds together). :class:`DrawnWorkload` has the same interface with each trainer's
-cost the average of the mini-batches the simulator will actually draw for it: loads and bounds
-computed on it hold for the simulated epoch, not just in expectation.
+owns, weighted by its seeds there, as the runtime shuffles a trainer's seeds together).
+:class:`DrawnWorkload` has the same interface with each trainer's cost the average of the
+mini-batches the simulator will actually draw for it: loads and bounds computed on it hold for
+the simulated epoch, not just in expectation.
 """
 
 from __future__ import annotations
