@@ -223,3 +223,32 @@ def test_stored_real_runs_calibrate_as_recorded(tmp_path: Path) -> None:
         run = _run_dir(tmp_path / str(i), row, plan)
         _, factors = calibrate_run(run, replace(prof), cluster=load_shape(c["shape"]), job=job)
         assert factors == row["sim"]["insitu_factors"], (c["shape"], c["dataset"], name)
+
+
+@pytest.mark.skipif(not _stored_runs(), reason="no docs/results/results.json with steps")
+@pytest.mark.parametrize("shape", ["hetero", "plentiful"])
+def test_stored_predictions_are_this_simulators(shape: str) -> None:
+    """The committed evaluation's in-situ predictions are what this version's simulator gives
+    for the stored measurements (`gnnsched bench --resimulate` re-derives them): a change to
+    the simulator or its calibration that moves them must re-derive the committed results."""
+    from gnnsched.evaluation.predict import predict_run, simulate_system
+
+    doc = json.loads((ROOT / "docs" / "results" / "results.json").read_text())
+    seed = int(doc["settings"]["seed"])
+    c, name, row = next((c, n, r) for c, n, r in _stored_runs()
+                        if c["shape"] == shape and c["dataset"] == "cora"
+                        and n == "gnnsched+gnnsched")
+    prof = CostProfile.load(next((ROOT / "docs" / "results" / "profiles").glob("cora-*.json")))
+    key = prof.job_key
+    job = job_from_dict(_job_fields(dataset=key["dataset"], feature_dim=key["feature_dim"],
+                                    batch_size=key["batch_size"], epochs=8),
+                        source="stored run")
+    cluster = load_shape(shape)
+    plan = stored_plan(c, SYSTEMS[name].placer, ROOT / "no-work")
+    policy = SYSTEMS[name].policy
+    again = dict(row)
+    predict_run(again, simulate_system(cluster, job, plan, prof, policy, seed), cluster, job,
+                plan, prof, policy, seed)
+    assert again["sim_error"] == pytest.approx(row["sim_error"], rel=1e-6, abs=1e-9)
+    assert again["sim_error_isolated"] == pytest.approx(row["sim_error_isolated"], rel=1e-6,
+                                                        abs=1e-9)
