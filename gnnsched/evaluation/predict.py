@@ -45,9 +45,10 @@ def steady_epoch(cluster: ClusterSpec, job: JobSpec, plan: Plan, prof: CostProfi
     """A measured run's epoch as the simulator predicts it: three epochs simulated back to
     back, on the runtime's network (:data:`NETWORK`: one TCP connection per store and
     receiver, each handed its next transfer while less than the runtime's per-receiver window
-    of the store's egress is queued in it). Returns the middle epoch's seconds (the steady state: like a measured epoch
-    after the first, it starts with mini-batches the epoch before prefetched and prefetches
-    for the next; the last would only receive), the first epoch's, and the simulation."""
+    of the store's egress is queued in it). Returns the middle epoch's seconds (the steady
+    state: like a measured epoch after the first, it starts with mini-batches the epoch
+    before prefetched and prefetches for the next; the last would only receive), the first
+    epoch's, and the simulation."""
     from gnnsched.simulator import simulate
 
     K = prof.iterations_per_epoch(job.trainers, job.batch_size)
