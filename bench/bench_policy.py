@@ -1,7 +1,7 @@
 """A/B online policies in real runs: one shape, one dataset, one plan, interleaved repeats.
 
 Run: ``python bench/bench_policy.py [--shape mixedgen] [--dataset cora] [--policies fifo,gnnsched]
-[--placer gnnsched] [--repeats 5] [--trace] [--out docs/bench/policy.json]`` (as root for the
+[--placer gnnsched] [--repeats 5] [--trace] [--nic-bands] [--out docs/bench/policy.json]`` (as root for the
 emulated cluster; local processes otherwise). ``--trace`` also sets each policy's median run,
 traced, beside the simulator calibrated on it (:mod:`gnnsched.trace`).
 
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if st.launcher == "netns":
         from gnnsched.runtime.netns import EmulatedCluster
 
-        net = EmulatedCluster(cluster, payload_rates=True).up()
+        net = EmulatedCluster(cluster, payload_rates=True, bands=args.nic_bands).up()
     times: dict[str, list[float]] = {p: [] for p in policies}
     runs: dict[str, list[Any]] = {p: [] for p in policies}
     opts = replace(runtime_options(), trace=args.trace)
@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.trace:
             rows[-1]["timeline"] = timelines(runs[p], p, cluster, job0, plan, prof, st.seed)
     doc = {"shape": args.shape, "dataset": ds, "placer": args.placer,
+           "nic_bands": bool(args.nic_bands),
            "plan": be.plan_rows(plan), "repeats": args.repeats, "epochs": st.epochs,
            "launcher": st.launcher, "launcher_reason": st.launcher_reason, "baseline": base,
            "predicted": predicted, "rows": rows, "minutes": (time.time() - t0) / 60,
@@ -271,6 +272,10 @@ def main(argv: list[str] | None = None) -> int:
                          "and how many transfers the busiest sender had in flight")
     ap.add_argument("--launcher", default="auto", choices=["auto", "netns", "local"],
                     help="netns (emulated cluster, root) or local processes (default: auto)")
+    ap.add_argument("--nic-bands", action="store_true",
+                    help="emulated NICs with TOS priority bands, as a QoS switch has: the "
+                         "runtime's bulk data (marked) goes after gradients, requests and "
+                         "acknowledgements (gnnsched/runtime/qos.py; default: one FIFO per NIC)")
     ap.add_argument("--work", default=str(ROOT / "runs" / "bench-policy"),
                     help="run directories (default: runs/bench-policy)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "bench" / "policy.json"),
