@@ -152,15 +152,11 @@ def allreduce(runs: list[Any], prof: Any, cluster: Any, job: Any) -> dict[str, A
             "ratio": statistics.median(m / w for m, w in got)}
 
 
-def _target(target: str, config: str, value: Any, goal: Any, met: bool | None,
-            why: str = "") -> dict[str, Any]:
-    return {"target": target, "config": config, "value": value, "goal": goal, "met": met,
-            "why": why}
-
-
 def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """Issue 29's targets as far as this one shape measures them (the form of
     docs/results/results.json's ``targets``)."""
+    from gnnsched.evaluation.planning import target_row
+
     cfg = f"{doc['shape']}/{doc['dataset']}"
     rows = {r["policy"]: r for r in doc["rows"]}
     base = doc["baseline"]
@@ -173,7 +169,7 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         real = 1.0 / r["paired_ratio_median"]
         want = pred[p]["gain_windowed"]
-        out.append(_target(
+        out.append(target_row(
             f"real gain of {p} over {base} within 10% of the simulator's predicted gain",
             cfg, round(real, 4), {"predicted": round(want, 4), "ideal_network":
                                   round(pred[p]["gain_ideal"], 4), "tolerance": 0.10},
@@ -182,18 +178,18 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
             f"runs on the runtime's network ({want:.3f}x; {pred[p]['gain_ideal']:.3f}x if "
             f"every NIC sent in the policy's order)"))
         big = pred[p]["gain_windowed"] >= 1.10
-        out.append(_target(
+        out.append(target_row(
             f"real gain of {p} >= 1.08x where the simulator predicts >= 1.10x", cfg,
             round(real, 4), 1.08, (real >= 1.08) if big else None,
             "" if big else f"the simulator predicts {want:.3f}x here, so the target does not "
             "apply"))
-        out.append(_target(
+        out.append(target_row(
             f"{p} never slower than {base} beyond the noise", cfg,
             round(r["paired_ratio_median"], 4), round(1.0 + noise, 4),
             r["paired_ratio_median"] <= 1.0 + noise,
             f"noise: the largest spread (max-min)/min of one policy's repeats ({noise:.3f})"))
         ar = r.get("allreduce")
-        out.append(_target(
+        out.append(target_row(
             f"{p}'s all-reduce within 10% of its bytes at line rate while features are in "
             "flight", cfg, None if ar is None else round(ar["ratio"], 4), 1.10,
             None if ar is None else ar["ratio"] <= 1.10,
@@ -201,7 +197,7 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
             f"{1e3 * ar['measured_s']:.0f} ms measured per iteration against "
             f"{1e3 * ar['line_rate_s']:.0f} ms for its bytes at the NICs' rate plus the "
             "profile's fixed overhead"))
-    out.append(_target(
+    out.append(target_row(
         "wire order: of two transfers queued for one NIC the higher-priority one finishes "
         "first, within one chunk's time", "tests/test_transport.py::"
         "test_priority_transfer_overtakes_queued_bulk", None, "one chunk", False,

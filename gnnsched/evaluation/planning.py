@@ -497,8 +497,9 @@ def _aggregate(runs: list[dict[str, Any]], noise: float) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- targets
 
 
-def _target(target: str, config: str, value: Any, goal: Any, met: bool | None,
-            why: str = "", by: float | None = None) -> dict[str, Any]:
+def target_row(target: str, config: str, value: Any, goal: Any, met: bool | None,
+               why: str = "", by: float | None = None) -> dict[str, Any]:
+    """One entry of a ``targets`` list, in the form docs/results/results.json uses."""
     return {"target": target, "config": config, "value": value, "goal": goal, "met": met,
             "by": by, "why": why}
 
@@ -519,7 +520,7 @@ def judge(cases: list[dict[str, Any]], *, seeds: Sequence[int], quick: bool) -> 
         miss.append("one graph size only")
     if len(seeds) < 3:
         miss.append(f"{len(seeds)} seeds")
-    out.append(_target("six shapes at 8-256 hosts, products- and papers-sized, >= 3 seeds",
+    out.append(target_row("six shapes at 8-256 hosts, products- and papers-sized, >= 3 seeds",
                        ",".join(names), {"shapes": len(names), "sizes": sizes,
                                          "seeds": len(seeds), "hosts": [min(hosts), max(hosts)]},
                        {"shapes": 6, "sizes": 2, "seeds": 3, "hosts": [8, 256]}, cover_ok,
@@ -528,7 +529,7 @@ def judge(cases: list[dict[str, Any]], *, seeds: Sequence[int], quick: bool) -> 
     worst = max(cases, key=lambda c: c["gnnsched_ratio_to_bound"])
     over = [f"{c['shape']}/{c['size']} {c['gnnsched_ratio_to_bound']:.3f}x" for c in cases
             if c["gnnsched_ratio_to_bound"] > WITHIN_BOUND]
-    out.append(_target(f"gnnsched within {WITHIN_BOUND}x of the any-placement bound on every "
+    out.append(target_row(f"gnnsched within {WITHIN_BOUND}x of the any-placement bound on every "
                        "shape", f"{worst['shape']}/{worst['size']} (worst)",
                        worst["gnnsched_ratio_to_bound"], WITHIN_BOUND, not over,
                        ("over on " + ", ".join(over)) if over else "",
@@ -543,7 +544,7 @@ def judge(cases: list[dict[str, Any]], *, seeds: Sequence[int], quick: bool) -> 
     detail = ", ".join(f"{c['shape']}/{c['size']}: {c['speedup_vs_best_baseline']:.3f}x "
                        f"{c['best_baseline']} (baseline {c['best_baseline_ratio_to_bound']:.2f}x "
                        "bound)" for c in room)
-    out.append(_target(f">= {OVER_BASELINE}x the best simple baseline on >= 2 shapes where "
+    out.append(target_row(f">= {OVER_BASELINE}x the best simple baseline on >= 2 shapes where "
                        f"that baseline is > {OVER_BASELINE}x the bound",
                        ",".join(won) or "none", len(won), 2, len(won) >= 2,
                        ("shapes with room: " + detail) if room else
@@ -552,7 +553,7 @@ def judge(cases: list[dict[str, Any]], *, seeds: Sequence[int], quick: bool) -> 
     stage = [c for c in cases if c.get("speedup_vs_share_stage")]
     if stage:
         best_c = max(stage, key=lambda c: c["speedup_vs_share_stage"])
-        out.append({**_target(
+        out.append({**target_row(
             "(informational) the search over its own seed-share stage (the shares placer)",
             f"{best_c['shape']}/{best_c['size']} (best)", best_c["speedup_vs_share_stage"],
             OVER_BASELINE, best_c["speedup_vs_share_stage"] >= OVER_BASELINE,
@@ -563,7 +564,7 @@ def judge(cases: list[dict[str, Any]], *, seeds: Sequence[int], quick: bool) -> 
     # 3. never below any baseline on any seed beyond the reported noise
     losses = [(c, lo) for c in cases for lo in c["losses_beyond_noise"]]
     worst_loss = max((lo["ratio"] / (1 + c["noise"]) for c, lo in losses), default=None)
-    out.append(_target("never below any baseline on any seed beyond the reported noise",
+    out.append(target_row("never below any baseline on any seed beyond the reported noise",
                        "all shapes x sizes x seeds", len(losses), 0, not losses,
                        "; ".join(f"{c['shape']}/{c['size']} seed {lo['seed']}: "
                                  f"{lo['ratio']:.3f}x {lo['baseline']}'s epoch (noise "
@@ -573,11 +574,11 @@ def judge(cases: list[dict[str, Any]], *, seeds: Sequence[int], quick: bool) -> 
     big = [c for c in cases if c["hosts"] >= LARGE_HOSTS]
     if big:
         t = max(c["planning_s"]["gnnsched"] for c in big)
-        out.append(_target(f"plan time <= {PLAN_TIME_S:.0f} s at 256 hosts / 1024 partitions",
+        out.append(target_row(f"plan time <= {PLAN_TIME_S:.0f} s at 256 hosts / 1024 partitions",
                            f"scale256 (worst of sizes x seeds, {os.cpu_count()} cores)", t,
                            PLAN_TIME_S, t <= PLAN_TIME_S, "", t - PLAN_TIME_S))
     else:
-        out.append(_target(f"plan time <= {PLAN_TIME_S:.0f} s at 256 hosts / 1024 partitions",
+        out.append(target_row(f"plan time <= {PLAN_TIME_S:.0f} s at 256 hosts / 1024 partitions",
                            "scale256", None, PLAN_TIME_S, None, "not run (--quick)"))
     # 5. plentiful: every GPU trains
     pl = [c for c in cases if c["shape"] == "plentiful"]
@@ -586,7 +587,7 @@ def judge(cases: list[dict[str, Any]], *, seeds: Sequence[int], quick: bool) -> 
         gpus = pl[0]["gpus"]
         why = pl[0]["note"] or ("" if used == gpus else
                                 f"gnnsched's plans train on {used} of {gpus} GPUs")
-        out.append(_target("plentiful cluster (more GPUs than partitions): every GPU trains",
+        out.append(target_row("plentiful cluster (more GPUs than partitions): every GPU trains",
                            f"plentiful ({gpus} GPUs, {pl[0]['partitions']} parts)", used, gpus,
                            used == gpus, "trainers > partitions not yet supported"
                            if pl[0]["note"] else why))
@@ -611,11 +612,11 @@ def judge(cases: list[dict[str, Any]], *, seeds: Sequence[int], quick: bool) -> 
         why = big[0]["note"] or ("; ".join(pays) if pays else
                                  ("" if used == gpus else f"uses {used} of {gpus}: no plan on "
                                   "all of them was faster"))
-        out.append(_target("a 256-host plan uses all 768 GPUs when it pays",
+        out.append(target_row("a 256-host plan uses all 768 GPUs when it pays",
                            f"scale256 ({gpus} GPUs, {big[0]['partitions']} parts, "
                            f"{big[0]['trainers']} trainers)", used, gpus, ok, why))
     else:
-        out.append(_target("a 256-host plan uses all 768 GPUs when it pays", "scale256", None,
+        out.append(target_row("a 256-host plan uses all 768 GPUs when it pays", "scale256", None,
                            768, None, "not run (--quick)"))
     return out
 
@@ -652,4 +653,4 @@ def run(*, quick: bool = False, seeds: Sequence[int] = (0, 1, 2), budget: float 
 
 __all__ = ["BASELINES", "PLACERS", "SIMPLE", "SHAPES", "SIZES", "GraphSize", "Shape", "graph_profile",
            "judge", "make_job", "profile_source", "run", "run_case", "shapes",
-           "simulate_epoch"]
+           "simulate_epoch", "target_row"]
