@@ -454,3 +454,9 @@ def test_shaped_links_chunk_each_store_by_its_own_nic() -> None:
     # an explicit window stays a floor on every store
     assert all(w >= 8 << 20 for w, _ in sizes("netns", window_bytes=8 << 20)["nic_windows"]
                .values())
+    # the scale model (NICs / D): the real cluster's bytes per chunk and window, so a window
+    # is 150 ms of the cluster the model stands for
+    c = Coordinator.__new__(Coordinator)
+    c.cluster, c.net, c.opts = cl, cl.dilated(6.0), RuntimeOptions()
+    c.launcher = SimpleNamespace(name="netns")
+    assert c._sizes() == out

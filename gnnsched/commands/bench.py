@@ -108,6 +108,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="emulated NICs with three priority bands by IP TOS, like a switch with "
                         "QoS: gradients ahead of the bulk data gnnsched marks (netns; default: "
                         "one FIFO per NIC; see `gnnsched cluster up --help`)")
+    p.add_argument("--scale-model", action="store_true",
+                   help="run on the scale model (netns, root): every emulated host in its own "
+                        "control groups (CPU quota, memory limit) and every CPU, NIC and "
+                        "latency slowed by one dilation factor D so the cluster fits this box "
+                        "(docs/scale-model.md); times are reported as measured and as the real "
+                        "cluster's (measured / D), and predicted from the profile and the "
+                        "box's calibration (--box) before each run")
+    p.add_argument("--dilation", type=float, default=None, metavar="D",
+                   help="with --scale-model: the dilation factor (default: the smallest at "
+                        "which every host's quota fits this box's cores)")
+    p.add_argument("--box", default=None, metavar="FILE.json",
+                   help="with --scale-model: this box's calibration (`gnnsched bench "
+                        "--calibrate-box`; default: OUT/box.json, made first when missing)")
+    p.add_argument("--calibrate-box", action="store_true",
+                   help="measure this box's per-box constants once (the runtime's sampling, "
+                        "training and all-reduce overheads on the scale model, from one run "
+                        "on a calibration cluster that no evaluation shape uses) and write "
+                        "them to --box (default OUT/box.json); nothing else runs")
     p.add_argument("--no-reference", action="store_true",
                    help="skip the single-process reference training per seed split")
     p.add_argument("--seed", type=seed_int, default=0, help="job, planning and simulation seed")

@@ -111,6 +111,9 @@ class Settings:
     command: str = ""
     nic_queue_ms: float | None = None
     nic_bands: bool = False  # emulated NICs with TOS priority bands (a QoS switch)
+    scale_model: bool = False  # hosts in control groups, everything slowed by one factor D
+    dilation: float | None = None  # D on the scale model (None: the smallest that fits)
+    box: str | None = None  # the box's calibration file (scale model)
     accuracy_seeds: int = 0  # job seeds per side in the accuracy study (0: no study)
     data_dir: str | None = None  # where the .npz graphs are (None: the datasets' own search)
     # a user's own .npz per dataset key (its file stem): own_dataset()'s fields
@@ -152,6 +155,19 @@ def resolve(args: argparse.Namespace) -> Settings:
     datasets, own, notes = _datasets(args.datasets, q, data_dir, normalize,
                                      int(getattr(args, "split", 0) or 0))
     launcher, reason = _launcher(args)
+    scale_model = bool(getattr(args, "scale_model", False) or getattr(args, "calibrate_box",
+                                                                        False))
+    if scale_model and launcher != "netns":
+        raise SystemExit("gnnsched bench: --scale-model needs the netns launcher (root, "
+                         f"network namespaces): {reason}")
+    if getattr(args, "dilation", None) is not None and not 1 <= args.dilation <= 1e6:
+        raise SystemExit(f"gnnsched bench: --dilation {args.dilation:g} out of range (1..1e6: "
+                         "the model can only run slower than the real cluster)")
+    if scale_model and not args.systems and "distdgl" in systems:
+        systems = [s for s in systems if s != "distdgl"]
+        notes.append("the scale model runs gnnsched's systems only: DistDGL's processes are "
+                     "not placed in the hosts' control groups, so its times would not be "
+                     "dilated like the others'")
     tag = "bench-quick" if q else "bench"
     epochs = args.epochs or (2 if q else 8)
     if epochs < 2:
@@ -169,7 +185,8 @@ def resolve(args: argparse.Namespace) -> Settings:
         seed=int(args.seed), command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         nic_queue_ms=args.nic_queue_ms, nic_bands=bool(getattr(args, "nic_bands", False)),
         accuracy_seeds=_accuracy_seeds(args, q), data_dir=data_dir, own_datasets=own,
-        normalize=normalize, notes=notes)
+        normalize=normalize, notes=notes, scale_model=scale_model,
+        dilation=getattr(args, "dilation", None), box=getattr(args, "box", None))
 
 
 def is_path(name: str) -> bool:

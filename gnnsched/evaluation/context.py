@@ -80,6 +80,9 @@ class Context:
         self.references: dict[tuple[str, str, int], dict[str, Any]] = {}
         self.spreads: dict[str, dict[str, Any]] = {}
         self.studies: dict[str, dict[str, Any]] = {}
+        # the scale model: per dataset, the profile with the box's runtime costs (the
+        # a-priori prediction's, :mod:`.box`)
+        self.apriori: dict[str, CostProfile] = {}
 
     def prepare(self, ds: str) -> None:
         """Partition (cached) and profile dataset ``ds`` once."""

@@ -85,19 +85,30 @@ def resimulate(st: Settings) -> int:
                  normalize=old.get("normalize"),
                  sizes=list(old["sizes"]), budget=float(old["budget"]),
                  launcher=str(old.get("launcher", st.launcher)))
+    st = replace(st, scale_model=bool(old.get("scale_model")))
     ctx = Context(st, from_results=True)
+    boxes = {}
+    if doc.get("box"):  # the scale model: a priori from the box calibration the run used
+        from gnnsched.evaluation.box import BoxCalibration
+
+        boxes = {ds: BoxCalibration(**b) for ds, b in doc["box"].items()}
     for c in doc["configs"]:
         ds, shape = c["dataset"], c["shape"]
         ctx.prepare(ds)
         cluster, job, prof = load_shape(shape), st.job(ds), ctx.profiles[ds]
+        apriori = boxes[ds].apply(prof) if ds in boxes else None
         for sysname, row in c["systems"].items():
             s = SYSTEMS[sysname]
             if s.placer is None or not row.get("epoch_time_s") or "stages_by_trainer" not in row:
                 continue
             assert s.policy is not None
             plan = stored_plan(c, s.placer, st.work)
-            predict_run(row, simulate_system(cluster, job, plan, prof, s.policy, st.seed),
-                        cluster, job, plan, prof, s.policy, st.seed)
+            isolated = simulate_system(cluster, job, plan, apriori or prof, s.policy, st.seed)
+            if apriori is not None:
+                isolated["box"] = True
+                row["sim_profile"] = simulate_system(cluster, job, plan, prof, s.policy,
+                                                     st.seed)
+            predict_run(row, isolated, cluster, job, plan, prof, s.policy, st.seed)
             say(f"[{shape}/{ds}] {sysname}: {describe(row)}")
         if c.get("limited"):
             plans = {p: stored_plan(c, p, st.work) for p in ("colocation", "gnnsched")
@@ -174,6 +185,20 @@ def evaluate(args: argparse.Namespace) -> int:
     ctx = Context(st)
     for ds in st.datasets:
         ctx.prepare(ds)
+    boxes = None
+    if getattr(args, "calibrate_box", False):
+        from gnnsched.evaluation.box import calibrate, save_box
+
+        boxes = {ds: calibrate(ctx, ds) for ds in st.datasets}
+        path = Path(st.box) if st.box else st.out / "box.json"
+        save_box(path, boxes, st)
+        say(f"wrote {path} in {(time.perf_counter() - t0) / 60:.1f} min")
+        return 0
+    if st.scale_model:
+        from gnnsched.evaluation.box import ensure_box
+
+        boxes = ensure_box(ctx)
+        ctx.apriori = {ds: boxes[ds].apply(ctx.profiles[ds]) for ds in st.datasets}
     configs = []
     for ds in st.datasets:
         for shape in st.shapes:
@@ -209,6 +234,7 @@ def evaluate(args: argparse.Namespace) -> int:
         "references": list(ctx.references.values()), "accuracy_spread": ctx.spreads,
         "accuracy_study": ctx.studies,
         "invariants": inv, "targets": tg,
+        **({"box": {ds: b.to_dict() for ds, b in boxes.items()}} if boxes else {}),
     }
     doc["started"] = time.strftime("%Y-%m-%d %H:%M", time.localtime(time.time() - doc["wall_s"]))
     (st.out / "results.json").write_text(json.dumps(doc, indent=1, default=_json) + "\n")

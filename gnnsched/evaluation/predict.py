@@ -94,32 +94,54 @@ def simulate_system(cluster: ClusterSpec, job: JobSpec, plan: Plan, prof: CostPr
             "nic_window_s": window}
 
 
+def dilation(row: dict[str, Any]) -> float:
+    """D of the scale model a run row was measured on (1 off the model)."""
+    return float(row.get("dilation") or 1.0)
+
+
+def real_epoch(row: dict[str, Any]) -> float:
+    """A run row's epoch in the real cluster's seconds: measured / D (the scale model)."""
+    return float(row["epoch_time_s"]) / dilation(row)
+
+
 def row_steps(row: dict[str, Any]) -> Steps:
-    """A run row's steady steps: stored in the row, else read from its run directory."""
-    if "steps" in row:
-        return row["steps"]
-    return steady_steps(row["run_dir"]) if row.get("run_dir") else {}
+    """A run row's steady steps in the real cluster's seconds (measured / D): stored in the
+    row, else read from its run directory."""
+    steps = row["steps"] if "steps" in row else (
+        steady_steps(row["run_dir"]) if row.get("run_dir") else {})
+    d = dilation(row)
+    if d == 1:
+        return steps
+    return {w: {k: (list(v) if k == "seq" else [x / d for x in v]) for k, v in got.items()}
+            for w, got in steps.items()}
 
 
 def row_profile(row: dict[str, Any], prof: CostProfile, plan: Plan, cluster: ClusterSpec,
                 job: JobSpec) -> tuple[CostProfile, dict[str, Any]]:
-    """The in-situ profile of a measured run row (:func:`gnnsched.calibrate.run_profile`)."""
-    return run_profile(prof, plan, cluster, job, row["stages_by_trainer"], row_steps(row),
-                       row.get("allreduce_last_s"))
+    """The in-situ profile of a measured run row (:func:`gnnsched.calibrate.run_profile`),
+    from its times in the real cluster's seconds (on the scale model: measured / D)."""
+    d = dilation(row)
+    by_trainer = {w: {k: (v / d if isinstance(v, (int, float)) else v) for k, v in got.items()}
+                  for w, got in row["stages_by_trainer"].items()}
+    last = row.get("allreduce_last_s")
+    return run_profile(prof, plan, cluster, job, by_trainer, row_steps(row),
+                       last / d if last else last)
 
 
 def predict_run(row: dict[str, Any], isolated: dict[str, Any], cluster: ClusterSpec,
                 job: JobSpec, plan: Plan, prof: CostProfile, policy: str, seed: int) -> None:
     """Set a measured run's predictions: ``isolated`` (from the profile alone) and the one
     from the costs the run measured (:func:`gnnsched.calibrate.insitu_profile`), each with
-    its error. If the in-situ simulation raises, ``sim`` stays the isolated prediction."""
+    its error. If the in-situ simulation raises, ``sim`` stays the isolated prediction.
+    Predictions are of the real cluster; on the scale model a run's times are compared as
+    the real cluster's (measured / D)."""
+    measured = real_epoch(row)
     row["sim_isolated"] = row["sim"] = isolated
-    row["sim_error_isolated"] = row["sim_error"] = (isolated["epoch_time_s"]
-                                                    / row["epoch_time_s"] - 1.0)
+    row["sim_error_isolated"] = row["sim_error"] = isolated["epoch_time_s"] / measured - 1.0
     cal, factors = row_profile(row, prof, plan, cluster, job)
     row["sim"] = {**simulate_system(cluster, job, plan, cal, policy, seed),
                   "insitu_factors": factors}
-    row["sim_error"] = row["sim"]["epoch_time_s"] / row["epoch_time_s"] - 1.0
+    row["sim_error"] = row["sim"]["epoch_time_s"] / measured - 1.0
 
 
 def replan_insitu(cfg: dict[str, Any], cluster: ClusterSpec, job: JobSpec, prof: CostProfile,

@@ -126,6 +126,11 @@ def aggregate_runtime(reps: list[dict[str, Any]]) -> dict[str, Any]:
         "nic_queue_waits_s": best.get("nic_queue_waits_s"),
         "seconds": sum(r["seconds"] for r in reps),
         "recoveries": [rc for r in reps for rc in r.get("recoveries", [])],
+        # the scale model: D, and the epoch as the real cluster's seconds (measured / D)
+        **({"dilation": best["dilation"],
+            "real_epoch_time_s": float(statistics.median(
+                r["epoch_time_s"] for r in reps)) / best["dilation"]}
+           if (best.get("dilation") or 1.0) != 1.0 else {}),
     }
 
 
@@ -226,8 +231,11 @@ def make_plans(cfg: dict[str, Any], st: Settings, cluster: ClusterSpec, job: Job
 
 
 def _simulated_rows(cfg: dict[str, Any], st: Settings, cluster: ClusterSpec, job: JobSpec,
-                    prof: CostProfile, plans: dict[str, Plan]) -> dict[str, dict[str, Any]]:
-    """One row per system with its plan's split and simulated epoch (no processes)."""
+                    prof: CostProfile, plans: dict[str, Plan],
+                    apriori: CostProfile | None = None) -> dict[str, dict[str, Any]]:
+    """One row per system with its plan's split and simulated epoch (no processes): from
+    ``apriori`` (the profile with the box's runtime costs, on the scale model) where given,
+    the profile's own prediction then kept as ``sim_profile``."""
     rows: dict[str, dict[str, Any]] = {}
     for sysname in st.systems:
         s = SYSTEMS[sysname]
@@ -248,7 +256,11 @@ def _simulated_rows(cfg: dict[str, Any], st: Settings, cluster: ClusterSpec, job
         if s.placer != "colocation" and "colocation" in plans:
             row["same_plan_as_colocation"] = plan.key() == plans["colocation"].key()
         try:
-            row["sim"] = simulate_system(cluster, job, plan, prof, s.policy, st.seed)
+            row["sim"] = simulate_system(cluster, job, plan, apriori or prof, s.policy, st.seed)
+            if apriori is not None:
+                row["sim"]["box"] = True
+                row["sim_profile"] = simulate_system(cluster, job, plan, prof, s.policy,
+                                                     st.seed)
         except Exception as exc:  # noqa: BLE001
             row["sim"] = {"error": error_text(exc)}
         if not st.real:
@@ -256,7 +268,7 @@ def _simulated_rows(cfg: dict[str, Any], st: Settings, cluster: ClusterSpec, job
     return rows
 
 
-class _Testbed:
+class Testbed:
     """The emulated cluster of one configuration (netns) and its NIC counters, brought up
     again if another session takes the namespaces down under the evaluation."""
 
@@ -268,7 +280,14 @@ class _Testbed:
             from gnnsched.runtime.netns import EmulatedCluster
 
             self.net = EmulatedCluster(cluster, payload_rates=True, queue_ms=st.nic_queue_ms,
-                                       bands=st.nic_bands).up()
+                                       bands=st.nic_bands, cgroups=st.scale_model,
+                                       dilation=st.dilation).up()
+            if st.scale_model:
+                cfg["dilation"] = self.net.dilation
+                cfg["compute_cores"] = self.net.compute_cores
+                say(f"[{label}] scale model: dilation D = {self.net.dilation:.4g} (cluster "
+                    f"compute {self.net.compute_cores:g} cores on {self.net.box_cores:g}); "
+                    "real-cluster time = measured / D")
             try:
                 self.counters = NicCounters(self.net)
             except BaseException:
@@ -317,10 +336,10 @@ def run_config(ctx: Context, shape: str, ds: str) -> dict[str, Any]:
     cfg["bound_any_placement_s"] = gp.get("lower_bound_s")
     cfg["bound_scope"] = gp.get("lower_bound_scope")
 
-    bed: _Testbed | None = None
+    bed: Testbed | None = None
     try:
-        bed = _Testbed(st, cluster, cfg, label)
-        rows = _simulated_rows(cfg, st, cluster, job, prof, plans)
+        bed = Testbed(st, cluster, cfg, label)
+        rows = _simulated_rows(cfg, st, cluster, job, prof, plans, ctx.apriori.get(ds))
         raw: dict[str, list[dict[str, Any]]] = {n: [] for n in rows}
         failed: set[str] = set()
         for rep in range(st.repeats if st.real else 0):  # repetitions interleaved

@@ -100,14 +100,17 @@ class PolicyDriver:
         ~8 ms of its own egress (16..256 KiB, ``nic_chunk_bytes``) and its windows cover
         150 / 120 ms of it (``nic_windows``); on loopback (local) large chunks keep the CPU
         cost low. ``chunk_bytes`` (~2 ms of the slowest NIC when shaped) is the fallback for
-        a sender with no entry of its own."""
+        a sender with no entry of its own. Sizes come from the real cluster's rates
+        (``self.cluster``), not the scale model's dilated ones (``self.net``): a window is
+        150 ms of the cluster the model stands for, D x 150 ms of the model, so both move the
+        same bytes per window and the model behaves like that cluster, only slower."""
         o = self.opts
         if o.chunk_bytes:
             chunk = int(o.chunk_bytes)
         elif on_loopback(self.launcher):
             chunk = CHUNK_BYTES
         else:
-            slowest = min(min(m.egress, m.ingress) for m in self.net.machines)
+            slowest = min(min(m.egress, m.ingress) for m in self.cluster.machines)
             chunk = int(min(CHUNK_BYTES, max(16 << 10, slowest * 0.002)))
         out: dict[str, Any] = {
             "chunk_bytes": chunk,
@@ -132,14 +135,14 @@ class PolicyDriver:
             # Priority and holds act at window granularity anyway.
             chunks = {} if o.chunk_bytes else {
                 m.name: int(min(CHUNK_BYTES, max(16 << 10, m.egress * NIC_CHUNK_S)))
-                for m in self.net.machines if m.partitions}
+                for m in self.cluster.machines if m.partitions}
             out["nic_chunk_bytes"] = chunks
             out["nic_windows"] = {
                 m.name: [max(out["window_bytes"], 4 * chunks.get(m.name, chunk),
                              int(m.egress * NIC_WINDOW_S)),
                          max(out["peer_window_bytes"], 2 * chunks.get(m.name, chunk),
                              int(m.egress * PEER_WINDOW_S))]
-                for m in self.net.machines if m.partitions}
+                for m in self.cluster.machines if m.partitions}
         return out
 
     def _context(self) -> PolicyContext:

@@ -1,0 +1,95 @@
+"""The evaluation on the scale model: the box's calibration, times read as the real cluster's
+(measured / D) and issue 27's targets (a-priori error, ranking, speed-up)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gnnsched.evaluation.box import BoxCalibration, load_box, save_box
+from gnnsched.evaluation.config import Settings
+from gnnsched.evaluation.judging import noise, scale_model_targets
+from gnnsched.evaluation.predict import real_epoch, row_steps
+from gnnsched.profile import synthetic_profile
+
+
+def _box(**kw: Any) -> BoxCalibration:
+    base = {"train": 1.5, "sample": 10.0, "allreduce_overhead_s": 0.02, "dilation": 3.0,
+            "epoch_time_s": 1.2}
+    return BoxCalibration(**{**base, **kw})
+
+
+def test_box_scales_the_profile_by_its_factors() -> None:
+    prof = synthetic_profile(2, samples=3)
+    got = _box().apply(prof)
+    for a, b in zip(prof.parts, got.parts):
+        assert np.allclose(b.sample_s, a.sample_s * 10.0)
+        assert np.allclose(b.train_s, a.train_s * 1.5)
+        assert np.array_equal(b.edges, a.edges)  # bytes and shapes are the profile's
+    assert got.allreduce_overhead_s == pytest.approx(prof.allreduce_overhead_s + 0.02)
+    assert got.feature_bytes == prof.feature_bytes and got.grad_bytes == prof.grad_bytes
+
+
+def test_box_file_round_trips_and_bad_files_are_named(tmp_path: Path) -> None:
+    st = Settings(quick=False, out=tmp_path, work=tmp_path, launcher="netns",
+                  launcher_reason="", datasets=["cora"], shapes=[], systems=[], epochs=4,
+                  repeats=1, budget=1.0, samples=2, sizes=[], real=True, scale=False,
+                  reference=False, seed=0)
+    path = tmp_path / "box.json"
+    save_box(path, {"cora": _box()}, st)
+    assert load_box(path) == {"cora": _box()}
+    with pytest.raises(SystemExit, match=r"nothing\.json: no box calibration"):
+        load_box(tmp_path / "nothing.json")
+    doc = json.loads(path.read_text())
+    del doc["datasets"]["cora"]["sample"]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SystemExit, match=r"box\.json: not a box calibration.*sample"):
+        load_box(path)
+
+
+def test_a_runs_times_are_the_real_clusters_on_the_model() -> None:
+    row = {"epoch_time_s": 6.0, "dilation": 3.0,
+           "steps": {"0": {"seq": [1, 2], "train_s": [0.3, 0.6], "barrier_at": [0.0, 3.0]}}}
+    assert real_epoch(row) == 2.0
+    got = row_steps(row)
+    assert got["0"]["seq"] == [1, 2]  # counts stay counts
+    assert got["0"]["train_s"] == pytest.approx([0.1, 0.2])
+    assert got["0"]["barrier_at"] == pytest.approx([0.0, 1.0])
+    assert row_steps({"epoch_time_s": 1.0, "steps": row["steps"]}) is row["steps"]  # off it
+
+
+def _sys(pred: float, real: float, reps: tuple[float, ...] = ()) -> dict[str, Any]:
+    return {"sim_isolated": {"epoch_time_s": pred}, "real_epoch_time_s": real,
+            "epoch_time_s": real * 3, "dilation": 3.0, "sim_error": 0.0,
+            "repeat_epoch_times_s": [r * 3 for r in reps]}
+
+
+def test_scale_model_targets_judge_error_ranking_and_speedup() -> None:
+    within = {"shape": "a", "dataset": "cora", "systems": {
+        "colocation+fifo": _sys(2.0, 2.05, (2.0, 2.1)),
+        "gnnsched+fifo": _sys(1.2, 1.25, (1.2, 1.3)),
+        "gnnsched+gnnsched": _sys(1.2, 1.22, (1.2, 1.24))}}
+    wrong = {"shape": "b", "dataset": "cora", "systems": {
+        "colocation+fifo": _sys(1.0, 1.0, (1.0, 1.01)),
+        "gnnsched+fifo": _sys(1.1, 1.5, (1.5, 1.51)),  # predicted 10% slower, is 50%: 30% off
+        "gnnsched+gnnsched": _sys(0.9, 1.3, (1.3, 1.31))}}  # predicted faster, measured slower
+    out = scale_model_targets([within, wrong])
+    by = {(t["target"].split(" (")[0], t["config"]): t for t in out}
+    assert by[("the simulator ranks the systems as measured", "a/cora")]["met"]
+    rank_b = by[("the simulator ranks the systems as measured", "b/cora")]
+    assert not rank_b["met"] and "gnnsched+gnnsched" in rank_b["why"]
+    # gnnsched+fifo vs gnnsched (1.25 vs 1.22 s) is within their noise: not judged
+    assert rank_b["value"] == 1
+    speed_a = by[("gnnsched >= 1.5x colocation where predicted", "a/cora")]
+    assert speed_a["met"] and speed_a["value"] == pytest.approx(2.05 / 1.22)
+    assert ("gnnsched >= 1.5x colocation where predicted", "b/cora") not in by
+    assert not by[("gnnsched never slower than colocation", "b/cora")]["met"]
+    share = by[("a-priori within 10% on >= 90% of runs", "all")]
+    assert share["value"] == pytest.approx(4 / 6) and not share["met"]
+    assert by[("a-priori within 20% on every run", "all")]["value"] == pytest.approx(
+        abs(0.9 / 1.3 - 1))
+    assert noise({"repeat_epoch_times_s": [1.0]}) == 0.0
