@@ -77,7 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the jobs' split for a .npz of yours: which row of its [S, N] masks "
                         "(default 0)")
     p.add_argument("--shapes", nargs="+", default=None,
-                   help="plentiful, gpuless, hetero, mixedgen (default: all; --quick: gpuless); "
+                   help="plentiful, gpuless, hetero, mixedgen, corestore (default: the first "
+                        "four, all five with --scale-model; --quick: gpuless); "
                         "with --scale: plentiful, limited (default: plentiful)")
     p.add_argument("--systems", nargs="+", default=None,
                    help="subset of distdgl, colocation+fifo, gnnsched+fifo, gnnsched+gnnsched "

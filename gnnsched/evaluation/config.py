@@ -28,7 +28,12 @@ SHAPES: dict[str, tuple[str, bool]] = {  # name: (what, colocation resource-limi
                "half-speed device", True),
     "mixedgen": ("stores with old GPUs at 1/4 speed on 100 Mbit/s, current-GPU hosts on "
                  "200 Mbit/s", True),
+    "corestore": ("8-core stores without a GPU + 1-core hosts with a full- and a half-speed "
+                  "GPU, all on 100 Mbit/s (limited in compute: the scale model's)", True),
 }
+# what a full evaluation runs by default; the scale model adds the compute-limited shapes
+DEFAULT_SHAPES = ("plentiful", "gpuless", "hetero", "mixedgen")
+SCALE_MODEL_SHAPES = (*DEFAULT_SHAPES, "corestore")
 
 
 @dataclass(frozen=True)
@@ -145,7 +150,10 @@ def resolve(args: argparse.Namespace) -> Settings:
     q = bool(args.quick)
     data_dir = getattr(args, "data_dir", None)
     normalize = getattr(args, "normalize", None)
-    shapes = args.shapes or (["gpuless"] if q else list(SHAPES))
+    scale_model = bool(getattr(args, "scale_model", False) or getattr(args, "calibrate_box",
+                                                                        False))
+    shapes = args.shapes or (["gpuless"] if q else list(
+        SCALE_MODEL_SHAPES if scale_model else DEFAULT_SHAPES))
     systems = args.systems or list(SYSTEMS)
     for kind, names, valid in (("shape", shapes, SHAPES), ("system", systems, SYSTEMS)):
         bad = [n for n in names if n not in valid]
@@ -155,8 +163,6 @@ def resolve(args: argparse.Namespace) -> Settings:
     datasets, own, notes = _datasets(args.datasets, q, data_dir, normalize,
                                      int(getattr(args, "split", 0) or 0))
     launcher, reason = _launcher(args)
-    scale_model = bool(getattr(args, "scale_model", False) or getattr(args, "calibrate_box",
-                                                                        False))
     if scale_model and launcher != "netns":
         raise SystemExit("gnnsched bench: --scale-model needs the netns launcher (root, "
                          f"network namespaces): {reason}")

@@ -70,8 +70,9 @@ def _stages(doc: dict[str, Any], out: Path, plt: Any) -> str:
                     continue
                 pos = ci + (si * 2 + k - len(order) + 0.5) * slot
                 bottom = 0.0
+                d = float(r.get("dilation") or 1.0) if what == "m" else 1.0  # real ms
                 for stg in ("input", "train", "barrier"):
-                    v = 1e3 * stages.get(stg, 0.0)
+                    v = 1e3 * stages.get(stg, 0.0) / d
                     ax.bar(pos, v, slot * 0.9, bottom=bottom, color=stage_col[stg],
                            hatch="//" if what == "s" else None, edgecolor="white", lw=0.3)
                     bottom += v
@@ -151,12 +152,21 @@ def _fidelity(doc: dict[str, Any], out: Path, plt: Any) -> str | None:
            if r.get("sim_error") is not None]
     if pts:
         fig, ax = plt.subplots(figsize=(5.2, 5))
+
+        def real(r: dict[str, Any]) -> float:  # the real cluster's (the scale model: / D)
+            return float(r.get("real_epoch_time_s") or r["epoch_time_s"])
+
+        apriori = bool(doc.get("box"))  # the scale model: the prediction made before the run
         for c, n, r in pts:
-            ax.scatter(r["epoch_time_s"], r["sim"]["epoch_time_s"], color=COLOURS[n],
-                       marker={"plentiful": "o", "gpuless": "s", "hetero": "^"}.get(
-                           c["shape"], "o"), s=40)
-        lo = min(min(r["epoch_time_s"], r["sim"]["epoch_time_s"]) for _, _, r in pts) * 0.7
-        hi = max(max(r["epoch_time_s"], r["sim"]["epoch_time_s"]) for _, _, r in pts) * 1.3
+            mk = {"plentiful": "o", "gpuless": "s", "hetero": "^"}.get(c["shape"], "o")
+            ax.scatter(real(r), r["sim"]["epoch_time_s"], color=COLOURS[n], marker=mk, s=40)
+            if apriori and r.get("sim_isolated"):
+                ax.scatter(real(r), r["sim_isolated"]["epoch_time_s"], facecolors="none",
+                           edgecolors=COLOURS[n], marker=mk, s=40)
+        vals = [v for _, _, r in pts for v in (real(r), r["sim"]["epoch_time_s"],
+                                               (r.get("sim_isolated") or {}).get(
+                                                   "epoch_time_s") if apriori else None) if v]
+        lo, hi = min(vals) * 0.7, max(vals) * 1.3
         line = np.array([lo, hi])
         ax.plot(line, line, color="black", lw=0.8, label="simulated = measured")
         ax.fill_between(line, line * 0.9, line * 1.1, color="grey", alpha=0.2,
@@ -165,11 +175,15 @@ def _fidelity(doc: dict[str, Any], out: Path, plt: Any) -> str | None:
             ax.scatter([], [], color=COLOURS[n], label=SYSTEMS[n].label)
         for shp, mk in (("plentiful", "o"), ("gpuless", "s"), ("hetero", "^")):
             ax.scatter([], [], color="grey", marker=mk, label=shp)
+        if apriori:
+            ax.scatter([], [], facecolors="none", edgecolors="grey",
+                       label="a priori (before the run)")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
-        ax.set_xlabel("measured epoch (s)")
+        ax.set_xlabel("measured epoch (s" + (", real cluster: measured / D)" if apriori
+                                             else ")"))
         ax.set_ylabel("simulated epoch (s)")
         ax.set_title("Simulator fidelity, every real run", fontsize=10)
         ax.legend(fontsize=7)

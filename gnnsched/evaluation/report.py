@@ -119,7 +119,7 @@ def _headline(doc: dict[str, Any], L: list[str]) -> None:
             if not r.get("ok"):
                 return "failed"
             sim = r.get("sim", {}).get("epoch_time_s")
-            m = fmt(r.get("epoch_time_s"))
+            m = fmt(r.get("real_epoch_time_s") or r.get("epoch_time_s"))  # the real cluster's
             return (m + (f" ({sim:.3f})" if sim else "")
                     + (" =" if r.get("same_plan_as_colocation") else ""))
 
@@ -252,11 +252,13 @@ def _fidelity(doc: dict[str, Any], L: list[str]) -> None:
             r = c["systems"].get(name)
             if not r or r.get("sim_error") is None:
                 continue
-            ms, ss = r["stages"], r["sim"]["stages"]
+            d = float(r.get("dilation") or 1.0)  # the scale model: the real cluster's ms
+            ms, ss = {k: v / d for k, v in r["stages"].items()}, r["sim"]["stages"]
             iso = r.get("sim_isolated", {}).get("epoch_time_s")
             iso_s = (f"{iso:.3f} ({r['sim_error_isolated']:+.1%})" if iso is not None
                      else "–")
-            L.append(f"| {c['shape']}/{c['dataset']}/{name} | {r['epoch_time_s']:.3f} | "
+            L.append(f"| {c['shape']}/{c['dataset']}/{name} | "
+                     f"{r.get('real_epoch_time_s') or r['epoch_time_s']:.3f} | "
                      f"{r['sim']['epoch_time_s']:.3f} | {r['sim_error']:+.1%} | {iso_s} | "
                      f"{1e3 * ms['input']:.0f} / {1e3 * ms['train']:.0f} / "
                      f"{1e3 * ms['barrier']:.0f} | {1e3 * ss['input']:.0f} / "
@@ -295,7 +297,8 @@ def _stages(doc: dict[str, Any], L: list[str]) -> None:
         for name, r in c["systems"].items():
             if not r.get("ok") or r.get("feasible") is False or not r.get("stages"):
                 continue
-            s = r["stages"]
+            d = float(r.get("dilation") or 1.0)  # the scale model: the real cluster's ms
+            s = {k: v / d for k, v in r["stages"].items()}
             plan = c["plans"].get(r.get("placer") or "", {}).get("trainers", [])
             ptxt = "; ".join(f"{t['trainer']}: {t['machine']} {t['parts']} "
                              f"{','.join(t['samplers'])} -> {t['fetch_at']}" for t in plan)
@@ -388,11 +391,63 @@ def _method(doc: dict[str, Any], L: list[str]) -> None:
     L.append("")
 
 
+def _scale_model(doc: dict[str, Any], L: list[str]) -> None:
+    """The scale model: D per shape, the measured and the real cluster's epochs, and the
+    prediction made before each run (from the profile and the box's calibration) beside the
+    profile's alone and the in-situ one."""
+    if not doc.get("box"):
+        return
+    L.append("## The scale model: predicted before the run")
+    L.append("")
+    L.append("Every host ran in its own control groups (CPU quota, memory limit) with CPUs, "
+             "NICs and latency slowed by one dilation factor D (docs/scale-model.md). Times in "
+             "the other tables are the real cluster's: measured / D. *A priori* is the "
+             "simulator's epoch from the profile with this box's calibration (the runtime's "
+             "own costs, measured once on the calibration cluster, which is none of these "
+             "shapes: `gnnsched bench --calibrate-box`), computed before the run; *profile* "
+             "the profile's alone; *in-situ* from the costs the run itself measured (a "
+             "diagnostic, not a prediction).")
+    L.append("")
+    for ds, b in doc["box"].items():
+        L.append(f"Box calibration ({ds}): training x{b['train']:.2f}, sampling "
+                 f"x{b['sample']:.2f}, all-reduce +{1e3 * b['allreduce_overhead_s']:.1f} ms "
+                 f"over its bytes at line rate (calibration run at D = {b['dilation']:.3g}, "
+                 f"epoch {b['epoch_time_s']:.3f} s of the real cluster).")
+    L.append("")
+    L.append("| configuration | D | measured on the model s | real cluster s | a priori s "
+             "(error) | profile s (error) | in-situ s (error) |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|")
+    errs = []
+    for c in doc["configs"]:
+        for name in RUNTIME_SYSTEMS:
+            r = c["systems"].get(name)
+            if not r or not r.get("real_epoch_time_s"):
+                continue
+            real = r["real_epoch_time_s"]
+
+            def cell(v: float | None, real: float = real) -> str:
+                return f"{v:.3f} ({v / real - 1:+.1%})" if v else "–"
+
+            ap = (r.get("sim_isolated") or {}).get("epoch_time_s")
+            if ap:
+                errs.append(abs(ap / real - 1))
+            L.append(f"| {c['shape']}/{c['dataset']}/{name} | {r['dilation']:.3g} | "
+                     f"{r['epoch_time_s']:.3f} | {real:.3f} | {cell(ap)} | "
+                     f"{cell((r.get('sim_profile') or {}).get('epoch_time_s'))} | "
+                     f"{cell((r.get('sim') or {}).get('epoch_time_s'))} |")
+    L.append("")
+    if errs:
+        L.append(f"A priori: {sum(e <= 0.10 for e in errs)} of {len(errs)} runs within 10%, "
+                 f"{sum(e <= 0.20 for e in errs)} within 20%; median |error| "
+                 f"{statistics.median(errs):.1%}, largest {max(errs):.1%}.")
+        L.append("")
+
+
 def write_report(doc: dict[str, Any], out: Path) -> None:
     """``report.md``: headline table, targets, fidelity, per-stage, bytes, scaling, method."""
     L: list[str] = []
-    for section in (_intro, _headline, _targets, _invariants, _fidelity, _stages, _scaling,
-                    _datasets, _method):
+    for section in (_intro, _headline, _targets, _invariants, _scale_model, _fidelity, _stages,
+                    _scaling, _datasets, _method):
         section(doc, L)
     out.joinpath("report.md").write_text("\n".join(L) + "\n")
 
