@@ -83,6 +83,7 @@ def save_box(path: str | Path, boxes: dict[str, BoxCalibration], st: Settings) -
                    "platform": platform.platform()},
            "made": time.strftime("%Y-%m-%d %H:%M"), "shape": CALIBRATION_SHAPE,
            "system": SYSTEM, "epochs": st.epochs, "repeats": st.repeats,
+           "nic_bands": st.nic_bands, "nic_queue_ms": st.nic_queue_ms,
            "datasets": {ds: b.to_dict() for ds, b in boxes.items()}}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(doc, indent=1) + "\n")
@@ -132,6 +133,14 @@ def ensure_box(ctx: Context) -> dict[str, BoxCalibration]:
     st = ctx.st
     path = Path(st.box) if st.box else st.out / "box.json"
     boxes = load_box(path) if path.is_file() else {}
+    if boxes:
+        made = json.loads(path.read_text())
+        same = (bool(made.get("nic_bands")) == st.nic_bands
+                and made.get("nic_queue_ms") == st.nic_queue_ms)
+        if not same:  # calibrated on other NICs: its all-reduce overhead does not carry over
+            say(f"{path}: calibrated with nic_bands={made.get('nic_bands')}, nic_queue_ms="
+                f"{made.get('nic_queue_ms')}; this evaluation's NICs differ: calibrating again")
+            boxes = {}
     missing = [ds for ds in st.datasets if ds not in boxes]
     for ds in missing:
         ctx.prepare(ds)
