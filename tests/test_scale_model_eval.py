@@ -32,6 +32,9 @@ def test_box_scales_the_profile_by_its_factors() -> None:
         assert np.array_equal(b.edges, a.edges)  # bytes and shapes are the profile's
     assert got.allreduce_overhead_s == pytest.approx(prof.allreduce_overhead_s + 0.02)
     assert got.feature_bytes == prof.feature_bytes and got.grad_bytes == prof.grad_bytes
+    assert got.barrier_skew_s == prof.barrier_skew_s  # none calibrated: the profile's
+    skewed = _box(barrier_skew_s=[[0.0, 0.01], [0.002, 0.0]]).apply(prof)
+    assert skewed.barrier_skew_s == ((0.0, 0.01), (0.002, 0.0))  # the box's jitter
 
 
 def test_box_file_round_trips_and_bad_files_are_named(tmp_path: Path) -> None:
@@ -40,8 +43,10 @@ def test_box_file_round_trips_and_bad_files_are_named(tmp_path: Path) -> None:
                   repeats=1, budget=1.0, samples=2, sizes=[], real=True, scale=False,
                   reference=False, seed=0)
     path = tmp_path / "box.json"
-    save_box(path, {"cora": _box()}, st)
-    assert load_box(path) == {"cora": _box()}
+    box = _box(barrier_skew_s=((0.0, 0.004),))
+    save_box(path, {"cora": box}, st)
+    assert load_box(path) == {"cora": box}
+    assert json.loads(path.read_text())["nic_bands"] is False  # what it was calibrated on
     with pytest.raises(SystemExit, match=r"nothing\.json: no box calibration"):
         load_box(tmp_path / "nothing.json")
     doc = json.loads(path.read_text())

@@ -119,6 +119,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dilation", type=float, default=None, metavar="D",
                    help="with --scale-model: the dilation factor (default: the smallest at "
                         "which every host's quota fits this box's cores)")
+    p.add_argument("--cores", type=float, default=None, metavar="N",
+                   help="with --scale-model: the cores of this box the hosts' quotas may fill "
+                        "(default: all; fewer leaves the kernel's networking and the "
+                        "coordinator, which no group holds, room, at a larger D)")
     p.add_argument("--box", default=None, metavar="FILE.json",
                    help="with --scale-model: this box's calibration (`gnnsched bench "
                         "--calibrate-box`; default: OUT/box.json, made first when missing)")

@@ -119,6 +119,7 @@ class Settings:
     scale_model: bool = False  # hosts in control groups, everything slowed by one factor D
     dilation: float | None = None  # D on the scale model (None: the smallest that fits)
     box: str | None = None  # the box's calibration file (scale model)
+    cores: float | None = None  # the box's cores the quotas may fill (None: all)
     accuracy_seeds: int = 0  # job seeds per side in the accuracy study (0: no study)
     data_dir: str | None = None  # where the .npz graphs are (None: the datasets' own search)
     # a user's own .npz per dataset key (its file stem): own_dataset()'s fields
@@ -192,7 +193,8 @@ def resolve(args: argparse.Namespace) -> Settings:
         nic_queue_ms=args.nic_queue_ms, nic_bands=bool(getattr(args, "nic_bands", False)),
         accuracy_seeds=_accuracy_seeds(args, q), data_dir=data_dir, own_datasets=own,
         normalize=normalize, notes=notes, scale_model=scale_model,
-        dilation=getattr(args, "dilation", None), box=getattr(args, "box", None))
+        dilation=getattr(args, "dilation", None), box=getattr(args, "box", None),
+        cores=getattr(args, "cores", None))
 
 
 def is_path(name: str) -> bool:

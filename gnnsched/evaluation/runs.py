@@ -281,7 +281,7 @@ class Testbed:
 
             self.net = EmulatedCluster(cluster, payload_rates=True, queue_ms=st.nic_queue_ms,
                                        bands=st.nic_bands, cgroups=st.scale_model,
-                                       dilation=st.dilation).up()
+                                       dilation=st.dilation, cores=st.cores).up()
             if st.scale_model:
                 cfg["dilation"] = self.net.dilation
                 cfg["compute_cores"] = self.net.compute_cores
