@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +99,58 @@ def test_scale_model_targets_judge_error_ranking_and_speedup() -> None:
     assert by[("a-priori within 20% on every run", "all")]["value"] == pytest.approx(
         abs(0.9 / 1.3 - 1))
     assert noise({"repeat_epoch_times_s": [1.0]}) == 0.0
+
+
+def test_scale_model_needs_the_netns_launcher() -> None:
+    import argparse
+
+    from gnnsched.commands.bench import add_arguments
+    from gnnsched.evaluation import config
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    with pytest.raises(SystemExit, match="--scale-model needs the netns launcher"):
+        config.resolve(p.parse_args(["--scale-model", "--launcher", "local"]))
+
+
+@pytest.mark.slow
+@pytest.mark.netns
+def test_bench_on_the_scale_model_end_to_end(tmp_path: Path) -> None:
+    """`gnnsched bench --scale-model`: the box calibrated first on its own cluster, every run
+    predicted from it before it starts, times reported as measured and as the real
+    cluster's, issue 27's targets judged, and no namespace or group left behind."""
+    from gnnsched.cli import main
+    from gnnsched.runtime import cgroups as cg
+    from gnnsched.runtime import netns
+
+    why = netns.unavailable_reason() or cg.unavailable_reason()
+    if why:
+        pytest.skip(f"scale model unavailable: {why}")
+    out, work = tmp_path / "out", tmp_path / "work"
+    rc = main(["bench", "--scale-model", "--quick", "--no-scale", "--systems",
+               "colocation+fifo", "gnnsched+gnnsched", "--out", str(out), "--work", str(work)])
+    doc = json.loads((out / "results.json").read_text())
+    assert rc == 0, [i for i in doc["invariants"] if not i["ok"]]
+    box = load_box(out / "box.json")["cora"]
+    assert box.sample > 1 and box.train > 0 and box.barrier_skew_s
+    assert doc["box"]["cora"]["sample"] == pytest.approx(box.sample)
+    (c,) = doc["configs"]
+    assert c["dilation"] == pytest.approx(5.0)  # gpuless: 10 cores of compute on 2
+    for name in ("colocation+fifo", "gnnsched+gnnsched"):
+        r = c["systems"][name]
+        assert r["dilation"] == c["dilation"]
+        assert r["real_epoch_time_s"] == pytest.approx(r["epoch_time_s"] / r["dilation"])
+        assert r["sim_isolated"]["box"] and r["sim_profile"]["epoch_time_s"] > 0
+        assert r["sim_error_isolated"] == pytest.approx(
+            r["sim_isolated"]["epoch_time_s"] / r["real_epoch_time_s"] - 1)
+    names = {t["target"] for t in doc["targets"]}
+    assert "a-priori within 10% on >= 90% of runs (scale model)" in names
+    assert "the simulator ranks the systems as measured (scale model)" in names
+    assert "## The scale model: predicted before the run" in (out / "report.md").read_text()
+    # nothing left behind: no state, no namespace, no group
+    assert netns.dilation("gpuless") is None
+    assert "gs-gpuless" not in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                              text=True).stdout
+    assert not [p for p in Path("/proc/self/cgroup").read_text().splitlines()
+                if "gnnsched/gpuless" in p]
+    assert not list(Path("/sys/fs/cgroup").glob("*/gnnsched/gpuless"))
