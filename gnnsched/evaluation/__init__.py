@@ -3,7 +3,7 @@ simulator's fidelity, and simulated runs at 16-256 machines. Run: ``gnnsched ben
 flags of :mod:`gnnsched.commands.bench` (:func:`evaluate` takes them as parsed). Modules:
 :mod:`.config` (shapes, datasets, systems, targets, settings), :mod:`.context` (partitions,
 profiles, reference trainings), :mod:`.runs` (real runs), :mod:`.predict` (the simulator's
-predictions), :mod:`.scaling` (the simulated sweep), :mod:`.judging` (invariants, targets),
+predictions), :mod:`.box` (the box's calibration, for predictions before a scale-model run), :mod:`.scaling` (the simulated sweep), :mod:`.judging` (invariants, targets),
 :mod:`.report` and :mod:`.plots` (outputs), :mod:`.driver` (end to end, ``--resimulate``,
 ``--accuracy-study``). The rest of this docstring is the report's Method section.
 
