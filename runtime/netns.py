@@ -76,6 +76,7 @@ from gnnsched.runtime.netns_ops import (
     shape_params,
     tsq_bytes,
 )
+from gnnsched.runtime.procs import signals_deferred
 from gnnsched.runtime.qos import QosError, attach_classifier
 from gnnsched.spec import ClusterSpec
 
@@ -430,8 +431,10 @@ class EmulatedCluster:
         return self
 
     def down(self) -> list[str]:
-        """Remove everything this cluster created (also half-built); returns what was removed."""
-        with _lock():
+        """Remove everything this cluster created (also half-built); returns what was removed.
+        Stop signals wait until it is done (:func:`~.procs.signals_deferred`): a second
+        Ctrl-C or ``kill`` must not leave half a cluster behind."""
+        with signals_deferred(), _lock():
             return self._down_locked()
 
     def __enter__(self) -> EmulatedCluster:

@@ -9,11 +9,13 @@ only the parent, which then stops its children in order.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -30,6 +32,24 @@ class GroupLeader(Protocol):
 
 
 Leader = TypeVar("Leader", bound=GroupLeader)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold Ctrl-C, SIGTERM and SIGHUP until the block ends (the thread's signal mask), so a
+    second stop request cannot interrupt a teardown half way and leave namespaces or groups
+    behind; a signal that arrived meanwhile is delivered when the block is left."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread runs Python signal handlers
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def start_in_session(argv: list[str], env: dict[str, str], log: Path, *,

@@ -114,6 +114,39 @@ def test_up_namespaces_ping_each_other_and_down_removes_all() -> None:
     assert ec.down() == []  # idempotent
 
 
+def test_a_stop_signal_during_down_waits_until_everything_is_removed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second Ctrl-C or ``kill`` while a cluster comes down is held until the teardown is
+    done (then delivered): it cannot leave half a cluster behind."""
+    import signal
+
+    spec = _spec("g", {"a": (100, 100), "b": (100, 100)})
+    ec = netns.EmulatedCluster(spec, gateway=False).up()
+    got: list[int] = []
+    old = signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
+    inner = ec._down_locked
+
+    def down_with_a_kill() -> list[str]:
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives in the middle of the teardown
+        out = inner()
+        assert got == []  # held
+        return out
+
+    monkeypatch.setattr(ec, "_down_locked", down_with_a_kill)
+    try:
+        ec.down()
+        for _ in range(100):  # delivered once the teardown is over
+            if got:
+                break
+            threading.Event().wait(0.01)
+        assert got == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        monkeypatch.undo()
+        ec.down()
+    assert _leftovers(ec) == []
+
+
 def test_queue_ms_bounds_every_nic_queue() -> None:
     """By default a slow NIC queues two sockets' TSQ budget (88 ms at 50 Mbit/s); with
     ``queue_ms`` every queue holds that many ms and the sockets' budget shrinks to fit it."""
