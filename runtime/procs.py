@@ -39,17 +39,25 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
-    """Hold Ctrl-C, SIGTERM and SIGHUP until the block ends (the thread's signal mask), so a
-    second stop request cannot interrupt a teardown half way and leave namespaces or groups
-    behind; a signal that arrived meanwhile is delivered when the block is left."""
+    """Hold Ctrl-C, SIGTERM and SIGHUP until the block ends, so a second stop request cannot
+    interrupt a teardown half way and leave namespaces or groups behind; the first signal
+    that arrived meanwhile is raised again when the block is left. Python runs signal
+    handlers in the main thread whichever thread the kernel picked, so swapping the handlers
+    holds them in a threaded process too (a thread's signal mask would not)."""
     if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread runs Python signal handlers
+        yield  # handlers can only be set from the main thread
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    pending: list[int] = []
+    old = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    for s in STOP_SIGNALS:
+        signal.signal(s, lambda signum, frame: pending.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for s, h in old.items():
+            signal.signal(s, h)
+        if pending:
+            signal.raise_signal(pending[0])
 
 
 def start_in_session(argv: list[str], env: dict[str, str], log: Path, *,
