@@ -17,7 +17,7 @@ from typing import Any
 from gnnsched.evaluation.config import SYSTEMS, TARGETS, Settings, load_shape, resolve, say
 from gnnsched.evaluation.context import Context
 from gnnsched.evaluation.judging import invariants, targets
-from gnnsched.evaluation.predict import predict_run, replan, simulate_system
+from gnnsched.evaluation.predict import apriori_prediction, predict_run, replan
 from gnnsched.evaluation.report import render
 from gnnsched.evaluation.runs import describe, run_config, speedups
 from gnnsched.evaluation.scaling import run_scaling
@@ -103,11 +103,8 @@ def resimulate(st: Settings) -> int:
                 continue
             assert s.policy is not None
             plan = stored_plan(c, s.placer, st.work)
-            isolated = simulate_system(cluster, job, plan, apriori or prof, s.policy, st.seed)
-            if apriori is not None:
-                isolated["box"] = True
-                row["sim_profile"] = simulate_system(cluster, job, plan, prof, s.policy,
-                                                     st.seed)
+            isolated = apriori_prediction(row, cluster, job, plan, prof, apriori, s.policy,
+                                          st.seed)
             predict_run(row, isolated, cluster, job, plan, prof, s.policy, st.seed)
             say(f"[{shape}/{ds}] {sysname}: {describe(row)}")
         if c.get("limited"):

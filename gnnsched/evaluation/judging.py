@@ -20,6 +20,7 @@ from gnnsched.evaluation.config import (
     num,
 )
 from gnnsched.evaluation.context import Context
+from gnnsched.evaluation.predict import real_epoch
 from gnnsched.plan import split_owned
 
 
@@ -364,8 +365,7 @@ def _apriori(r: dict[str, Any]) -> float | None:
 
 
 def _real(r: dict[str, Any]) -> float | None:
-    v = r.get("real_epoch_time_s") or r.get("epoch_time_s")
-    return float(v) if v else None
+    return real_epoch(r) if r.get("epoch_time_s") else None
 
 
 def scale_model_targets(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:

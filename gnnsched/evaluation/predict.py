@@ -104,6 +104,19 @@ def real_epoch(row: dict[str, Any]) -> float:
     return float(row["epoch_time_s"]) / dilation(row)
 
 
+def apriori_prediction(row: dict[str, Any], cluster: ClusterSpec, job: JobSpec, plan: Plan,
+                       prof: CostProfile, apriori: CostProfile | None, policy: str,
+                       seed: int) -> dict[str, Any]:
+    """A run's prediction before it starts: from ``apriori`` (the profile with the box's
+    runtime costs, on the scale model; ``box`` set) where given, the profile's own then kept
+    as the row's ``sim_profile``; else from the profile."""
+    out = simulate_system(cluster, job, plan, apriori or prof, policy, seed)
+    if apriori is not None:
+        out["box"] = True
+        row["sim_profile"] = simulate_system(cluster, job, plan, prof, policy, seed)
+    return out
+
+
 def row_steps(row: dict[str, Any]) -> Steps:
     """A run row's steady steps in the real cluster's seconds (measured / D): stored in the
     row, else read from its run directory."""

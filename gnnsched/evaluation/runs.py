@@ -30,7 +30,7 @@ from gnnsched.evaluation.config import (
 )
 from gnnsched.evaluation.context import Context
 from gnnsched.evaluation.measure import NicCounters, Tracker, bytes_between, runtime_options
-from gnnsched.evaluation.predict import predict_run, replan, simulate_system
+from gnnsched.evaluation.predict import apriori_prediction, predict_run, replan
 from gnnsched.plan import Plan
 from gnnsched.profile import CostProfile
 from gnnsched.spec import ClusterSpec, JobSpec
@@ -256,11 +256,8 @@ def _simulated_rows(cfg: dict[str, Any], st: Settings, cluster: ClusterSpec, job
         if s.placer != "colocation" and "colocation" in plans:
             row["same_plan_as_colocation"] = plan.key() == plans["colocation"].key()
         try:
-            row["sim"] = simulate_system(cluster, job, plan, apriori or prof, s.policy, st.seed)
-            if apriori is not None:
-                row["sim"]["box"] = True
-                row["sim_profile"] = simulate_system(cluster, job, plan, prof, s.policy,
-                                                     st.seed)
+            row["sim"] = apriori_prediction(row, cluster, job, plan, prof, apriori, s.policy,
+                                            st.seed)
         except Exception as exc:  # noqa: BLE001
             row["sim"] = {"error": error_text(exc)}
         if not st.real:
