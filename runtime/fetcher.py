@@ -284,7 +284,7 @@ class Fetcher(Role):
 
     def run(self) -> None:
         peers = self.peers
-        self.stores = StoreClient(self.ctx, {int(m): ep for m, ep in peers["stores"].items()},
+        self.stores = StoreClient.from_peers(self.ctx, peers,
                                   self.name, self.ident.encode(), self.machine_index,
                                   curve=self.curve, shm=shm_of(self.config, self.node_part),
                                   log=self.log)

@@ -253,6 +253,7 @@ class Launcher:
     loopback = False
     dilation = 1.0  # the scale model's D: measured times / D are the real cluster's
     cpu_model = False  # roles run under their host's CPU quotas (device speed included)
+    nic_bands = False  # the NICs band packets by IP TOS (runtime.qos): an urgent band exists
     partitions: str | None = None  # set by bind_run: what preflight checks on the hosts
     run_dir: str | Path | None = None
     endpoint: str | None = None
@@ -478,6 +479,7 @@ class NetnsLauncher(Launcher):
         self.groups = groups if groups is not None and groups.dirs else None
         self.dilation = float(getattr(self.net, "dilation", 1.0))
         self.cpu_model = self.groups is not None  # a trainer's quota is its device's speed
+        self.nic_bands = getattr(self.net, "queues", "") == "tos bands"
         self._placed: set[str] = set()  # fork servers moved into their host's group
         self._devices: dict[tuple[str, str], int] = {}  # (machine, trainer id) -> device
         self._oom0 = {h: self.groups.usage(h).get("oom_kills") or 0

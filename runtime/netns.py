@@ -533,8 +533,12 @@ class EmulatedCluster:
                   self.gateway_if])
             _run(["ip", "link", "set", self.gateway_if, "up"])
         if self._banding:
-            try:  # switch ports: re-derive each packet's priority from its TOS
+            try:  # switch ports: re-derive each packet's priority from its TOS; host NICs:
+                # the same mapping before their own queue, so unmarked traffic (gradients)
+                # takes the top band there too, not the socket priority's middle one
                 attach_classifier(sw, [h.port for h in self.hosts.values()])
+                for h in self.hosts.values():
+                    attach_classifier(h.ns, [HOST_IF], "egress")
                 self.queues = "tos bands"
             except (QosError, OSError) as exc:  # host egress still bands; switch ports cannot
                 self.queues = f"fifo at the switch ports ({exc})"

@@ -40,10 +40,12 @@ import subprocess
 import tempfile
 
 BULK_TOS = 0x08  # IPTOS_THROUGHPUT: Linux maps it to TC_PRIO_BULK, pfifo_fast's last band
-_TC_PRIO_BULK = 2
+URGENT_TOS = 0x04  # IPTOS_RELIABILITY: Linux maps it to TC_PRIO_BESTEFFORT, the middle band
+_TC_PRIO_BULK, _TC_PRIO_BESTEFFORT, _TC_PRIO_INTERACTIVE = 2, 0, 6
 _SKB_PRIORITY = 32  # offsetof(struct __sk_buff, priority)
 _SYS_BPF = {"x86_64": 321, "aarch64": 280}
-_BPF_PROG_LOAD, _BPF_OBJ_PIN = 5, 6
+_BPF_PROG_LOAD, _BPF_OBJ_PIN, _BPF_PROG_TEST_RUN = 5, 6, 10
+_SK_BUFF_BYTES = 192  # sizeof(struct __sk_buff)
 _BPF_PROG_TYPE_SCHED_CLS = 3
 
 
@@ -56,22 +58,28 @@ def _insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> 
 
 
 def tos_priority_program() -> bytes:
-    """eBPF (tc direct-action): an IPv4 packet whose TOS is ``BULK_TOS`` (ECN and precedence
-    bits ignored) gets ``skb->priority = TC_PRIO_BULK``; every packet passes (TC_ACT_OK)."""
+    """eBPF (tc direct-action) setting ``skb->priority`` from an IPv4 packet's TOS (ECN and
+    precedence bits ignored), i.e. its ``pfifo_fast`` band: ``BULK_TOS`` -> ``TC_PRIO_BULK``
+    (band 2), ``URGENT_TOS`` -> ``TC_PRIO_BESTEFFORT`` (band 1), anything else -- unmarked:
+    gradients, requests, acknowledgements -> ``TC_PRIO_INTERACTIVE`` (band 0). Every packet
+    passes (TC_ACT_OK); non-IPv4 ones are left alone."""
     mov64_reg, mov64_imm, and32_imm = 0xBF, 0xB7, 0x54
     ld_abs_h, ld_abs_b, stx_w = 0x28, 0x30, 0x63
     jne_imm, exit_ = 0x55, 0x95
     return b"".join([
-        _insn(mov64_reg, 6, 1),                              # r6 = skb (LD_ABS reads r6)
-        _insn(ld_abs_h, imm=12),                             # r0 = ethertype
-        _insn(jne_imm, 0, off=5, imm=0x0800),                # not IPv4: pass
-        _insn(ld_abs_b, imm=15),                             # r0 = IP TOS byte
-        _insn(and32_imm, 0, imm=0x1E),                       # the TOS bits proper
-        _insn(jne_imm, 0, off=2, imm=BULK_TOS),              # not bulk: pass
-        _insn(mov64_imm, 2, imm=_TC_PRIO_BULK),
-        _insn(stx_w, 6, 2, off=_SKB_PRIORITY),               # skb->priority = bulk
-        _insn(mov64_imm, 0, imm=0),                          # TC_ACT_OK
-        _insn(exit_),
+        _insn(mov64_reg, 6, 1),                              # 0: r6 = skb (LD_ABS reads r6)
+        _insn(ld_abs_h, imm=12),                             # 1: r0 = ethertype
+        _insn(jne_imm, 0, off=8, imm=0x0800),                # 2: not IPv4: pass (11)
+        _insn(ld_abs_b, imm=15),                             # 3: r0 = IP TOS byte
+        _insn(and32_imm, 0, imm=0x1C),                       # 4: without ECN bits
+        _insn(mov64_imm, 2, imm=_TC_PRIO_INTERACTIVE),       # 5: r2 = band 0 ...
+        _insn(jne_imm, 0, off=1, imm=BULK_TOS),              # 6: ... unless bulk
+        _insn(mov64_imm, 2, imm=_TC_PRIO_BULK),              # 7:   r2 = band 2
+        _insn(jne_imm, 0, off=1, imm=URGENT_TOS),            # 8: ... or urgent
+        _insn(mov64_imm, 2, imm=_TC_PRIO_BESTEFFORT),        # 9:   r2 = band 1
+        _insn(stx_w, 6, 2, off=_SKB_PRIORITY),               # 10: skb->priority = r2
+        _insn(mov64_imm, 0, imm=0),                          # 11: TC_ACT_OK
+        _insn(exit_),                                        # 12
     ])
 
 
@@ -104,15 +112,39 @@ def load_program() -> int:
                        f"({log.value.decode(errors='replace').strip()[:300]})") from None
 
 
+def classify(tos: int) -> int:
+    """The ``skb->priority`` the loaded classifier gives an IPv4 packet with IP TOS ``tos``:
+    the kernel runs it on a built packet (``BPF_PROG_TEST_RUN``), so this checks the program
+    the NICs use, not a copy of its logic."""
+    fd = load_program()
+    try:
+        eth = b"\x02" * 12 + b"\x08\x00"
+        ip = bytes([0x45, tos, 0, 28]) + bytes(16)
+        pkt = ctypes.create_string_buffer(eth + ip + bytes(8), 42)
+        out = ctypes.create_string_buffer(64)
+        ctx_in = ctypes.create_string_buffer(_SK_BUFF_BYTES)
+        ctx_out = ctypes.create_string_buffer(_SK_BUFF_BYTES)
+        attr = struct.pack("<IIIIQQIIIIQQ", fd, 0, 42, 64, ctypes.addressof(pkt),
+                           ctypes.addressof(out), 1, 0, _SK_BUFF_BYTES, _SK_BUFF_BYTES,
+                           ctypes.addressof(ctx_in), ctypes.addressof(ctx_out))
+        _bpf(_BPF_PROG_TEST_RUN, attr)
+        return struct.unpack_from("<I", ctx_out.raw, _SKB_PRIORITY)[0]
+    finally:
+        os.close(fd)
+
+
 def _tc(argv: list[str]) -> None:
     r = subprocess.run(["tc", *argv], capture_output=True, text=True)
     if r.returncode:
         raise QosError(f"`tc {' '.join(argv)}` failed: {r.stderr.strip() or r.returncode}")
 
 
-def attach_classifier(ns: str, devs: list[str]) -> None:
-    """Set ``skb->priority`` from the IP TOS on everything ``devs`` (in namespace ``ns``)
-    receive, so the queues they forward into band it (:func:`tos_priority_program`)."""
+def attach_classifier(ns: str, devs: list[str], direction: str = "ingress") -> None:
+    """Set ``skb->priority`` from the IP TOS (:func:`tos_priority_program`) on what ``devs``
+    (in namespace ``ns``) receive (``ingress``: switch ports, so the queues they forward into
+    band it) or send (``egress``: a host's NIC, before its own queue)."""
+    if direction not in ("ingress", "egress"):
+        raise ValueError(f"direction must be 'ingress' or 'egress', got {direction!r}")
     fd = load_program()
     folder = tempfile.mkdtemp(prefix="gnnsched-bpf-")
     mounted = False
@@ -127,7 +159,7 @@ def attach_classifier(ns: str, devs: list[str]) -> None:
         _bpf(_BPF_OBJ_PIN, struct.pack("<QII", ctypes.addressof(path), fd, 0))
         for dev in devs:
             _tc(["-n", ns, "qdisc", "add", "dev", dev, "clsact"])
-            _tc(["-n", ns, "filter", "add", "dev", dev, "ingress", "bpf", "da",
+            _tc(["-n", ns, "filter", "add", "dev", dev, direction, "bpf", "da",
                  "object-pinned", pin])
         os.unlink(pin)
     finally:
@@ -138,4 +170,4 @@ def attach_classifier(ns: str, devs: list[str]) -> None:
             os.rmdir(folder)
 
 
-__all__ = ["BULK_TOS", "QosError", "attach_classifier", "load_program", "tos_priority_program"]
+__all__ = ["BULK_TOS", "URGENT_TOS", "QosError", "attach_classifier", "classify", "load_program", "tos_priority_program"]

@@ -194,7 +194,7 @@ class Sampler(Role):
 
     def run(self) -> None:
         peers = self.peers
-        self.stores = StoreClient(self.ctx, {int(m): ep for m, ep in peers["stores"].items()},
+        self.stores = StoreClient.from_peers(self.ctx, peers,
                                   self.name, self.ident.encode(), self.machine_index,
                                   curve=self.curve)
         machine_of = {t["id"]: self.config["trainers"][int(t["id"])]["machine"]

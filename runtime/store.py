@@ -54,13 +54,14 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import zmq
 
 from gnnsched.runtime.ledger import section
+from gnnsched.runtime.qos import URGENT_TOS
 from gnnsched.runtime.role import Role
 from gnnsched.runtime.transport import (
     BULK,
@@ -82,8 +83,11 @@ CHUNK_BYTES = 256 << 10
 WINDOW_BYTES = 1 << 20  # total bytes in flight from one NIC
 PEER_WINDOW_BYTES = 512 << 10  # bytes in flight to one receiver
 RETRY_S = 0.02  # a receiver whose pipe was full is retried after this at the latest
+URGENT_CHUNKS = 2  # chunks of the head transfer in flight on the urgent band
+URGENT_RETRY_S = 0.5  # a receiver not (yet) on the urgent socket: bulk band until then
 STORE_SOCKET = SocketOptions(sndhwm=8, rcvhwm=256, sndbuf=128 << 10, rcvbuf=1 << 20,
                              tos=BULK_TOS)  # replies are the bulk data
+URGENT_SOCKET = replace(STORE_SOCKET, tos=URGENT_TOS)  # ... except the head transfer's
 
 
 # --------------------------------------------------------------------------------------
@@ -438,15 +442,22 @@ class NicQueue:
     """
 
     def __init__(self, sharing: str = "fair", window: int = WINDOW_BYTES,
-                 peer_window: int | None = None, peer_chunks: int | None = None) -> None:
+                 peer_window: int | None = None, peer_chunks: int | None = None,
+                 urgent_chunks: int = 0) -> None:
         if sharing not in ("fair", "priority"):
             raise ValueError(f"sharing must be 'fair' or 'priority', got {sharing!r}")
         self.sharing, self.window = sharing, window
+        # the urgent band (priority only): the head transfer's chunks, at most this many in
+        # flight, outside the windows below (0: one band)
+        self.urgent_chunks = urgent_chunks if sharing == "priority" else 0
+        self.urgent_count = 0
+        self.urgent_off: dict[bytes, float] = {}  # receivers not on the urgent socket: until
+        self.bulk_tids: dict[int, int] = {}  # remote transfers' chunks in flight on the bulk band
         self.peer_window = peer_window or window
         self.active: OrderedDict[int, OutTransfer] = OrderedDict()  # arrival order
         self.keys: dict[int, tuple] = {}
         self.ranks: OrderedDict[tuple[int, int, str], tuple] = OrderedDict()  # pre-ranked
-        self.in_flight: dict[tuple[bytes, int, int], tuple[int, int, bool]] = {}
+        self.in_flight: dict[tuple[bytes, int, int], tuple[int, int, bool, bool]] = {}
         self.in_flight_bytes = 0
         self.peer_bytes: dict[bytes, int] = {}
         self.peer_chunks = peer_chunks
@@ -500,21 +511,38 @@ class NicQueue:
             return False
         return not self.in_flight_bytes or self.in_flight_bytes + size <= self.window
 
-    def _pick(self) -> OutTransfer | None:
+    def _order(self, t: OutTransfer) -> tuple:
+        """The policy's order: ranked transfers by key, then the rest in arrival order."""
+        return (0, self.keys[t.tid], t.tid) if t.tid in self.keys else (1, (), t.tid)
+
+    def _pick(self) -> tuple[OutTransfer, bool] | None:
         ready = [t for t in self.active.values() if t.pending]
         for t in ready:  # same machine: at once, unless its receiver's pipe is full
             if t.local and t.peer not in self.full and self._room(t, 0):
-                return t
+                return t, False
         now = time.monotonic()
-        ready = [t for t in ready if not t.local and not self.held.blocks(t.dst_machine, t.seq, now)
-                 and t.peer not in self.full and self._room(t, t.sizes[t.next_chunk])]
+        ready = [t for t in ready if not t.local and not self.held.blocks(t.dst_machine, t.seq, now)]
+        if self.urgent_chunks and ready:
+            # the NIC's head transfer goes on the urgent band, past every queued bulk byte at
+            # this NIC and at its receiver's; it waits for that band's room, not for the bulk
+            # windows (nor does its receiver: the urgent socket is its own pipe). Only when it
+            # has something to pass: another transfer pending or with bulk bytes in flight. A
+            # transfer alone keeps the bulk band, so the urgent band stays free for the next
+            # one ranked ahead of it, which then waits for no chunk of it at all.
+            head = min(ready, key=self._order)
+            alone = len(ready) == 1 and all(tid == head.tid for tid in self.bulk_tids)
+            if not alone and self.urgent_off.get(head.peer, 0.0) <= now:
+                if self.urgent_count < self.urgent_chunks:
+                    return head, True
+                ready = [t for t in ready if t is not head]
+        ready = [t for t in ready
+                 if t.peer not in self.full and self._room(t, t.sizes[t.next_chunk])]
         if not ready:
             return None
         if self.sharing == "priority":
-            return min(ready, key=lambda t: (0, self.keys[t.tid], t.tid) if t.tid in self.keys
-                       else (1, (), t.tid))
+            return min(ready, key=self._order), False
         self._rr = (self._rr + 1) % len(ready)
-        return ready[self._rr]
+        return ready[self._rr], False
 
     def stall(self) -> str:
         """Why no remote chunk leaves now: ``idle`` (none pending), ``held`` (every pending
@@ -533,37 +561,48 @@ class NicQueue:
             return "pipe"
         return "window"
 
-    def next_chunk(self) -> tuple[OutTransfer, Any, int] | None:
-        """The next (transfer, chunk, bytes) to send, or None if nothing may go now; the chunk
-        is its Message, or its frames if an earlier send of it was refused."""
-        t = self._pick()
-        if t is None:
+    def next_chunk(self) -> tuple[OutTransfer, Any, int, bool] | None:
+        """The next (transfer, chunk, bytes, urgent) to send, or None if nothing may go now;
+        the chunk is its Message, or its frames if an earlier send of it was refused;
+        ``urgent``: it goes on the urgent band's socket."""
+        picked = self._pick()
+        if picked is None:
             return None
+        t, urgent = picked
         i = t.next_chunk
         size = t.sizes[i]
         t.next_chunk += 1
-        self.in_flight[(t.peer, t.req, i)] = (t.tid, size, t.local)
-        self.peer_count[t.peer] = self.peer_count.get(t.peer, 0) + 1
-        if not t.local:
-            self.in_flight_bytes += size
-            self.peer_bytes[t.peer] = self.peer_bytes.get(t.peer, 0) + size
+        self.in_flight[(t.peer, t.req, i)] = (t.tid, size, t.local, urgent)
+        if urgent:
+            self.urgent_count += 1
+        else:
+            self.peer_count[t.peer] = self.peer_count.get(t.peer, 0) + 1
+            if not t.local:
+                self.in_flight_bytes += size
+                self.peer_bytes[t.peer] = self.peer_bytes.get(t.peer, 0) + size
+                self.bulk_tids[t.tid] = self.bulk_tids.get(t.tid, 0) + 1
         msg = t.chunks[i]
         t.chunks[i] = None  # freed once sent
         assert msg is not None
-        return t, msg, size
+        return t, msg, size, urgent
 
-    def unsend(self, t: OutTransfer, msg: Any, size: int) -> None:
+    def unsend(self, t: OutTransfer, msg: Any, size: int, unreachable: bool = False) -> None:
         """Take back the chunk :meth:`next_chunk` just returned: its receiver's pipe is full.
         ``msg`` is what goes back in its place (the store keeps the encoded frames, so a retry
         does not encode it again). The receiver is skipped until :meth:`retry` (it
         acknowledged a chunk: its pipe drains) or :meth:`next_round`, so one slow receiver
-        never blocks the NIC's other transfers."""
+        never blocks the NIC's other transfers. ``unreachable``: an urgent chunk whose
+        receiver has not connected its urgent socket (yet): that receiver's chunks go on the
+        bulk band for ``URGENT_RETRY_S``."""
         t.next_chunk -= 1
         i = t.next_chunk
         t.chunks[i] = msg
-        self.in_flight.pop((t.peer, t.req, i))
-        self._release(t.peer, size, t.local)
-        self.full.add(t.peer)
+        *_, urgent = self.in_flight.pop((t.peer, t.req, i))
+        self._release(t.tid, t.peer, size, t.local, urgent)
+        if unreachable:
+            self.urgent_off[t.peer] = time.monotonic() + URGENT_RETRY_S
+        else:
+            self.full.add(t.peer)
 
     def next_round(self) -> None:
         """Retry every receiver whose pipe was full."""
@@ -573,7 +612,16 @@ class NicQueue:
         """Retry ``peer`` (it acknowledged a chunk, so its pipe has drained)."""
         self.full.discard(peer)
 
-    def _release(self, peer: bytes, size: int, local: bool) -> None:
+    def _release(self, tid: int, peer: bytes, size: int, local: bool, urgent: bool) -> None:
+        if urgent:
+            self.urgent_count -= 1
+            return
+        if not local:
+            left = self.bulk_tids.get(tid, 0) - 1
+            if left > 0:
+                self.bulk_tids[tid] = left
+            else:
+                self.bulk_tids.pop(tid, None)
         left = self.peer_count.get(peer, 0) - 1
         if left > 0:
             self.peer_count[peer] = left
@@ -593,8 +641,8 @@ class NicQueue:
         entry = self.in_flight.pop((peer, req, chunk), None)
         if entry is None:
             raise MessageError(f"ACK for unknown chunk {chunk} of request {req}")
-        tid, size, local = entry
-        self._release(peer, size, local)
+        tid, size, local, urgent = entry
+        self._release(tid, peer, size, local, urgent)
         t = self.active[tid]
         t.acked += 1
         if t.acked == len(t.chunks):
@@ -612,6 +660,9 @@ class NicQueue:
         self.in_flight_bytes = 0
         self.peer_bytes.clear()
         self.peer_count.clear()
+        self.urgent_count = 0
+        self.urgent_off.clear()
+        self.bulk_tids.clear()
         self.full.clear()
         self.held.clear()
 
@@ -620,8 +671,8 @@ class NicQueue:
             del self.active[tid]
             self.keys.pop(tid, None)
         for key in [k for k in self.in_flight if k[0] == peer]:
-            _, size, local = self.in_flight.pop(key)
-            self._release(peer, size, local)
+            tid, size, local, urgent = self.in_flight.pop(key)
+            self._release(tid, peer, size, local, urgent)
         self.full.discard(peer)
 
 
@@ -664,6 +715,11 @@ class Store(Role):
                  + ("; rows in shared memory" if self.table.fd >= 0 else ""))
         self.sock, self.endpoint = self.bind(zmq.ROUTER, STORE_SOCKET)
         self.data = Channel(self.sock, f"store {me} data")
+        self.urgent: Channel | None = None  # the urgent band's socket (send only)
+        self.urgent_endpoint: str | None = None
+        if cfg.get("urgent_band") and cfg.get("sharing") == "priority":
+            sock, self.urgent_endpoint = self.bind(zmq.ROUTER, URGENT_SOCKET)
+            self.urgent = Channel(sock, f"store {me} urgent")
         self.doing = f"serving partitions {self.my_parts}"
 
     def shares_rows(self) -> bool:
@@ -702,7 +758,8 @@ class Store(Role):
         return parts, table
 
     def ready_fields(self) -> dict[str, Any]:
-        return {"endpoint": self.endpoint, "parts": self.my_parts}
+        return {"endpoint": self.endpoint, "urgent_endpoint": self.urgent_endpoint,
+                "parts": self.my_parts}
 
     def announce(self) -> None:
         """Tell the coordinator the seeds and labels of each partition (they live here)."""
@@ -721,14 +778,15 @@ class Store(Role):
         window, peer = cfg.get("nic_windows", {}).get(self.args.machine, (
             cfg.get("window_bytes", WINDOW_BYTES), cfg.get("peer_window_bytes", PEER_WINDOW_BYTES)))
         self.nic = NicQueue(cfg["sharing"], int(window), int(peer),
-                            peer_chunks=STORE_SOCKET.sndhwm)
+                            peer_chunks=STORE_SOCKET.sndhwm,
+                            urgent_chunks=URGENT_CHUNKS if getattr(self, "urgent", None) else 0)
         self.chunk_bytes = int(cfg.get("nic_chunk_bytes", {}).get(
             self.args.machine, cfg.get("chunk_bytes", CHUNK_BYTES)))
         self.tids = itertools.count()
         self.queued: list[list[Any]] = []
         self.done: list[int] = []
         self.peer_machine: dict[bytes, int] = {}
-        self.local_bytes = self.remote_bytes = 0
+        self.local_bytes = self.remote_bytes = self.urgent_bytes = 0
         self.served = {"sample": 0, "feat": 0}
         self.rejected = 0
         self.send_full = 0  # sends refused because the receiver's pipe was full (retried)
@@ -873,20 +931,26 @@ class Store(Role):
             nxt = self.nic.next_chunk()  # bookkeeping: other:loop (no section per chunk)
             if nxt is None:
                 break
-            t, chunk, size = nxt
+            t, chunk, size, urgent = nxt
             enc = chunk if isinstance(chunk, Encoded) else self.data.encode(chunk)
+            ch = self.urgent if urgent else self.data  # urgent: only with that socket
             try:
-                self.data.send_encoded(enc, t.peer, flags=zmq.NOBLOCK, remote=not t.local)
+                ch.send_encoded(enc, t.peer, flags=zmq.NOBLOCK, remote=not t.local)
             except zmq.Again:  # its pipe is full: send to others, retry it later
                 self.nic.unsend(t, enc, size)
                 self.send_full += 1
                 if not math.isfinite(self.retry_at) or self.retry_at <= now:
                     self.retry_at = now + RETRY_S
                 continue
-            except zmq.ZMQError as exc:  # the receiver is gone: drop what was for it
-                self.log(f"dropping transfers to {t.peer!r}: {exc}")
+            except zmq.ZMQError as exc:
+                if urgent and exc.errno == zmq.EHOSTUNREACH:  # not on the urgent socket (yet)
+                    self.nic.unsend(t, enc, size, unreachable=True)
+                    continue
+                self.log(f"dropping transfers to {t.peer!r}: {exc}")  # the receiver is gone
                 self.nic.drop_peer(t.peer)
                 continue
+            if urgent:
+                self.urgent_bytes += size
             if t.dst_machine == self.machine_index:
                 self.local_bytes += size
             else:
@@ -928,6 +992,7 @@ class Store(Role):
             self.log("NIC queue: " + ", ".join(f"{k} {v:.2f} s" for k, v in waits.items()))
         table = getattr(self, "table", None)
         return {"local_bytes": getattr(self, "local_bytes", 0),
+                "urgent_bytes": getattr(self, "urgent_bytes", 0),
                 "served": getattr(self, "served", {}), "rejected": getattr(self, "rejected", 0),
                 "send_full": getattr(self, "send_full", 0),
                 "shm": table is not None and table.fd >= 0,
@@ -937,6 +1002,8 @@ class Store(Role):
     def close(self) -> None:
         if hasattr(self, "data"):
             self.data.close()
+        if getattr(self, "urgent", None) is not None:
+            self.urgent.close()
         if getattr(self, "table", None) is not None:
             self.table.close()
 
@@ -972,13 +1039,19 @@ class StoreClient:
     def __init__(self, ctx: zmq.Context, stores: dict[int, str], name: str,
                  identity: bytes, machine: int = -1, curve: CurveKeys | None = None,
                  shm: tuple[int, int] | None = None,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None,
+                 urgent: dict[int, str] | None = None) -> None:
         self.channels: dict[int, Channel] = {}
+        self.urgent: dict[int, Channel] = {}  # receive-only: a store's urgent band
         for m, endpoint in stores.items():
             sock = make_socket(ctx, zmq.DEALER, BULK, identity=identity, curve=curve)
             sock.connect(endpoint)
             self.channels[m] = Channel(sock, f"{name}->store{m}", remote=m != machine)
-        self.by_sock = {ch.sock: m for m, ch in self.channels.items()}
+            if urgent and urgent.get(m) and m != machine:  # same identity: the store routes
+                sock = make_socket(ctx, zmq.DEALER, BULK, identity=identity, curve=curve)
+                sock.connect(urgent[m])
+                self.urgent[m] = Channel(sock, f"{name}->store{m} urgent", remote=True)
+        self.by_sock = {ch.sock: m for m, ch in (*self.channels.items(), *self.urgent.items())}
         self.pending: dict[int, _Pending] = {}
         self.ids = itertools.count(1)
         self.tables: dict[int, FeatureTable] = {}
@@ -987,6 +1060,15 @@ class StoreClient:
         if shm is not None and machine in self.channels:  # queued until connected
             self.channels[machine].send(ctrl("shm", machine=machine))
             self.shm_pending = machine
+
+    @classmethod
+    def from_peers(cls, ctx: zmq.Context, peers: dict[str, Any], name: str, identity: bytes,
+                   machine: int = -1, **kw: Any) -> StoreClient:
+        """A client of the stores the coordinator's ``start`` message lists (``stores`` and,
+        where the NICs band by TOS, ``urgent_stores``)."""
+        return cls(ctx, {int(m): ep for m, ep in peers["stores"].items()}, name, identity,
+                   machine, urgent={int(m): ep for m, ep in
+                                    (peers.get("urgent_stores") or {}).items()}, **kw)
 
     def wait_shm(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for the own store's shared-memory answer, so that
@@ -1014,7 +1096,7 @@ class StoreClient:
 
     @property
     def poll_sockets(self) -> list[zmq.Socket]:
-        return [ch.sock for ch in self.channels.values()]
+        return [ch.sock for ch in (*self.channels.values(), *self.urgent.values())]
 
     def request(self, machine: int, kind: Kind, ints: dict[str, int], nodes: np.ndarray,
                 expect_rows: int, max_total: int, on_chunk: Callable[[Message], None]) -> int:
@@ -1026,11 +1108,15 @@ class StoreClient:
         return req
 
     def handle(self, sock: zmq.Socket) -> list[int]:
-        """Process queued answers on ``sock``; returns the request ids now complete."""
-        ch = self.channels[self.by_sock[sock]]
+        """Process queued answers on ``sock``; returns the request ids now complete. Chunks
+        may come on a store's urgent socket too (any order: each says where its rows go);
+        every acknowledgement goes back on the store's main socket."""
+        m = self.by_sock[sock]
+        ch = self.channels[m]
+        rx = self.urgent[m] if m in self.urgent and sock is self.urgent[m].sock else ch
         done = []
         while True:
-            got = ch.recv_now()
+            got = rx.recv_now()
             if got is None:
                 return done
             _, msg = got
@@ -1062,7 +1148,7 @@ class StoreClient:
                 done.append(req)
 
     def close(self) -> None:
-        for ch in self.channels.values():
+        for ch in (*self.channels.values(), *self.urgent.values()):
             ch.close()
         for table in self.tables.values():
             table.close()

@@ -410,7 +410,7 @@ class Trainer(Role):
         self.inbox = Inbox(self)
         if me.get("relay") is None:  # fetch_at == this machine: gather in process
             node_part = np.load(cfg["node_part_file"], allow_pickle=False)
-            stores = StoreClient(self.ctx, {int(m): ep for m, ep in peers["stores"].items()},
+            stores = StoreClient.from_peers(self.ctx, peers,
                                  self.name, self.ident.encode(), self.machine_index,
                                  curve=self.curve, shm=shm_of(cfg, node_part), log=self.log)
             self.gather = Gather(stores, node_part, cfg["part_store"], self.feature_dim,

@@ -301,17 +301,27 @@ def test_bulk_marked_traffic_waits_behind_best_effort() -> None:
 
 
 def test_tos_classifier_is_a_valid_program() -> None:
-    """Ten eBPF instructions that end in exit; where the kernel allows, it loads."""
+    """Thirteen eBPF instructions that end in exit; where the kernel allows, it loads, and run
+    by the kernel on built packets it gives each TOS its band's priority: bulk last, urgent
+    features in the middle, everything unmarked (gradients, requests, acks) first."""
     from gnnsched.runtime import qos
 
     prog = qos.tos_priority_program()
-    assert len(prog) == 10 * 8 and prog[-8] == 0x95
-    if os.geteuid() == 0:
-        try:
-            fd = qos.load_program()
-        except qos.QosError as exc:
-            pytest.skip(f"no eBPF here: {exc}")
-        os.close(fd)
+    assert len(prog) == 13 * 8 and prog[-8] == 0x95
+    if os.geteuid() != 0:
+        return
+    try:
+        fd = qos.load_program()
+    except qos.QosError as exc:
+        pytest.skip(f"no eBPF here: {exc}")
+    os.close(fd)
+    try:
+        got = {tos: qos.classify(tos) for tos in (0, qos.BULK_TOS, qos.URGENT_TOS,
+                                                  qos.BULK_TOS | 0x02, qos.URGENT_TOS | 0x01)}
+    except qos.QosError as exc:
+        pytest.skip(f"this kernel cannot test-run a classifier: {exc}")
+    assert got == {0: 6, qos.BULK_TOS: 2, qos.URGENT_TOS: 0, qos.BULK_TOS | 0x02: 2,
+                   qos.URGENT_TOS | 0x01: 0}, got
 
 
 @needs_netns

@@ -149,19 +149,19 @@ def test_chunks_in_flight_per_receiver_are_bounded_and_acks_retry() -> None:
     while (nxt := q.next_chunk()) is not None:
         sent.append(nxt)
     assert [t.tid for t, *_ in sent] == [1, 1, 1, 2, 2, 2]  # 3 each, local first
-    t, msg, _ = sent[0]
+    t, msg, *_ = sent[0]
     q.ack(t.peer, t.req, msg["chunk"])
     assert q.next_chunk()[0] is loc  # one acknowledged: one more may go
     # a full pipe: the chunk goes back (as given: the store gives its encoded frames) and
     # the receiver waits for an acknowledgement, not for the next loop round
-    t, msg, size = sent[3]
+    t, msg, size, _ = sent[3]
     q.ack(t.peer, t.req, msg["chunk"])
-    t, msg, size = q.next_chunk()
+    t, msg, size, _ = q.next_chunk()
     enc = Encoded(Kind.ACK, [b"frames"], 6)
     q.unsend(t, enc, size)
     assert t.chunks[t.next_chunk] is enc and q.next_chunk() is None
     q.retry(b"r")
-    t2, again, _ = q.next_chunk()
+    t2, again, *_ = q.next_chunk()
     assert t2 is rem and again is enc
 
 

@@ -177,7 +177,7 @@ def _drain(q: NicQueue) -> list[int]:
     """Send everything, acknowledging each chunk at once; returns the tid of each chunk."""
     order = []
     while (nxt := q.next_chunk()) is not None:
-        t, msg, _ = nxt
+        t, msg, *_ = nxt
         order.append(t.tid)
         q.ack(t.peer, t.req, msg["chunk"])
     return order
@@ -226,6 +226,36 @@ def test_nic_queue_priority_fair_windows() -> None:
     assert _drain(h) == [12] and h.held == {} and h.hold_left() is None
 
 
+def test_urgent_band_carries_the_head_transfer_past_the_windows() -> None:
+    """With an urgent band, the policy's first transfer goes on it (``urgent``), outside the
+    bulk windows and bounded by its own chunk count, whenever it has something to pass; a
+    transfer alone keeps the bulk band (so a later, more urgent one finds the urgent band
+    empty). A receiver not on the urgent socket (yet) gets bulk chunks meanwhile."""
+    q = NicQueue("priority", window=200, peer_window=200, urgent_chunks=2)
+    bulk, head = _transfer(1, 5, b"a"), _transfer(2, 3, b"a")
+    q.add(bulk)
+    q.set_keys({1: (9,)})
+    sent = [q.next_chunk() for _ in range(3)]
+    assert [(s[0].tid, s[3]) for s in sent[:2]] == [(1, False), (1, False)]  # alone: bulk
+    assert sent[2] is None and q.in_flight_bytes == 200  # the bulk window is full
+    q.add(head)
+    q.set_keys({2: (1,)})  # now first in the policy's order: past the full bulk window
+    for _ in range(2):
+        t, _m, _s, urgent = q.next_chunk()
+        assert t is head and urgent
+    assert q.next_chunk() is None and q.urgent_count == 2  # both bands full
+    q.ack(b"a", head.req, 0)  # one urgent chunk acknowledged: the head's next goes at once
+    t, m, size, urgent = q.next_chunk()
+    assert t is head and urgent and q.in_flight_bytes == 200
+    q.unsend(t, m, size, unreachable=True)  # the receiver has no urgent socket (yet)
+    assert q.urgent_count == 1 and b"a" in q.urgent_off and not q.full
+    q.ack(b"a", bulk.req, 0)
+    t, *_, urgent = q.next_chunk()
+    assert t is head and not urgent  # on the bulk band until URGENT_RETRY_S
+    fair = NicQueue("fair", urgent_chunks=2)
+    assert fair.urgent_chunks == 0  # fair sharing has no head
+
+
 def test_full_pipe_skips_its_receiver_for_one_round() -> None:
     """A chunk whose receiver's pipe is full goes back to the queue unchanged (window bytes
     released) and the NIC serves other receivers; the next round retries it."""
@@ -234,7 +264,7 @@ def test_full_pipe_skips_its_receiver_for_one_round() -> None:
     q.add(a)
     q.add(b)
     assert q.stall() == "window"  # pending and nothing sent yet
-    t, msg, size = q.next_chunk()
+    t, msg, size, _ = q.next_chunk()
     assert t is a and q.in_flight_bytes == 100
     q.unsend(t, msg, size)
     assert a.next_chunk == 0 and a.chunks[0] is msg and q.in_flight_bytes == 0
@@ -449,3 +479,113 @@ def test_priority_transfer_overtakes_queued_bulk(cora_parts: Path) -> None:
     # ranked only when queued (the fallback path): still overtakes
     order_l, _, during_l = _serve(cora_parts, "priority", pre_rank=False)
     assert order_l == ["urgent", "big"] and during_l <= 4, during_l
+
+
+def _wire_race(cora_parts: Path, ec, urgent_band: bool) -> dict[str, float]:
+    """A real Store in host ``s``'s namespace, its client in ``r``'s, one shaped 100 Mbit/s
+    NIC between them with TOS bands: a large low-priority transfer fills the store's window
+    (150 ms of its egress, as the runtime sizes it), then a small high-priority one is asked
+    for. Returns when each finished and what the urgent one waited beyond its own bytes."""
+    from gnnsched.runtime.netns_ops import entered
+    from gnnsched.runtime.store import Store
+
+    rate = 100e6 / 8
+    chunk = 64 << 10
+    with entered(ec.host("s").ns):  # the store's sockets and ZeroMQ threads live in s
+        cctx = zmq.Context()
+        coord = make_socket(cctx, zmq.ROUTER, CONTROL)
+        cport = coord.bind_to_random_port("tcp://127.0.0.1")
+        store = Store(argparse.Namespace(id="s", machine="s", host=ec.address("s"),
+                                         coordinator=f"tcp://127.0.0.1:{cport}"))
+        store.config = {"machines": ["s", "r"], "part_store": [0, 0],
+                        "partitions": str(cora_parts), "node_part_file":
+                        str(cora_parts / "node_part.npy"), "num_classes": 7,
+                        "sharing": "priority", "urgent_band": urgent_band,
+                        "chunk_bytes": chunk, "window_bytes": int(0.15 * rate),
+                        "peer_window_bytes": int(0.12 * rate)}
+        store.setup()
+    coord_ch = Channel(coord, "coordinator")
+    deadline = time.monotonic() + 10
+    while True:  # the policy's keys, as the coordinator sends them before the requests
+        try:
+            coord_ch.send(ctrl("rank", ranks=[[0, 9, "feat", [9]], [0, 1, "feat", [1]]]),
+                          store.ident.encode())
+            break
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EHOSTUNREACH or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+    thread = threading.Thread(target=store.run, daemon=True)
+    thread.start()
+    with entered(ec.host("r").ns):
+        rctx = zmq.Context()
+        client = StoreClient(rctx, {0: store.endpoint}, "client", b"client", machine=1,
+                             urgent={0: store.urgent_endpoint} if urgent_band else None)
+    time.sleep(0.3)  # connected (the urgent socket too), the rank message is in
+    nodes = {"big": np.arange(0, 1400, dtype=np.int64),  # 8 MB: ~0.65 s of the NIC
+             "urgent": np.arange(1400, 1540, dtype=np.int64)}  # 0.8 MB: ~64 ms
+    got = {k: 0 for k in nodes}
+    at: dict[str, float] = {}
+    reqs: dict[int, str] = {}
+
+    def ask(name: str, seq: int) -> None:
+        n = nodes[name]
+        reqs[client.request(0, Kind.FEAT_REQ, {"trainer": 0, "seq": seq, "src_machine": 1},
+                            n, len(n), len(n), lambda m, k=name: got.__setitem__(
+                                k, got[k] + m.arrays["feats"].nbytes))] = name
+        at[f"{name}_asked"] = time.monotonic()
+
+    try:
+        ask("big", 9)
+        deadline = time.monotonic() + 60
+        poller = zmq.Poller()
+        for sock in client.poll_sockets:
+            poller.register(sock, zmq.POLLIN)
+        while len(at) < 4 and time.monotonic() < deadline:
+            for sock, _ in poller.poll(5):
+                for req in client.handle(sock):
+                    at[f"{reqs[req]}_done"] = time.monotonic()
+            if "urgent_asked" not in at and got["big"] > 0.25 * rate:  # 250 ms under way:
+                ask("urgent", 1)  # the store's window (150 ms of its NIC) is full
+    finally:
+        store.stopping = True
+        thread.join(5)
+        client.close()
+        store.close()
+        coord.close(0)
+        rctx.destroy(linger=0)
+        cctx.destroy(linger=0)
+    assert len(at) == 4, at
+    urgent_bytes = got["urgent"]
+    took = at["urgent_done"] - at["urgent_asked"]
+    return {"first": "urgent" if at["urgent_done"] < at["big_done"] else "big",
+            "took_s": took, "own_s": urgent_bytes / rate, "chunk_s": chunk / rate,
+            "extra_s": took - urgent_bytes / rate}
+
+
+@pytest.mark.netns
+def test_wire_order_on_a_shaped_nic(cora_parts: Path) -> None:
+    """Issue 29's wire order, on a real shaped NIC: of two transfers queued for one NIC the
+    higher-priority one finishes first, within one chunk's time of its own bytes at line rate
+    (its chunks go on the urgent band: past the bulk window queued in the kernel, at the
+    store's NIC and at the receiver's). With one band it waits for the bulk bytes already in
+    the kernel's queues, which no order in the store reaches."""
+    from gnnsched.runtime import netns
+    from gnnsched.spec import cluster_from_dict
+
+    if (why := netns.unavailable_reason()) is not None:
+        pytest.skip(f"emulated cluster unavailable: {why}")
+    import os
+
+    spec = cluster_from_dict({"name": f"t{os.getpid() % 100000}w", "machines": [
+        {"name": h, "cpus": 1, "memory_gb": 1, "partitions": [0] if h == "s" else [],
+         "nic": {"egress_gbps": 0.1, "ingress_gbps": 0.1}} for h in ("s", "r")]}, "<test>")
+    with netns.emulated(spec, gateway=False, bands=True, payload_rates=True) as ec:
+        if ec.queues != "tos bands":
+            pytest.skip(f"this kernel cannot band NIC queues: {ec.queues}")
+        banded = _wire_race(cora_parts, ec, urgent_band=True)
+        one_band = _wire_race(cora_parts, ec, urgent_band=False)
+    assert banded["first"] == "urgent", banded
+    assert banded["extra_s"] <= banded["chunk_s"], banded
+    # what the band removes: the bulk bytes the kernel already holds (~35 ms measured here)
+    assert one_band["extra_s"] > 3 * one_band["chunk_s"], one_band

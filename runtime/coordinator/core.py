@@ -194,6 +194,8 @@ class Coordinator(PolicyDriver, RoleTable):
             "job": self.job.to_dict(), "feature_dim": self.pset.feature_dim,
             "num_classes": self.pset.num_classes, "feature_bytes": 4 * self.pset.feature_dim,
             "sharing": self.policy.sharing, **self._sizes(),
+            "urgent_band": bool(getattr(self.launcher, "nic_bands", False)
+                                if o.urgent_band is None else o.urgent_band),
             "grad_first": o.grad_first and len(set(self.T)) > 1,
             "request_timeout": o.request_timeout * self.dilation,
             # on the scale model a device's speed is its trainer's CPU quota: no second slow-down
@@ -377,6 +379,9 @@ class Coordinator(PolicyDriver, RoleTable):
             self.schedule.set_nodes(self.splits)
         stores = {str(self.cluster.machine_index(r.launch.machine)): r.info["endpoint"]
                   for r in self.roles.values() if r.launch.role == "store"}
+        urgent = {str(self.cluster.machine_index(r.launch.machine)): r.info["urgent_endpoint"]
+                  for r in self.roles.values()
+                  if r.launch.role == "store" and r.info.get("urgent_endpoint")}
         fetchers = {r.launch.machine: r.info["endpoint"] for r in self.roles.values()
                     if r.launch.role == "fetcher"}
         trainers = []
@@ -389,7 +394,8 @@ class Coordinator(PolicyDriver, RoleTable):
             cuda.append(info.get("cuda"))
         backend = "nccl" if all(cuda) and len(set(cuda)) == len(cuda) else "gloo"
         master = self.roles["trainer:0"].info.get("master_port")
-        start = ctrl("start", stores=stores, trainers=trainers, backend=backend,
+        start = ctrl("start", stores=stores, urgent_stores=urgent, trainers=trainers,
+                     backend=backend,
                      master_addr=self.launcher.host_of(self.plan.trainers[0].machine),
                      master_port=master)
         if first:

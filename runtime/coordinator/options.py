@@ -93,6 +93,12 @@ class RuntimeOptions:
     # either: with ``gnnsched bench --shapes plentiful --datasets physics --nic-queue-ms 5``
     # TCP lost packets and gnnsched took 2.9 s per epoch (DistDGL 4.5 s).
     grad_first: bool = True
+    # Priority sharing on NICs that band by IP TOS (``cluster up --bands``; runtime.qos): each
+    # store sends its head transfer (the policy's first) on a second socket marked
+    # ``URGENT_TOS``, so it passes every bulk byte queued at the store's NIC and at its
+    # receiver's, within a packet, instead of waiting out the store's window (150 ms of its
+    # egress). None: whenever the launcher's NICs band; False: one band of graph data.
+    urgent_band: bool | None = None
     request_timeout: float = 120.0  # a store / trainer answer we wait for
     start_timeout: float = 300.0  # all roles up and ready
     orphan_timeout: float = 30.0  # a role exits when the coordinator is silent this long
