@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     for p in policies:
-        get_policy(p)  # unknown names fail here, naming the known ones
+        get_policy(policy_of(p))  # unknown names fail here, naming the known ones
     if len(policies) < 2:
         raise SystemExit("bench_policy: --policies needs at least two names to compare")
     ap = argparse.ArgumentParser()
@@ -60,6 +60,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cluster, job0, prof, seed=st.seed, budget=st.budget if args.placer == "gnnsched" else None))
     be.say(f"plan ({args.placer}): {be.plan_rows(plan)}")
     predicted = predict(cluster, job0, plan, prof, policies, st.seed)  # before any run
+    if any(p.endswith(URGENT) for p in policies) and not args.nic_bands:
+        be.say(f"{URGENT}: without --nic-bands there is no urgent band; it runs as one band")
     be.say("predicted (runtime network): " + ", ".join(
         f"{p} {v['windowed_s']:.3f} s" for p, v in predicted["policies"].items()))
     net = None
@@ -75,9 +77,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for rep in range(args.repeats):
             job = st.job(ds, st.seed + rep)
             for p in policies:
-                res = train(cluster, job, plan, policy=p, launcher=st.launcher,
+                res = train(cluster, job, plan, policy=policy_of(p), launcher=st.launcher,
                             out_dir=work / f"{args.shape}-{ds}-{p}-{rep}",
-                            partitions=ctx.parts[ds], profile=prof, options=opts,
+                            partitions=ctx.parts[ds], profile=prof,
+                            options=replace(opts, urgent_band=p.endswith(URGENT)),
                             launcher_options={"emulated": net} if net else None)
                 times[p].append(float(res.epoch_time_s))
                 runs[p].append(res)
@@ -102,8 +105,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
            "predicted": predicted, "rows": rows, "minutes": (time.time() - t0) / 60,
            "command": " ".join(["python", "bench/bench_policy.py", *sys.argv[1:]]),
            "date": time.strftime("%Y-%m-%d %H:%M")}
+    doc["wire_order"] = wire_order()
     doc["targets"] = targets(doc)
     return doc
+
+
+URGENT = "+urgent"  # a policy name's suffix: run it with the urgent band (RuntimeOptions)
+
+
+def policy_of(name: str) -> str:
+    """The registered policy of a ``--policies`` entry (``gnnsched+urgent``: gnnsched)."""
+    return name.removesuffix(URGENT)
+
+
+def wire_order() -> dict[str, Any] | None:
+    """Run the wire-order test on a shaped NIC (it needs root for the emulated hosts) and
+    read what it measured; None where it cannot run here."""
+    import subprocess
+
+    test = "tests/test_transport.py::test_wire_order_on_a_shaped_nic"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                        test], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    for line in r.stdout.splitlines():
+        if line.startswith("WIRE_ORDER "):
+            got = json.loads(line.removeprefix("WIRE_ORDER "))
+            got["test"], got["passed"] = test, r.returncode == 0
+            return got
+    be.say(f"{test} measured nothing here: {(r.stdout + r.stderr).strip()[-300:]}")
+    return None
 
 
 def predict(cluster: Any, job: Any, plan: Any, prof: Any, policies: list[str], seed: int
@@ -119,8 +148,9 @@ def predict(cluster: Any, job: Any, plan: Any, prof: Any, policies: list[str], s
 
     out: dict[str, dict[str, float]] = {}
     for p in policies:
-        win = [steady_epoch(cluster, job, plan, prof, p, seed + i)[0] for i in range(SIM_SEEDS)]
-        ideal = [simulate(cluster, job, plan, prof, p, seed=seed + i).epoch_time_s
+        q = policy_of(p)  # the simulator sends in the policy's order on every NIC already
+        win = [steady_epoch(cluster, job, plan, prof, q, seed + i)[0] for i in range(SIM_SEEDS)]
+        ideal = [simulate(cluster, job, plan, prof, q, seed=seed + i).epoch_time_s
                  for i in range(SIM_SEEDS)]
         out[p] = {"windowed_s": statistics.fmean(win), "ideal_s": statistics.fmean(ideal)}
     base = out[policies[0]]
@@ -197,13 +227,20 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
             f"{1e3 * ar['measured_s']:.0f} ms measured per iteration against "
             f"{1e3 * ar['line_rate_s']:.0f} ms for its bytes at the NICs' rate plus the "
             "profile's fixed overhead"))
+    w = doc.get("wire_order")
     out.append(target_row(
         "wire order: of two transfers queued for one NIC the higher-priority one finishes "
-        "first, within one chunk's time", "tests/test_transport.py::"
-        "test_priority_transfer_overtakes_queued_bulk", None, "one chunk", False,
-        "the test shows it in a real store's queue over loopback, within one send window "
-        "(2 chunks there); on a shaped NIC the kernel holds up to the store's window (150 ms "
-        "of its egress), which no order reaches"))
+        "first, within one chunk's time",
+        "tests/test_transport.py::test_wire_order_on_a_shaped_nic (100 Mbit/s, bands)",
+        None if w is None else round(1e3 * w["extra_s"], 2),
+        None if w is None else round(1e3 * w["chunk_s"], 2),
+        None if w is None else bool(w["passed"] and w["first"] == "urgent"
+                                    and w["extra_s"] <= w["chunk_s"]),
+        "the test could not run here (it needs root for the emulated hosts)" if w is None else
+        f"ms the urgent transfer took beyond its own bytes at line rate, against one chunk's "
+        f"ms; it finished {'first' if w['first'] == 'urgent' else 'second'}. On one band "
+        f"(no urgent socket) it waited {1e3 * w['one_band_extra_s']:.1f} ms for the bulk "
+        "bytes already in the kernel's queues"))
     return out
 
 
@@ -256,7 +293,9 @@ def main(argv: list[str] | None = None) -> int:
                          ".npz graph (default: cora)")
     ap.add_argument("--policies", default="fifo,gnnsched",
                     help="comma-separated registered policies; the first is the baseline of "
-                         "the paired ratios (default: fifo,gnnsched)")
+                         "the paired ratios; NAME+urgent runs NAME with the urgent band "
+                         "(with --nic-bands: gnnsched train --urgent-band) (default: "
+                         "fifo,gnnsched)")
     ap.add_argument("--placer", default="gnnsched",
                     help="placer whose plan every policy runs (default: gnnsched)")
     ap.add_argument("--repeats", type=int, default=5,

@@ -83,7 +83,6 @@ CHUNK_BYTES = 256 << 10
 WINDOW_BYTES = 1 << 20  # total bytes in flight from one NIC
 PEER_WINDOW_BYTES = 512 << 10  # bytes in flight to one receiver
 RETRY_S = 0.02  # a receiver whose pipe was full is retried after this at the latest
-URGENT_CHUNKS = 2  # chunks of the head transfer in flight on the urgent band
 URGENT_RETRY_S = 0.5  # a receiver not (yet) on the urgent socket: bulk band until then
 STORE_SOCKET = SocketOptions(sndhwm=8, rcvhwm=256, sndbuf=128 << 10, rcvbuf=1 << 20,
                              tos=BULK_TOS)  # replies are the bulk data
@@ -443,14 +442,14 @@ class NicQueue:
 
     def __init__(self, sharing: str = "fair", window: int = WINDOW_BYTES,
                  peer_window: int | None = None, peer_chunks: int | None = None,
-                 urgent_chunks: int = 0) -> None:
+                 urgent: bool = False) -> None:
         if sharing not in ("fair", "priority"):
             raise ValueError(f"sharing must be 'fair' or 'priority', got {sharing!r}")
         self.sharing, self.window = sharing, window
-        # the urgent band (priority only): the head transfer's chunks, at most this many in
-        # flight, outside the windows below (0: one band)
-        self.urgent_chunks = urgent_chunks if sharing == "priority" else 0
-        self.urgent_count = 0
+        # the urgent band (priority only): the head transfer's chunks, outside the windows
+        # below, within one receiver's window (and ``peer_chunks``) of its own
+        self.urgent = urgent and sharing == "priority"
+        self.urgent_count = self.urgent_bytes = 0
         self.urgent_off: dict[bytes, float] = {}  # receivers not on the urgent socket: until
         self.bulk_tids: dict[int, int] = {}  # remote transfers' chunks in flight on the bulk band
         self.peer_window = peer_window or window
@@ -515,6 +514,11 @@ class NicQueue:
         """The policy's order: ranked transfers by key, then the rest in arrival order."""
         return (0, self.keys[t.tid], t.tid) if t.tid in self.keys else (1, (), t.tid)
 
+    def _urgent_room(self, size: int) -> bool:
+        if self.peer_chunks and self.urgent_count >= self.peer_chunks:
+            return False
+        return not self.urgent_bytes or self.urgent_bytes + size <= self.peer_window
+
     def _pick(self) -> tuple[OutTransfer, bool] | None:
         ready = [t for t in self.active.values() if t.pending]
         for t in ready:  # same machine: at once, unless its receiver's pipe is full
@@ -522,17 +526,20 @@ class NicQueue:
                 return t, False
         now = time.monotonic()
         ready = [t for t in ready if not t.local and not self.held.blocks(t.dst_machine, t.seq, now)]
-        if self.urgent_chunks and ready:
+        if self.urgent and ready:
             # the NIC's head transfer goes on the urgent band, past every queued bulk byte at
-            # this NIC and at its receiver's; it waits for that band's room, not for the bulk
-            # windows (nor does its receiver: the urgent socket is its own pipe). Only when it
-            # has something to pass: another transfer pending or with bulk bytes in flight. A
-            # transfer alone keeps the bulk band, so the urgent band stays free for the next
-            # one ranked ahead of it, which then waits for no chunk of it at all.
+            # this NIC and at its receiver's, outside the bulk windows (its receiver's urgent
+            # socket is its own pipe), with a receiver's window of its own: a bulk chunk would
+            # wait behind the bulk band's, and two urgent chunks in flight throttled it to a
+            # busy receiver's acknowledgements (a trainer all-reducing acks late: mixedgen/Cora
+            # had 1.2 s stalls). Only when it has something to pass:
+            # another transfer pending or with bulk bytes in flight. A transfer alone keeps the
+            # bulk band, so the urgent band stays free for the next one ranked ahead of it,
+            # which then waits for no chunk of it at all.
             head = min(ready, key=self._order)
             alone = len(ready) == 1 and all(tid == head.tid for tid in self.bulk_tids)
             if not alone and self.urgent_off.get(head.peer, 0.0) <= now:
-                if self.urgent_count < self.urgent_chunks:
+                if self._urgent_room(head.sizes[head.next_chunk]):
                     return head, True
                 ready = [t for t in ready if t is not head]
         ready = [t for t in ready
@@ -575,6 +582,7 @@ class NicQueue:
         self.in_flight[(t.peer, t.req, i)] = (t.tid, size, t.local, urgent)
         if urgent:
             self.urgent_count += 1
+            self.urgent_bytes += size
         else:
             self.peer_count[t.peer] = self.peer_count.get(t.peer, 0) + 1
             if not t.local:
@@ -615,6 +623,7 @@ class NicQueue:
     def _release(self, tid: int, peer: bytes, size: int, local: bool, urgent: bool) -> None:
         if urgent:
             self.urgent_count -= 1
+            self.urgent_bytes -= size
             return
         if not local:
             left = self.bulk_tids.get(tid, 0) - 1
@@ -660,7 +669,7 @@ class NicQueue:
         self.in_flight_bytes = 0
         self.peer_bytes.clear()
         self.peer_count.clear()
-        self.urgent_count = 0
+        self.urgent_count = self.urgent_bytes = 0
         self.urgent_off.clear()
         self.bulk_tids.clear()
         self.full.clear()
@@ -779,7 +788,7 @@ class Store(Role):
             cfg.get("window_bytes", WINDOW_BYTES), cfg.get("peer_window_bytes", PEER_WINDOW_BYTES)))
         self.nic = NicQueue(cfg["sharing"], int(window), int(peer),
                             peer_chunks=STORE_SOCKET.sndhwm,
-                            urgent_chunks=URGENT_CHUNKS if getattr(self, "urgent", None) else 0)
+                            urgent=getattr(self, "urgent", None) is not None)
         self.chunk_bytes = int(cfg.get("nic_chunk_bytes", {}).get(
             self.args.machine, cfg.get("chunk_bytes", CHUNK_BYTES)))
         self.tids = itertools.count()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import struct
 import threading
 import time
@@ -231,8 +232,8 @@ def test_urgent_band_carries_the_head_transfer_past_the_windows() -> None:
     bulk windows and bounded by its own chunk count, whenever it has something to pass; a
     transfer alone keeps the bulk band (so a later, more urgent one finds the urgent band
     empty). A receiver not on the urgent socket (yet) gets bulk chunks meanwhile."""
-    q = NicQueue("priority", window=200, peer_window=200, urgent_chunks=2)
-    bulk, head = _transfer(1, 5, b"a"), _transfer(2, 3, b"a")
+    q = NicQueue("priority", window=200, peer_window=200, urgent=True)
+    bulk, head = _transfer(1, 5, b"a"), _transfer(2, 5, b"a")
     q.add(bulk)
     q.set_keys({1: (9,)})
     sent = [q.next_chunk() for _ in range(3)]
@@ -243,17 +244,20 @@ def test_urgent_band_carries_the_head_transfer_past_the_windows() -> None:
     for _ in range(2):
         t, _m, _s, urgent = q.next_chunk()
         assert t is head and urgent
-    assert q.next_chunk() is None and q.urgent_count == 2  # both bands full
+    assert q.next_chunk() is None and q.urgent_bytes == 200  # both bands' windows full
+    q.ack(b"a", bulk.req, 0)
+    t, *_, urgent = q.next_chunk()
+    assert t is bulk and not urgent  # bulk room: the others' band, never the head's
     q.ack(b"a", head.req, 0)  # one urgent chunk acknowledged: the head's next goes at once
     t, m, size, urgent = q.next_chunk()
     assert t is head and urgent and q.in_flight_bytes == 200
     q.unsend(t, m, size, unreachable=True)  # the receiver has no urgent socket (yet)
     assert q.urgent_count == 1 and b"a" in q.urgent_off and not q.full
-    q.ack(b"a", bulk.req, 0)
+    q.ack(b"a", bulk.req, 1)
     t, *_, urgent = q.next_chunk()
     assert t is head and not urgent  # on the bulk band until URGENT_RETRY_S
-    fair = NicQueue("fair", urgent_chunks=2)
-    assert fair.urgent_chunks == 0  # fair sharing has no head
+    fair = NicQueue("fair", urgent=True)
+    assert not fair.urgent  # fair sharing has no head
 
 
 def test_full_pipe_skips_its_receiver_for_one_round() -> None:
@@ -585,6 +589,7 @@ def test_wire_order_on_a_shaped_nic(cora_parts: Path) -> None:
             pytest.skip(f"this kernel cannot band NIC queues: {ec.queues}")
         banded = _wire_race(cora_parts, ec, urgent_band=True)
         one_band = _wire_race(cora_parts, ec, urgent_band=False)
+    print("WIRE_ORDER " + json.dumps({**banded, "one_band_extra_s": one_band["extra_s"]}))
     assert banded["first"] == "urgent", banded
     assert banded["extra_s"] <= banded["chunk_s"], banded
     # what the band removes: the bulk bytes the kernel already holds (~35 ms measured here)

@@ -97,6 +97,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="let store traffic share a machine's NIC with its gradients (default: "
                         "stores send it nothing of later iterations while its gradients are "
                         "on the wire)")
+    p.add_argument("--urgent-band", action="store_true",
+                   help="with priority sharing on NICs with TOS bands (cluster up --bands): "
+                        "each store sends the policy's first transfer on a second socket in "
+                        "the middle band, past the bulk bytes queued at both NICs (default: "
+                        "one band of graph data; docs/robustness.md says why)")
     p.add_argument("--trace", action="store_true",
                    help="also write one record per NIC transfer (a store's struct and feat, a "
                         "sampler's block, a relay's relay: queued, received) and per "
@@ -359,6 +364,7 @@ def run(args: argparse.Namespace) -> int:
         except SpecError as exc:
             raise SpecError("--replan-placer", "", exc.problem, exc.valid) from None
     opts = RuntimeOptions(threads=args.threads, resume=args.resume, grad_first=not args.no_grad_first,
+                          urgent_band=args.urgent_band,
                           emulate_speed=None if args.emulate_speed is None
                           else args.emulate_speed == "on",
                           checkpoint_every=args.checkpoint_every, heartbeat_s=args.heartbeat,

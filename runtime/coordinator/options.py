@@ -96,9 +96,15 @@ class RuntimeOptions:
     # Priority sharing on NICs that band by IP TOS (``cluster up --bands``; runtime.qos): each
     # store sends its head transfer (the policy's first) on a second socket marked
     # ``URGENT_TOS``, so it passes every bulk byte queued at the store's NIC and at its
-    # receiver's, within a packet, instead of waiting out the store's window (150 ms of its
-    # egress). None: whenever the launcher's NICs band; False: one band of graph data.
-    urgent_band: bool | None = None
+    # receiver's instead of waiting behind them (tests/test_transport.py::
+    # test_wire_order_on_a_shaped_nic: +0.2 ms over its own bytes at line rate, against +35 ms
+    # on one band). Not the default: on mixedgen/Cora it made the gnnsched policy 7% slower
+    # than fifo (3 paired repeats; bench/bench_policy.py --nic-bands --policies
+    # fifo,gnnsched,gnnsched+urgent): a store's head is only *its* first, so at a receiver's
+    # NIC one store's next-iteration prefetch passes another store's bytes for the current
+    # iteration. A global order needs receiver-driven grants (Homa, pHost), not built.
+    # None: whenever the launcher's NICs band; True: ask for it (ignored without bands).
+    urgent_band: bool | None = False
     request_timeout: float = 120.0  # a store / trainer answer we wait for
     start_timeout: float = 300.0  # all roles up and ready
     orphan_timeout: float = 30.0  # a role exits when the coordinator is silent this long
