@@ -11,15 +11,27 @@ so do real hosts and switches with QoS: Linux's classic ``pfifo_fast`` queue ser
 bands by the packet's priority, which a socket's ``IP_TOS`` sets (``BULK_TOS``, "maximise
 throughput", is ``TC_PRIO_BULK``: the last band), and a switch with DSCP queues does the same
 by the IP header. The runtime marks its bulk graph data (store replies, blocks, relayed
-features) with ``BULK_TOS``; gradients, requests and acknowledgements stay best effort.
+features) with ``BULK_TOS``; gradients, requests and acknowledgements stay unmarked.
 DistDGL marks nothing, so all its traffic shares one band, as on a plain FIFO.
+
+The three bands, as the classifier sets them on every emulated NIC (a host's egress and the
+switch port toward each host):
+
+* band 0: everything unmarked -- gloo's gradients (which no socket option of ours reaches),
+  requests, acknowledgements, control;
+* band 1: ``URGENT_TOS`` -- with ``RuntimeOptions.urgent_band``, a store's head transfer (the
+  policy's first) on its second socket, past the bulk bytes queued at both NICs;
+* band 2: ``BULK_TOS`` -- the rest of the graph data.
+
+On the host's own egress the classifier overrides the socket's priority, because Linux maps
+an unmarked socket to the middle band, where gradients would share a FIFO with urgent data.
 
 With ``EmulatedCluster(bands=True)`` (``gnnsched cluster up --bands``, ``gnnsched bench
 --nic-bands``; the default is one FIFO per NIC, a plain switch) every tbf gets a
-``pfifo_fast`` child (each band as deep as the tbf's byte limit). A host's own egress bands by
-the socket's priority directly; a switch port cannot, because a packet's priority is cleared
-when it crosses into the switch namespace, so a 10-instruction eBPF classifier on each port's
-ingress (clsact) sets it again from the IP TOS. Assembled here, loaded with the ``bpf``
+``pfifo_fast`` child (each band as deep as the tbf's byte limit). A packet's priority is
+cleared when it crosses into the switch namespace, so a 13-instruction eBPF classifier on
+each port's ingress (clsact) sets it again from the IP TOS, and the same program on each
+host's egress sets it there (see above). Assembled here, loaded with the ``bpf``
 system call, attached with ``tc`` through a pin in a private bpffs that is removed at once
 (the filters keep the program alive; deleting the namespace deletes them). Where the kernel
 lacks any piece, :func:`attach_classifier` raises and the switch ports stay FIFO, saying so.
