@@ -182,6 +182,9 @@ def _updown(name: str, n: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gnnsched.cli import stop_cleanly_on_signals
+
+    stop_cleanly_on_signals()  # a kill still takes the emulated cluster down
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--allreduce-worker"]:  # a rank of _allreduce, inside its namespace
         return _allreduce_worker(*argv[1:])

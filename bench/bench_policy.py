@@ -97,7 +97,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                      "paired_ratio_min": min(ratios), "paired_ratio_max": max(ratios),
                      "allreduce": allreduce(runs[p], prof, cluster, job0)})
         if args.trace:
-            rows[-1]["timeline"] = timelines(runs[p], p, cluster, job0, plan, prof, st.seed)
+            rows[-1]["timeline"] = timelines(runs[p], policy_of(p), cluster, job0, plan, prof,
+                                             st.seed)
     doc = {"shape": args.shape, "dataset": ds, "placer": args.placer,
            "nic_bands": bool(args.nic_bands),
            "plan": be.plan_rows(plan), "repeats": args.repeats, "epochs": st.epochs,
@@ -272,18 +273,28 @@ def _timeline_table(doc: dict[str, Any]) -> None:
         v = max(s["senders"].values(), key=lambda x: x["busy_fraction"], default=None)
         return "-" if v is None else f"{v['mean_in_flight']:.2f}"
 
+    def inverted(s: dict[str, Any]) -> str:
+        rs = [v for v in s.get("receivers", {}).values() if v["overlapping_pairs"]]
+        if not rs:
+            return "-"
+        pairs = sum(v["overlapping_pairs"] for v in rs)
+        return f"{sum(v['out_of_order'] * v['overlapping_pairs'] for v in rs) / pairs:.1%}"
+
     print(f"\nthe median run of each policy beside the simulator calibrated on it\n"
-          f"{'policy':<14} {'epoch s (run / sim)':>20} {'feat ms p50/p90 run':>20} "
-          f"{'sim':>10} {'in flight run / sim':>20}")
+          f"{'policy':<16} {'epoch s (run / sim)':>20} {'feat ms p50/p90 run':>20} "
+          f"{'sim':>10} {'in flight run / sim':>20} {'out of order at receivers':>26}")
     for r in doc["rows"]:
         t = r["timeline"]
         m, s = t["measured"], t["simulated"]
-        print(f"{r['policy']:<14} {t['measured_s']:>10.3f} / {t['simulated_s']:<7.3f} "
+        print(f"{r['policy']:<16} {t['measured_s']:>10.3f} / {t['simulated_s']:<7.3f} "
               f"{pct(m, 'feat'):>20} {pct(s, 'feat'):>10} "
-              f"{busiest(m):>11} / {busiest(s):<7}")
+              f"{busiest(m):>11} / {busiest(s):<7} {inverted(m):>26}")
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gnnsched.cli import stop_cleanly_on_signals
+
+    stop_cleanly_on_signals()  # a kill still takes the emulated cluster down
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--shape", default="mixedgen", choices=list(be.SHAPES),
                     help="cluster shape of the evaluation (gnnsched/evaluation/shapes; "

@@ -192,10 +192,35 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             d2t.append(b["time"] - (b.get("train_s") or 0.0) - (b.get("allreduce_s") or 0.0)
                        - d["t"])
     return {"transfers": kinds, "senders": _senders(by_src),
+            "receivers": wire_order(moves),
             "pipeline": {"dispatch_to_sampled": percentiles(d2s),
                          "sampled_to_features": percentiles(s2f),
                          "dispatch_to_train": percentiles(d2t)},
             "batches": len(steady)}
+
+
+def wire_order(moves: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per receiving machine: of its transfers that were on the wire together (each queued
+    before the other finished) and that the policy ranked apart, the share that finished out
+    of the policy's order -- how far the bytes crossing the receiver's NIC, where several
+    senders meet, departed from the order the policy chose. The order is each transfer's
+    recorded priority key (``key``), else its iteration."""
+    by_dst: dict[str, list[tuple[float, float, list]]] = defaultdict(list)
+    for r in moves:
+        key = r.get("key")
+        by_dst[r["dst"]].append((r["queued"], r["done"], list(key) if key else [r["seq"]]))
+    out = {}
+    for dst, ms in sorted(by_dst.items()):
+        pairs = inverted = 0
+        for i, (qa, da, ka) in enumerate(ms):
+            for qb, db, kb in ms[i + 1:]:
+                if ka == kb or qa >= db or qb >= da:
+                    continue  # ranked equal, or never on the wire together
+                pairs += 1
+                inverted += (da < db) != (ka < kb)
+        out[dst] = {"overlapping_pairs": pairs,
+                    "out_of_order": inverted / pairs if pairs else 0.0}
+    return out
 
 
 def _ordered(kinds: Iterable[str]) -> list[str]:

@@ -452,6 +452,10 @@ class NicQueue:
         self.urgent_count = self.urgent_bytes = 0
         self.urgent_off: dict[bytes, float] = {}  # receivers not on the urgent socket: until
         self.bulk_tids: dict[int, int] = {}  # remote transfers' chunks in flight on the bulk band
+        # receiver machine -> the first key of all stores' transfers to it (the coordinator's
+        # grants): only a transfer at or before it may take the urgent band; None: nothing
+        # pending there (so anything may); no entry: not known (the store's own order decides)
+        self.floors: dict[int, tuple | None] = {}
         self.peer_window = peer_window or window
         self.active: OrderedDict[int, OutTransfer] = OrderedDict()  # arrival order
         self.keys: dict[int, tuple] = {}
@@ -514,6 +518,18 @@ class NicQueue:
         """The policy's order: ranked transfers by key, then the rest in arrival order."""
         return (0, self.keys[t.tid], t.tid) if t.tid in self.keys else (1, (), t.tid)
 
+    def _granted(self, t: OutTransfer) -> bool:
+        """Whether ``t`` may take the urgent band: no store's transfer to its receiver comes
+        before it in the policy's order (as far as the coordinator's last floor says)."""
+        if t.dst_machine not in self.floors:
+            return True
+        floor = self.floors[t.dst_machine]
+        key = self.keys.get(t.tid)
+        return floor is None or (key is not None and key <= floor)
+
+    def set_floor(self, machine: int, key: tuple | None) -> None:
+        self.floors[machine] = key
+
     def _urgent_room(self, size: int) -> bool:
         if self.peer_chunks and self.urgent_count >= self.peer_chunks:
             return False
@@ -536,9 +552,11 @@ class NicQueue:
             # another transfer pending or with bulk bytes in flight. A transfer alone keeps the
             # bulk band, so the urgent band stays free for the next one ranked ahead of it,
             # which then waits for no chunk of it at all.
-            head = min(ready, key=self._order)
-            alone = len(ready) == 1 and all(tid == head.tid for tid in self.bulk_tids)
-            if not alone and self.urgent_off.get(head.peer, 0.0) <= now:
+            granted = [t for t in ready if self._granted(t)]
+            head = min(granted, key=self._order) if granted else None
+            alone = head is not None and len(ready) == 1 and \
+                all(tid == head.tid for tid in self.bulk_tids)
+            if head is not None and not alone and self.urgent_off.get(head.peer, 0.0) <= now:
                 if self._urgent_room(head.sizes[head.next_chunk]):
                     return head, True
                 ready = [t for t in ready if t is not head]
@@ -672,6 +690,7 @@ class NicQueue:
         self.urgent_count = self.urgent_bytes = 0
         self.urgent_off.clear()
         self.bulk_tids.clear()
+        self.floors.clear()
         self.full.clear()
         self.held.clear()
 
@@ -983,6 +1002,9 @@ class Store(Role):
                 self.nic.hold(int(body["machine"]), int(body["seq"]), body.get("for_s"))
             else:
                 self.nic.release(int(body["machine"]))
+        elif body["op"] == "floor":
+            key = body.get("key")
+            self.nic.set_floor(int(body["machine"]), None if key is None else tuple(key))
         elif body["op"] == "rank":
             self.nic.set_ranks({(int(t), int(q), str(k)): tuple(key)
                                 for t, q, k, key in body["ranks"]})

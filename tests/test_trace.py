@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gnnsched.trace import load, summarize
+from gnnsched.trace import load, summarize, wire_order
 
 
 def _run(tmp_path: Path, records: list[dict]) -> Path:
@@ -45,6 +45,26 @@ def test_summary_of_a_small_timeline(tmp_path: Path) -> None:
     assert pipe["dispatch_to_sampled"]["p50"] == pytest.approx(0.05)
     assert pipe["sampled_to_features"]["p50"] == pytest.approx(0.16)
     assert pipe["dispatch_to_train"]["p50"] == pytest.approx(0.3)  # 1.33 - 0.03 - 1.0
+
+
+def test_wire_order_counts_transfers_that_finished_out_of_iteration_order() -> None:
+    """At receiver g0: iteration 2 from s1 overtook iteration 1 from s0 while both were on
+    the wire; iteration 3 overlapped iteration 1 and finished after it; 2 and 3 never met.
+    Recorded priority keys, where there are, are the order instead of the iteration."""
+    def move(seq: int, src: str, queued: float, done: float, dst: str = "g0") -> dict:
+        return {"trainer": 0, "seq": seq, "kind": "feat", "src": src, "dst": dst,
+                "bytes": 1, "queued": queued, "done": done}
+
+    got = wire_order([move(1, "s0", 0.0, 1.0), move(2, "s1", 0.1, 0.5),
+                      move(3, "s1", 0.6, 1.2), move(1, "s1", 0.0, 0.2, dst="g1"),
+                      move(1, "s0", 0.0, 0.3, dst="g1")])
+    assert got["g0"] == {"overlapping_pairs": 2, "out_of_order": pytest.approx(0.5)}
+    assert got["g1"] == {"overlapping_pairs": 0, "out_of_order": 0.0}  # same iteration
+    # with the policy's keys: iteration 2's sampling answer ranks with iteration 1's data
+    # (key (1, 0) before (1, 1)), so finishing first is the policy's order
+    keyed = [{**move(2, "s1", 0.1, 0.5), "kind": "struct", "key": [1, 0]},
+             {**move(1, "s0", 0.0, 1.0), "key": [1, 1]}]
+    assert wire_order(keyed)["g0"] == {"overlapping_pairs": 1, "out_of_order": 0.0}
 
 
 def test_bad_runs_say_what_is_wrong(tmp_path: Path) -> None:

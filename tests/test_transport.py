@@ -260,6 +260,29 @@ def test_urgent_band_carries_the_head_transfer_past_the_windows() -> None:
     assert not fair.urgent  # fair sharing has no head
 
 
+def test_urgent_band_is_granted_in_the_receivers_order() -> None:
+    """The coordinator's floor per receiver: a store's head takes the urgent band only if no
+    store's transfer to that receiver comes before it; another receiver's transfer may."""
+    q = NicQueue("priority", window=1000, peer_window=1000, urgent=True)
+    a, b, c = _transfer(1, 2, b"a"), _transfer(2, 2, b"a"), _transfer(3, 1, b"b")
+    c.dst_machine = 2
+    for t, key in ((a, (2,)), (b, (3,)), (c, (5,))):
+        q.add(t)
+        q.set_keys({t.tid: key})
+    q.set_floor(1, (1,))  # another store holds receiver 1's iteration-1 data
+    q.set_floor(2, (5,))
+    t, *_, urgent = q.next_chunk()
+    assert t is c and urgent  # the first granted one, though a and b rank before it here
+    t, *_, urgent = q.next_chunk()
+    assert t is a and not urgent  # bulk: it would pass receiver 1's more urgent bytes
+    q.set_floor(1, (2,))  # that transfer is done: a is receiver 1's first now
+    t, *_, urgent = q.next_chunk()
+    assert t is a and urgent
+    q.set_floor(1, None)  # nothing of another store pending for receiver 1
+    t, *_, urgent = q.next_chunk()
+    assert t is b and urgent and q.urgent_count == 3
+
+
 def test_full_pipe_skips_its_receiver_for_one_round() -> None:
     """A chunk whose receiver's pipe is full goes back to the queue unchanged (window bytes
     released) and the NIC serves other receivers; the next round retries it."""

@@ -176,6 +176,9 @@ class PolicyDriver:
         self.ready_since = [now] * W
         self.expected: dict[tuple[int, int], str] = {}
         self.queues: dict[int, dict[int, Transfer]] = defaultdict(dict)
+        self.keyed: dict[tuple[int, int], list] = {}  # (store, tid) -> the policy's key
+        self.floor: dict[int, list | None] = {}  # receiver -> its first key (urgent band)
+        self.urgent_band = bool(getattr(self, "cfg", {}).get("urgent_band"))
         self.stores = {self.cluster.machine_index(r.launch.machine): name
                        for name, r in self.roles.items() if r.launch.role == "store"}
         self.fetchers = [name for name, r in self.roles.items() if r.launch.role == "fetcher"]
@@ -287,26 +290,52 @@ class PolicyDriver:
             tr = Transfer(BatchKey(int(trainer), int(seq)), str(kind), m, int(dst),
                           float(nbytes), now, self.tseq)
             self.queues[m][int(tid)] = tr
-            if self.policy.sharing == "priority" and not ranked:
+            if self.policy.sharing == "priority":
                 key = self.ranked.get((m, int(trainer), int(seq), str(kind)))
-                keys.append([int(tid), key if key is not None else
-                             list(self.policy.priority(tr))])
+                key = key if key is not None else list(self.policy.priority(tr))
+                self.keyed[(m, int(tid))] = key
+                if not ranked:
+                    keys.append([int(tid), key])
         if keys:
             self.send(name, ctrl("prio", keys=keys))
+        self._floors({int(t[4]) for t in body["transfers"]})
+
+    def _floors(self, dsts: set[int]) -> None:
+        """The urgent band's grants, from the receiver's side: a store may send a transfer on
+        it only if no transfer to the same receiver, from any store, comes before it in the
+        policy's order (its key is at most the receiver's floor). Without this a store's head
+        is only *its* first, and at a receiver's NIC one store's next-iteration prefetch
+        passes another store's bytes for the current iteration."""
+        if not self.urgent_band:
+            return
+        for d in dsts:
+            keys = [self.keyed[(m, tid)] for m, q in self.queues.items() for tid, tr in q.items()
+                    if tr.dst == d and (m, tid) in self.keyed]
+            floor = min(keys) if keys else None
+            if floor != self.floor.get(d):
+                self.floor[d] = floor
+                for store in self.stores.values():
+                    self.send(store, ctrl("floor", machine=d, key=floor))
 
     def _on_sent(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
         m = int(body["machine"])
         now = self.now()
+        dsts = set()
         for tid in body["tids"]:
             tr = self.queues[m].pop(int(tid), None)
+            key = self.keyed.pop((m, int(tid)), None)
             if tr is not None:
+                dsts.add(tr.dst)
                 self.policy.on_transfer_done(tr, now)
                 if self.opts.trace:
                     self.event({"type": "transfer", "trainer": tr.batch.trainer,
                                 "seq": tr.batch.iteration, "kind": tr.kind,
                                 "src": self.cluster.machines[tr.src].name,
                                 "dst": self.cluster.machines[tr.dst].name,
-                                "bytes": tr.nbytes, "queued": tr.created, "done": now})
+                                "bytes": tr.nbytes, "queued": tr.created, "done": now,
+                                "key": key if key is not None
+                                else list(self.policy.priority(tr))})
+        self._floors(dsts)
 
     def _on_allreduce(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
         """Gradients first, as in the cost model: once *every* trainer has entered all-reduce
