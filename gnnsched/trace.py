@@ -298,6 +298,10 @@ def format_summary(s: dict[str, Any], title: str) -> str:
         of = ", ".join(f"{k} {n}" for k, n in v.get("kinds", {}).items())
         lines.append(f"{src:<12} {v['transfers']:>9} {v['busy_fraction']:>6.0%} "
                      f"{v['mean_in_flight']:>10.2f}   {of}".rstrip())
+    if s.get("receivers"):
+        lines += ["", f"{'receiver':<12} {'overlapping':>11} {'out of the policy order':>24}"]
+        for dst, v in s["receivers"].items():
+            lines.append(f"{dst:<12} {v['overlapping_pairs']:>11} {v['out_of_order']:>24.0%}")
     lines += ["", f"{'per mini-batch':<24}   ms p10    p50    p90"]
     for name, p in s["pipeline"].items():
         lines.append(f"{name.replace('_', ' '):<24} {ms(p)}")
@@ -305,4 +309,4 @@ def format_summary(s: dict[str, Any], title: str) -> str:
 
 
 __all__ = ["KINDS", "RECORD_FIELDS", "check_record", "format_summary", "load", "percentiles", "steady_batches", "summarize",
-           "summarize_sim"]
+           "summarize_sim", "wire_order"]

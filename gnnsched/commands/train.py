@@ -101,7 +101,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with priority sharing on NICs with TOS bands (cluster up --bands): "
                         "each store sends the policy's first transfer on a second socket in "
                         "the middle band, past the bulk bytes queued at both NICs (default: "
-                        "one band of graph data; docs/robustness.md says why)")
+                        "one band of graph data; docs/evaluation.md says why)")
     p.add_argument("--trace", action="store_true",
                    help="also write one record per NIC transfer (a store's struct and feat, a "
                         "sampler's block, a relay's relay: queued, received) and per "
