@@ -543,15 +543,14 @@ class NicQueue:
         now = time.monotonic()
         ready = [t for t in ready if not t.local and not self.held.blocks(t.dst_machine, t.seq, now)]
         if self.urgent and ready:
-            # the NIC's head transfer goes on the urgent band, past every queued bulk byte at
-            # this NIC and at its receiver's, outside the bulk windows (its receiver's urgent
-            # socket is its own pipe), with a receiver's window of its own: a bulk chunk would
-            # wait behind the bulk band's, and two urgent chunks in flight throttled it to a
-            # busy receiver's acknowledgements (a trainer all-reducing acks late: mixedgen/Cora
-            # had 1.2 s stalls). Only when it has something to pass:
-            # another transfer pending or with bulk bytes in flight. A transfer alone keeps the
-            # bulk band, so the urgent band stays free for the next one ranked ahead of it,
-            # which then waits for no chunk of it at all.
+            # The first granted transfer (see _granted) goes on the urgent band, past every
+            # bulk byte queued at this NIC and at its receiver's. It has a receiver's window
+            # of its own, outside the bulk windows, and never spills into the bulk band (its
+            # chunks there would wait behind the bulk bytes). A budget of two chunks was
+            # tried: a trainer busy all-reducing acknowledges late, and one mixedgen/Cora
+            # epoch stalled for over a second. Only when it has something to pass (another
+            # transfer pending, or bulk bytes of another in flight): a transfer alone keeps
+            # the bulk band, so the band stays free for the next one ranked ahead of it.
             granted = [t for t in ready if self._granted(t)]
             head = min(granted, key=self._order) if granted else None
             alone = head is not None and len(ready) == 1 and \
