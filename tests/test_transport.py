@@ -401,6 +401,22 @@ def test_store_rejects_bad_requests_and_keeps_serving(cora_parts: Path) -> None:
         ctx.destroy(linger=0)
 
 
+def _rank_big_and_urgent(coord_ch: Channel, store) -> None:
+    """Rank trainer 0's iteration 9 (the big transfer) after iteration 1 (the urgent one),
+    as the coordinator does before the requests. The store's control socket connects in the
+    background: until it has, the router cannot route to it (a loaded box takes a while)."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            coord_ch.send(ctrl("rank", ranks=[[0, 9, "feat", [9]], [0, 1, "feat", [1]]]),
+                          store.ident.encode())
+            return
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EHOSTUNREACH or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 def _serve(cora_parts: Path, sharing: str, pre_rank: bool = True
            ) -> tuple[list[str], dict, int]:
     """A real Store loop (thread), a coordinator stand-in (thread) and a slow client: a large
@@ -412,16 +428,7 @@ def _serve(cora_parts: Path, sharing: str, pre_rank: bool = True
     ctx = zmq.Context()
     store, coord, coord_ch = _store(ctx, cora_parts, sharing)
     if pre_rank:  # as the coordinator does once a batch is sampled: keys before requests
-        deadline = time.monotonic() + 10
-        while True:  # the store's control socket connects in the background: until it has,
-            try:     # the router cannot route to it (a loaded box takes a while)
-                coord_ch.send(ctrl("rank", ranks=[[0, 9, "feat", [9]], [0, 1, "feat", [1]]]),
-                              store.ident.encode())
-                break
-            except zmq.ZMQError as exc:
-                if exc.errno != zmq.EHOSTUNREACH or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
+        _rank_big_and_urgent(coord_ch, store)
     running = threading.Event()
     running.set()
 
@@ -532,16 +539,7 @@ def _wire_race(cora_parts: Path, ec, urgent_band: bool) -> dict[str, float]:
                         "peer_window_bytes": int(0.12 * rate)}
         store.setup()
     coord_ch = Channel(coord, "coordinator")
-    deadline = time.monotonic() + 10
-    while True:  # the policy's keys, as the coordinator sends them before the requests
-        try:
-            coord_ch.send(ctrl("rank", ranks=[[0, 9, "feat", [9]], [0, 1, "feat", [1]]]),
-                          store.ident.encode())
-            break
-        except zmq.ZMQError as exc:
-            if exc.errno != zmq.EHOSTUNREACH or time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
+    _rank_big_and_urgent(coord_ch, store)  # the policy's keys, before the requests
     thread = threading.Thread(target=store.run, daemon=True)
     thread.start()
     with entered(ec.host("r").ns):
