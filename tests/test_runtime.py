@@ -233,6 +233,45 @@ def test_lab4_on_an_emulated_cluster_with_shaped_nics(lab4, tmp_path: Path) -> N
     assert left == [] and not net.state_file.exists()
 
 
+@pytest.mark.slow
+@pytest.mark.netns
+def test_lab4_with_the_urgent_band(lab4, tmp_path: Path) -> None:
+    """The urgent band end to end (NICs with TOS bands, ``urgent_band``): every store binds
+    its second socket, every client connects it, the coordinator grants it per receiver, and
+    the run trains like the reference, every batch once, with graph data on both bands."""
+    from gnnsched.runtime import netns
+    from gnnsched.runtime.reference import reference_train
+
+    why = netns.unavailable_reason()
+    if why is not None:
+        pytest.skip(f"emulated cluster unavailable: {why}")
+    base, job, _, parts = lab4
+    job = replace(job, epochs=2)
+    d = base.to_dict()
+    d["name"] = f"urg{os.getpid() % 100000}"
+    for m in d["machines"]:
+        m.pop("address", None)
+    cluster = cluster_from_dict(d, "<test>")
+    plan = _plan(cluster)
+    net = netns.EmulatedCluster(cluster, bands=True).up()
+    try:
+        if net.queues != "tos bands":
+            pytest.skip(f"this kernel cannot band NIC queues: {net.queues}")
+        res = train(cluster, job, plan, policy="gnnsched", launcher="netns",
+                    out_dir=tmp_path / "run", partitions=parts,
+                    options=replace(FAST, urgent_band=True))
+        ref = reference_train(job, str(parts), [list(t.parts) for t in plan.trainers])
+        assert abs(res.test_accuracy - ref.test_accuracy) <= 0.01, (res.test_accuracy, ref)
+        _assert_every_batch_once(_records(tmp_path / "run"), job.epochs, 2,
+                                 res.iterations_per_epoch)
+        stores = {n: p for n, p in res.processes.items() if n.startswith("store")}
+        assert stores and all(p.get("urgent_bytes", 0) > 0 for p in stores.values()), stores
+        assert not _children(), "a role process outlived the run"
+    finally:
+        net.down()
+    assert [n for n in netns.list_namespaces() if n in net.namespaces] == []
+
+
 # ---------------------------------------------------------------------- pure pieces
 
 

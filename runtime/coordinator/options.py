@@ -94,17 +94,15 @@ class RuntimeOptions:
     # TCP lost packets and gnnsched took 2.9 s per epoch (DistDGL 4.5 s).
     grad_first: bool = True
     # Priority sharing on NICs that band by IP TOS (``cluster up --bands``; runtime.qos): each
-    # store sends its head transfer (the policy's first) on a second socket marked
-    # ``URGENT_TOS``, so it passes every bulk byte queued at the store's NIC and at its
-    # receiver's instead of waiting behind them (tests/test_transport.py::
-    # test_wire_order_on_a_shaped_nic: +0.2 ms over its own bytes at line rate, against +35 ms
-    # on one band). Not the default: on mixedgen/Cora it made the gnnsched policy 7% slower
-    # than fifo (3 paired repeats; bench/bench_policy.py --nic-bands --policies
-    # fifo,gnnsched,gnnsched+urgent): a store's head is only *its* first, so at a receiver's
-    # NIC one store's next-iteration prefetch passes another store's bytes for the current
-    # iteration. A global order needs receiver-driven grants (Homa, pHost), not built.
-    # None: whenever the launcher's NICs band; True: ask for it (ignored without bands).
-    urgent_band: bool | None = False
+    # store sends its first granted transfer on a second socket marked ``URGENT_TOS``, past
+    # every bulk byte queued at its NIC and at the receiver's (tests/test_transport.py::
+    # test_wire_order_on_a_shaped_nic: +0.1 ms over its own bytes at line rate, against
+    # +33-41 ms on one band). The coordinator grants it in each receiver's order (a floor per
+    # receiver over all stores' transfers); without that, one store's next-iteration prefetch
+    # passed another's current-iteration bytes and the gnnsched policy ran 7% slower than fifo
+    # on mixedgen/Cora. Not the default: with the grants it is level with fifo and with the
+    # policy alone on four shapes (docs/evaluation.md, "The wire order"). Ignored without bands.
+    urgent_band: bool = False
     request_timeout: float = 120.0  # a store / trainer answer we wait for
     start_timeout: float = 300.0  # all roles up and ready
     orphan_timeout: float = 30.0  # a role exits when the coordinator is silent this long
