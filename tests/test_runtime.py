@@ -186,6 +186,21 @@ def test_ctrl_c_stops_every_process(lab4, tmp_path: Path, sig: signal.Signals) -
     assert not alive, f"processes left after Ctrl-C: {alive}\n{tail}"
 
 
+def _emulated_lab4(base, tag: str):
+    """lab4's cluster under a name of this test process's own (its own namespaces), hosts
+    auto-addressed (never colliding with a running lab4); skips where netns cannot run."""
+    from gnnsched.runtime import netns
+
+    why = netns.unavailable_reason()
+    if why is not None:
+        pytest.skip(f"emulated cluster unavailable: {why}")
+    d = base.to_dict()
+    d["name"] = f"{tag}{os.getpid() % 100000}"
+    for m in d["machines"]:
+        m.pop("address", None)
+    return cluster_from_dict(d, "<test>")
+
+
 @pytest.mark.slow
 @pytest.mark.netns
 def test_lab4_on_an_emulated_cluster_with_shaped_nics(lab4, tmp_path: Path) -> None:
@@ -195,16 +210,9 @@ def test_lab4_on_an_emulated_cluster_with_shaped_nics(lab4, tmp_path: Path) -> N
     from gnnsched.runtime import netns
     from gnnsched.runtime.reference import reference_train
 
-    why = netns.unavailable_reason()
-    if why is not None:
-        pytest.skip(f"emulated cluster unavailable: {why}")
     base, job, _, parts = lab4
     job = replace(job, epochs=3)
-    d = base.to_dict()
-    d["name"] = f"e2e{os.getpid() % 100000}"  # its own namespaces
-    for m in d["machines"]:
-        m.pop("address", None)  # auto-addressed: never collides with a running lab4
-    cluster = cluster_from_dict(d, "<test>")
+    cluster = _emulated_lab4(base, "e2e")
     plan = _plan(cluster)
     net = netns.EmulatedCluster(cluster).up()
     try:
@@ -242,16 +250,9 @@ def test_lab4_with_the_urgent_band(lab4, tmp_path: Path) -> None:
     from gnnsched.runtime import netns
     from gnnsched.runtime.reference import reference_train
 
-    why = netns.unavailable_reason()
-    if why is not None:
-        pytest.skip(f"emulated cluster unavailable: {why}")
     base, job, _, parts = lab4
     job = replace(job, epochs=2)
-    d = base.to_dict()
-    d["name"] = f"urg{os.getpid() % 100000}"
-    for m in d["machines"]:
-        m.pop("address", None)
-    cluster = cluster_from_dict(d, "<test>")
+    cluster = _emulated_lab4(base, "urg")
     plan = _plan(cluster)
     net = netns.EmulatedCluster(cluster, bands=True).up()
     try:
