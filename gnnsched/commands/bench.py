@@ -85,7 +85,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(--scale default: all but gnnsched+fifo; the single-process "
                         "reference always runs)")
     p.add_argument("--epochs", type=epochs_int, default=None,
-                   help="training epochs per run (default 8; --quick 2; --scale 1)")
+                   help="training epochs per run (default 8; --quick 2; --scale 2, the "
+                        "second the steady state; --scale --quick 1)")
     p.add_argument("--repeats", type=positive_int, default=1,
                    help="real runs per system, run r with job seed SEED + r in every "
                         "system; the median epoch time and the mean accuracy are reported")
