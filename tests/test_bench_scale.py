@@ -62,6 +62,8 @@ def test_settings_job_and_cluster() -> None:
     assert job.trainers == 4 and job.num_parts == 4
     full = scale.resolve(_args("--scale", "--launcher", "local"))
     fj = scale.make_job(full)
+    assert full.epochs == 2 and full.reference  # epoch 2: the steady state
+    assert not scale.resolve(_args("--scale", "--no-reference", "--launcher", "local")).reference
     assert (full.nodes, fj.hidden, fj.fanouts, fj.batch_size) == (1_000_000, 256, (15, 10, 5),
                                                                   1024)
     from gnnsched.runtime.distdgl import infeasible_reason
@@ -77,6 +79,25 @@ def test_settings_job_and_cluster() -> None:
     assert scale.make_cluster(st, "plentiful").name != scale.make_cluster(full, "plentiful").name
     with pytest.raises(SystemExit, match="unknown shape"):
         scale.resolve(_args("--scale", "--shapes", "gpuless", "--launcher", "local"))
+
+
+def test_policy_ab_pairs_systems_and_compares_with_the_prediction() -> None:
+    systems = ["distdgl", "gnnsched+fifo", "gnnsched+gnnsched", "gnnsched+fifo+cache",
+               "gnnsched+gnnsched+cache"]
+    assert scale.policy_pairs(systems) == [("gnnsched+fifo", "gnnsched+gnnsched"),
+                                           ("gnnsched+fifo+cache", "gnnsched+gnnsched+cache")]
+    assert scale.policy_pairs(["colocation+fifo", "gnnsched+gnnsched"]) == []
+    pred = {"policies": {"gnnsched": {"gain_windowed": 1.05}}}
+    fifo = {"job_seeds": [0, 1, 2], "repeat_seeds_per_s": [100.0, 110.0, 90.0]}
+    ours = {"job_seeds": [2, 0, 1], "repeat_seeds_per_s": [99.0, 104.0, 121.0]}
+    ab = scale.policy_ab(fifo, ours, pred)  # paired by job seed, not by position
+    assert ab["paired_gains"] == pytest.approx([1.04, 1.1, 1.1])
+    assert ab["measured_gain"] == pytest.approx(1.1)
+    assert ab["met"]
+    assert ab["noise"] == pytest.approx(max(20 / 90, 22 / 99))
+    assert not scale.policy_ab(fifo, ours, {"policies": {"gnnsched": {"gain_windowed": 1.25}}}
+                               )["met"]
+    assert scale.policy_ab(fifo, {}, pred)["met"] is None
 
 
 def test_interp_and_limits() -> None:

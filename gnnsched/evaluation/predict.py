@@ -57,6 +57,29 @@ def steady_epoch(cluster: ClusterSpec, job: JobSpec, plan: Plan, prof: CostProfi
     return float(r.barriers[2 * K - 1] - r.barriers[K - 1]), float(r.barriers[K - 1]), r
 
 
+def policy_gains(cluster: ClusterSpec, job: JobSpec, plan: Plan, prof: CostProfile,
+                 policies: list[str], seed: int) -> dict[str, Any]:
+    """Every policy's simulated epoch on one plan, from the profile alone (so it can be, and
+    is, computed before the runs it predicts): the steady epoch on the runtime's network
+    (:func:`steady_epoch`) and on the ideal one (every NIC in the policy's order), each the mean
+    over :data:`SIM_SEEDS` simulator seeds, and each policy's predicted gain over the first
+    (``gain_windowed``: the runtime's network; ``gain_ideal``). What a policy A/B compares its
+    measured gain with (``bench/bench_policy.py``, ``gnnsched bench --scale``)."""
+    from gnnsched.simulator import simulate
+
+    out: dict[str, dict[str, float]] = {}
+    for p in policies:
+        win = [steady_epoch(cluster, job, plan, prof, p, seed + i)[0] for i in range(SIM_SEEDS)]
+        ideal = [simulate(cluster, job, plan, prof, p, seed=seed + i).epoch_time_s
+                 for i in range(SIM_SEEDS)]
+        out[p] = {"windowed_s": statistics.fmean(win), "ideal_s": statistics.fmean(ideal)}
+    base = out[policies[0]]
+    for v in out.values():
+        v["gain_windowed"] = base["windowed_s"] / v["windowed_s"]
+        v["gain_ideal"] = base["ideal_s"] / v["ideal_s"]
+    return {"from": "the profile alone, before the runs", "policies": out}
+
+
 def simulate_system(cluster: ClusterSpec, job: JobSpec, plan: Plan, prof: CostProfile,
                     policy: str, seed: int) -> dict[str, Any]:
     """Simulated epoch (full and steady-state, :func:`steady_epoch`, mean over

@@ -116,7 +116,7 @@ SCALE_SHAPES: dict[str, str] = {
                "DistDGL)",
 }
 CLUSTER_SYSTEMS = ("distdgl", "colocation+fifo", "colocation+fifo+cache", "gnnsched+fifo",
-                   "gnnsched+gnnsched", "gnnsched+gnnsched+cache")
+                   "gnnsched+gnnsched", "gnnsched+fifo+cache", "gnnsched+gnnsched+cache")
 DEFAULT_SYSTEMS = ("distdgl", "colocation+fifo", "gnnsched+gnnsched", "gnnsched+gnnsched+cache")
 # gnnsched as a user runs it on this shape: its placement and policy, and feature caches in
 # half of the memory its plan leaves free (`gnnsched plan --cache-share 0.5`)
@@ -127,11 +127,13 @@ LABELS = {"limit": "box's compute limit", "reference": "single-process reference
           "gnnsched+fifo": "gnnsched placement + fifo",
           "gnnsched+gnnsched": "gnnsched (placement + policy), no caches",
           "gnnsched+gnnsched+cache": "gnnsched (placement + policy + feature caches)",
+          "gnnsched+fifo+cache": "gnnsched placement + fifo + feature caches",
           "colocation+fifo+cache": "colocation + fifo + the same caches (degree-ordered, "
                                    "static)"}
 COLOURS = {"reference": "#9e9e9e", "distdgl": "#6a1b9a", "colocation+fifo": "#c62828",
            "gnnsched+fifo": "#81c784", "gnnsched+gnnsched": "#2e7d32",
-           "gnnsched+gnnsched+cache": "#1b5e20", "colocation+fifo+cache": "#ef9a9a"}
+           "gnnsched+gnnsched+cache": "#1b5e20", "colocation+fifo+cache": "#ef9a9a",
+           "gnnsched+fifo+cache": "#a5d6a7"}
 GOALS = {"limit_fraction": 0.8, "vs_distdgl": 1.2, "vs_colocation": 1.0, "metric_points": 0.01,
          "partition_memory_x": 4.0}
 SUBNETS = {"plentiful": 20, "limited": 22}  # 10.78.X.0/24 (quick: X + 1)
@@ -174,6 +176,7 @@ class ScaleSettings:
     command: str = ""
     notes: list[str] = field(default_factory=list)
     cache_share: float = CACHE_SHARE  # of free memory, for the systems with caches
+    reference: bool = True  # train the single-process reference (--no-reference: skip it)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
@@ -204,7 +207,8 @@ def resolve(args: argparse.Namespace) -> ScaleSettings:
         systems=[s for s in CLUSTER_SYSTEMS if s in systems], seed=int(args.seed),
         budget=float(args.budget or (2.0 if q else 10.0)),
         samples=int(args.samples or (2 if q else 8)), repeats=max(1, int(args.repeats)),
-        command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]))
+        command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        reference=not getattr(args, "no_reference", False))
     if getattr(args, "normalize", None):
         st = replace(st, normalize=str(args.normalize))
     if getattr(args, "cache_share", None) is not None:  # bench/bench_cache.py sets it
@@ -978,6 +982,36 @@ def plan_key(sysname: str) -> str:
     return parts[0] + ("+cache" if "cache" in parts[2:] else "")
 
 
+def policy_pairs(systems: list[str]) -> list[tuple[str, str]]:
+    """The (fifo, gnnsched) systems that differ only in the online policy (same placer, same
+    caches): the policy A/B at the scale tier (issue 29)."""
+    out = []
+    for s in systems:
+        parts = s.split("+")
+        if len(parts) > 1 and parts[1] == "gnnsched":
+            fifo = "+".join([parts[0], "fifo", *parts[2:]])
+            if fifo in systems:
+                out.append((fifo, s))
+    return out
+
+
+def policy_ab(fifo: dict[str, Any], ours: dict[str, Any], predicted: dict[str, Any]
+              ) -> dict[str, Any]:
+    """The measured gain of gnnsched over fifo on one plan beside the simulator's: the median
+    of the paired ratios (repeat r of each ran job seed SEED + r), their range, and the
+    noise (the larger relative spread of one system's repeats)."""
+    a = dict(zip(fifo.get("job_seeds") or [], fifo.get("repeat_seeds_per_s") or []))
+    b = dict(zip(ours.get("job_seeds") or [], ours.get("repeat_seeds_per_s") or []))
+    ratios = [b[k] / a[k] for k in a if k in b and a[k]]
+    if not ratios:
+        return {"measured_gain": None, "met": None}
+    noise = max((max(v) - min(v)) / min(v) for v in (list(a.values()), list(b.values())))
+    gain = statistics.median(ratios)
+    want = predicted["policies"]["gnnsched"]["gain_windowed"]
+    return {"measured_gain": gain, "paired_gains": ratios, "noise": noise,
+            "predicted_gain": want, "met": abs(gain / want - 1.0) <= 0.10}
+
+
 def run_shape(st: ScaleSettings, steps: Steps, shape: str, parts: Path, cost: Path,
               prof: Any, refs: dict[str, Any], made: dict[str, Any] | None = None
               ) -> dict[str, Any]:
@@ -986,6 +1020,7 @@ def run_shape(st: ScaleSettings, steps: Steps, shape: str, parts: Path, cost: Pa
     from gnnsched import api
     from gnnsched.evaluation.config import canonical, error_text, plan_rows, seed_split
     from gnnsched.evaluation.measure import NicCounters
+    from gnnsched.evaluation.predict import policy_gains
 
     cluster = make_cluster(st, shape)
     job = steps.job
@@ -1023,6 +1058,19 @@ def run_shape(st: ScaleSettings, steps: Steps, shape: str, parts: Path, cost: Pa
         say(f"[scale] {shape}: network bound (gnnsched's plan): {nb['nic']} busy "
             f"{1e3 * nb['nic_s_per_iter']:.0f} ms per iteration -> "
             f"{nb['seeds_per_s']:.0f} seeds/s")
+    cfg["policy_ab"] = []
+    for fifo, ours in policy_pairs(st.systems):
+        key = plan_key(ours)
+        if key not in plans:
+            continue
+        with steps.timed(f"predict/{shape}/{key}", f"the simulator's fifo and gnnsched epochs "
+                         f"on the {key} plan (before the runs)"):
+            pred = policy_gains(cluster, job, plans[key], prof, ["fifo", "gnnsched"], st.seed)
+        g = pred["policies"]["gnnsched"]
+        say(f"[scale] {shape}: predicted gain of gnnsched over fifo on the {key} plan: "
+            f"{g['gain_windowed']:.3f}x (ideal network {g['gain_ideal']:.3f}x)")
+        cfg["policy_ab"].append({"plan": key, "fifo": fifo, "gnnsched": ours,
+                                 "predicted": pred})
     net = counters = None
     try:
         if st.launcher == "netns":
@@ -1069,6 +1117,9 @@ def run_shape(st: ScaleSettings, steps: Steps, shape: str, parts: Path, cost: Pa
                 if one.get("feasible") is False or one.get("error"):
                     break
             _aggregate(row, reps)
+        for ab in cfg["policy_ab"]:
+            ab.update(policy_ab(cfg["systems"].get(ab["fifo"], {}),
+                                cfg["systems"].get(ab["gnnsched"], {}), ab["predicted"]))
         ref_rows = [r for r in refs.get("runs", []) if r.get("test_accuracy") is not None]
         for sysname, row in cfg["systems"].items():
             if sysname != "distdgl" and row.get("split") == refs.get("split"):
@@ -1162,8 +1213,8 @@ def run_scale(args: argparse.Namespace) -> int:
                                      "split": split, "threads": 2,
                                      "batches": list(st.limit_batches)})
     say(f"[scale] compute limit: {limit_text(limit)}")
-    refs: dict[str, Any] = {"split": split, "runs": []}
-    for rep in range(st.repeats):
+    refs: dict[str, Any] = {"split": split, "runs": [], "skipped": not st.reference}
+    for rep in range(st.repeats if st.reference else 0):
         rjob = make_job(st, st.seed + rep)
         with steps.timed(f"reference #{rep + 1}", f"single-process reference of split {split}, "
                          f"job seed {rjob.seed} (a child process, 1 thread)"):
@@ -1507,7 +1558,8 @@ def invariants(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 missing.append(f"{c['shape']}/{s}: {r.get('error', 'no number')[:200]}")
     if doc["limit"].get("seeds_per_s") is None:
         missing.append("compute limit: no number")
-    if doc["reference"].get("test_metric") is None:
+    skipped = bool(doc["reference"].get("skipped"))
+    if doc["reference"].get("test_metric") is None and not skipped:
         missing.append("reference: no test metric")
     out.append({"name": "every system produced a number", "ok": not missing,
                 "detail": "; ".join(missing) or "all did"})
@@ -1525,9 +1577,10 @@ def invariants(doc: dict[str, Any]) -> list[dict[str, Any]]:
             if abs(m - rm) > GOALS["metric_points"]:
                 bad.append(f"{c['shape']}/{s} {m:.4f} vs {rm:.4f}")
     out.append({"name": "gnnsched's runs match the single-process reference within 1 point",
-                "ok": not bad and bool(seen),
+                "ok": not bad and (bool(seen) or skipped),
                 "detail": ("; ".join(bad) if bad else
                            f"reference {fmt(rm)}: " + ", ".join(seen) if seen else
+                           "not trained (--no-reference)" if skipped else
                            "no run of the reference's split")})
     return out
 
@@ -1658,6 +1711,18 @@ def _shape_section(doc: dict[str, Any], c: dict[str, Any], L: list[str]) -> None
                  f" | {_mb(max(peaks) if peaks else None)} | {_mb(sum(peaks) if peaks else None)}"
                  f" | {_mb(r.get('bytes_per_iter'))} | {fmt(m)} | {load} |")
     L.append("")
+    for ab in c.get("policy_ab") or []:
+        pg = ab["predicted"]["policies"]["gnnsched"]
+        L.append(f"**The online policy, A/B** ({LABELS.get(ab['gnnsched'], ab['gnnsched'])} "
+                 f"against {LABELS.get(ab['fifo'], ab['fifo'])}: the same {ab['plan']} plan, "
+                 "repeat r of each on job seed SEED + r): measured gain "
+                 f"{fmt(ab.get('measured_gain'), '.3f')}x (paired by seed: "
+                 + ", ".join(f"{x:.3f}" for x in ab.get("paired_gains") or []) +
+                 f"; noise {fmt(ab.get('noise'), '.3f')}), predicted before the runs "
+                 f"{pg['gain_windowed']:.3f}x on the runtime's network ({pg['gain_ideal']:.3f}x "
+                 "if every NIC sent in the policy's order); within 10% of the prediction: "
+                 f"{'yes' if ab.get('met') else 'no' if ab.get('met') is False else '–'}.")
+        L.append("")
     L.append("A role's peak resident memory counts the pages it shares with others (the "
              "libraries of its fork server, a store's feature table mapped by a gatherer on "
              "its machine) in full, so the sum of the peaks overstates the box's memory; the "
