@@ -64,6 +64,12 @@ def test_settings_job_and_cluster() -> None:
     fj = scale.make_job(full)
     assert full.epochs == 2 and full.reference  # epoch 2: the steady state
     assert not scale.resolve(_args("--scale", "--no-reference", "--launcher", "local")).reference
+    assert scale.reproduce(full) == "gnnsched bench --scale"  # the defaults: nothing to say
+    ab = scale.resolve(_args("--scale", "--systems", "gnnsched+fifo+cache",
+                             "gnnsched+gnnsched+cache", "--no-reference", "--repeats", "3",
+                             "--launcher", "local"))
+    assert scale.reproduce(ab) == ("gnnsched bench --scale --repeats 3 --systems "
+                                   "gnnsched+fifo+cache gnnsched+gnnsched+cache --no-reference")
     assert (full.nodes, fj.hidden, fj.fanouts, fj.batch_size) == (1_000_000, 256, (15, 10, 5),
                                                                   1024)
     from gnnsched.runtime.distdgl import infeasible_reason

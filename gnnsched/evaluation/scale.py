@@ -1242,10 +1242,7 @@ def run_scale(args: argparse.Namespace) -> int:
                for i, shape in enumerate(st.shapes)]
     doc: dict[str, Any] = {
         "bench": "scale", "version": 1, "quick": st.quick,
-        "reproduce": "gnnsched bench --scale" + (" --quick" if st.quick else "")
-        + (f" --nodes {st.nodes}" if st.nodes != (20_000 if st.quick else 1_000_000) else "")
-        + (f" --epochs {st.epochs}" if st.epochs != 1 else "")
-        + (f" --normalize {st.normalize}" if st.normalize != "standard" else ""),
+        "reproduce": reproduce(st),
         "command": st.command, "commit": _git_head(),
         "started": time.strftime("%Y-%m-%d %H:%M",
                                  time.localtime(time.time() - (time.perf_counter() - t_all))),
@@ -1278,6 +1275,22 @@ def run_scale(args: argparse.Namespace) -> int:
     if st.quick:
         return 0 if all(i["ok"] for i in doc["invariants"]) else 1
     return 0 if doc["invariants"] and doc["invariants"][0]["ok"] else 1
+
+
+def reproduce(st: ScaleSettings) -> str:
+    """The command that reruns these settings: every flag away from its default."""
+    q = st.quick
+    default_out = Path("runs") / "bench-scale-quick" if q else Path("docs") / "results" / "scale"
+    return ("gnnsched bench --scale" + (" --quick" if q else "")
+            + (f" --nodes {st.nodes}" if st.nodes != (20_000 if q else 1_000_000) else "")
+            + (f" --epochs {st.epochs}" if st.epochs != (1 if q else 2) else "")
+            + (f" --repeats {st.repeats}" if st.repeats != 1 else "")
+            + (f" --shapes {' '.join(st.shapes)}" if st.shapes != ["plentiful"] else "")
+            + (f" --systems {' '.join(st.systems)}" if st.systems != list(DEFAULT_SYSTEMS)
+               else "")
+            + ("" if st.reference else " --no-reference")
+            + (f" --normalize {st.normalize}" if st.normalize != "standard" else "")
+            + (f" --out {st.out}" if Path(st.out) != default_out else ""))
 
 
 def render(doc: dict[str, Any], out: Path) -> list[str]:
