@@ -81,9 +81,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "four, all five with --scale-model; --quick: gpuless); "
                         "with --scale: plentiful, limited (default: plentiful)")
     p.add_argument("--systems", nargs="+", default=None,
-                   help="subset of distdgl, colocation+fifo, gnnsched+fifo, gnnsched+gnnsched "
-                        "(--scale default: all but gnnsched+fifo; the single-process "
-                        "reference always runs)")
+                   help="subset of distdgl, colocation+fifo, gnnsched+fifo, gnnsched+gnnsched; "
+                        "with --scale also colocation+fifo+cache, gnnsched+fifo+cache, "
+                        "gnnsched+gnnsched+cache (default: distdgl, colocation+fifo, "
+                        "gnnsched+gnnsched, gnnsched+gnnsched+cache; a fifo and a gnnsched "
+                        "system on one plan are also A/B'd against the simulator's gain)")
     p.add_argument("--epochs", type=epochs_int, default=None,
                    help="training epochs per run (default 8; --quick 2; --scale 2, the "
                         "second the steady state; --scale --quick 1)")
@@ -133,7 +135,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "on a calibration cluster that no evaluation shape uses) and write "
                         "them to --box (default OUT/box.json); nothing else runs")
     p.add_argument("--no-reference", action="store_true",
-                   help="skip the single-process reference training per seed split")
+                   help="skip the single-process reference training per seed split "
+                        "(and, with --scale, its accuracy targets)")
     p.add_argument("--seed", type=seed_int, default=0, help="job, planning and simulation seed")
     p.add_argument("--accuracy-seeds", type=nonneg_int, default=None, metavar="N",
                    help="job seeds 0..N-1 per side in the accuracy study that ends a full "
