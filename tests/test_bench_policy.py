@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,33 @@ def test_needs_two_known_policies(tmp_path: Path) -> None:
         bench_policy.main(["--policies", "fifo", *common])
     with pytest.raises(SystemExit, match="--repeats must be >= 1"):
         bench_policy.main(["--repeats", "0", *common])
+    with pytest.raises(SystemExit, match=r"--rejudge: .*p\.json does not exist"):
+        bench_policy.main(["--rejudge", *common])
     assert not (tmp_path / "p.json").exists()
+
+
+def test_rejudge_rewrites_the_targets_of_a_stored_file(tmp_path: Path) -> None:
+    """--rejudge runs nothing: the stored measurements, judged again."""
+    bench_policy = _script()
+    doc = {"shape": "s", "dataset": "d", "placer": "gnnsched", "baseline": "fifo",
+           "nic_bands": True, "repeats": 1, "launcher": "local", "minutes": 1.0,
+           "predicted": {"policies": {"fifo": {"gain_windowed": 1.0, "gain_ideal": 1.0},
+                                      "gnnsched": {"gain_windowed": 1.0, "gain_ideal": 1.0}}},
+           "rows": [{"policy": "fifo", "median_s": 1.0, "epoch_s": [1.0],
+                     "paired_ratio_median": 1.0, "paired_ratio_min": 1.0,
+                     "paired_ratio_max": 1.0, "allreduce": None},
+                    {"policy": "gnnsched", "median_s": 2.0, "epoch_s": [2.0],
+                     "paired_ratio_median": 2.0, "paired_ratio_min": 2.0,
+                     "paired_ratio_max": 2.0, "allreduce": None}],
+           "targets": [{"target": "stale", "met": True}]}
+    out = tmp_path / "p.json"
+    out.write_text(json.dumps(doc))
+    assert bench_policy.main(["--rejudge", "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    by = {t["target"]: t for t in got["targets"]}
+    assert "stale" not in by and got["rejudged"]
+    assert by["gnnsched never slower than fifo beyond the noise"]["met"] is False
+    assert got["rows"] == doc["rows"]  # the measurements are kept as they were
 
 
 def test_targets_judge_the_real_gain_against_the_prediction() -> None:
