@@ -182,6 +182,13 @@ class ScaleSettings:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
 
 
+def defaults(quick: bool) -> dict[str, Any]:
+    """The flags' defaults by mode: what ``resolve`` fills in and ``reproduce`` leaves out."""
+    return {"nodes": 20_000 if quick else 1_000_000, "epochs": 1 if quick else 2,
+            "out": Path("runs") / "bench-scale-quick" if quick
+            else Path("docs") / "results" / "scale"}
+
+
 def resolve(args: argparse.Namespace) -> ScaleSettings:
     """``gnnsched bench --scale`` flags -> settings (defaults by mode, names checked)."""
     from gnnsched.evaluation.config import _launcher
@@ -196,11 +203,11 @@ def resolve(args: argparse.Namespace) -> ScaleSettings:
             raise SystemExit(f"gnnsched bench --scale: unknown {kind} {bad[0]!r} "
                              f"(valid: {', '.join(valid)})")
     launcher, reason = _launcher(args)
-    nodes = int(getattr(args, "nodes", None) or (20_000 if q else 1_000_000))
+    d = defaults(q)
+    nodes = int(getattr(args, "nodes", None) or d["nodes"])
     st = ScaleSettings(
-        quick=q, nodes=nodes, degree=20.0 if q else 40.0, epochs=int(args.epochs or (1 if q else 2)),
-        out=Path(args.out) if args.out else (Path("runs") / "bench-scale-quick" if q
-                                             else Path("docs") / "results" / "scale"),
+        quick=q, nodes=nodes, degree=20.0 if q else 40.0, epochs=int(args.epochs or d["epochs"]),
+        out=Path(args.out) if args.out else d["out"],
         work=Path(args.work) if args.work else Path("runs") / ("bench-scale-quick" if q
                                                                else "bench-scale"),
         launcher=launcher, launcher_reason=reason, shapes=list(dict.fromkeys(shapes)),
@@ -1279,18 +1286,17 @@ def run_scale(args: argparse.Namespace) -> int:
 
 def reproduce(st: ScaleSettings) -> str:
     """The command that reruns these settings: every flag away from its default."""
-    q = st.quick
-    default_out = Path("runs") / "bench-scale-quick" if q else Path("docs") / "results" / "scale"
-    return ("gnnsched bench --scale" + (" --quick" if q else "")
-            + (f" --nodes {st.nodes}" if st.nodes != (20_000 if q else 1_000_000) else "")
-            + (f" --epochs {st.epochs}" if st.epochs != (1 if q else 2) else "")
+    d = defaults(st.quick)
+    return ("gnnsched bench --scale" + (" --quick" if st.quick else "")
+            + (f" --nodes {st.nodes}" if st.nodes != d["nodes"] else "")
+            + (f" --epochs {st.epochs}" if st.epochs != d["epochs"] else "")
             + (f" --repeats {st.repeats}" if st.repeats != 1 else "")
             + (f" --shapes {' '.join(st.shapes)}" if st.shapes != ["plentiful"] else "")
             + (f" --systems {' '.join(st.systems)}" if st.systems != list(DEFAULT_SYSTEMS)
                else "")
             + ("" if st.reference else " --no-reference")
             + (f" --normalize {st.normalize}" if st.normalize != "standard" else "")
-            + (f" --out {st.out}" if Path(st.out) != default_out else ""))
+            + (f" --out {st.out}" if Path(st.out) != d["out"] else ""))
 
 
 def render(doc: dict[str, Any], out: Path) -> list[str]:
