@@ -630,17 +630,30 @@ class GnnschedPlacer(Placer):
     None: the whole epoch; else that many, extrapolated). Without it and without a `scorer`
     the simulator with the gnnsched policy is used (:func:`default_scorer`); with a `scorer`
     but no ``seed_scorer`` the caller's scorer is the only draw (its seed is unknown here).
+
+    ``keep_colocation`` (a fraction, default 0): how unsure the scores are. Where colocation
+    is feasible, its plan is kept unless the chosen one is predicted faster by more than
+    this on every draw. Predictions made before a run are only so accurate: two of them
+    each within a of the measured epoch can misjudge a speed-up by up to (1 + a) / (1 - a)
+    (:func:`margin_for`), and a plan from a model that unsure could lose to colocation.
     """
 
     max_evals: int = 150
     seeds: int = SEARCH_SEEDS
+    keep_colocation: float = 0.0
 
     def __init__(self, scorer: Scorer | None = None, search_scorer: Scorer | None = None,
-                 seed_scorer: SeedScorer | None = None, seeds: int | None = None) -> None:
+                 seed_scorer: SeedScorer | None = None, seeds: int | None = None,
+                 keep_colocation: float | None = None) -> None:
         super().__init__(scorer, search_scorer)
         self.seed_scorer = seed_scorer
         if seeds is not None:
             self.seeds = seeds
+        if keep_colocation is not None:
+            if not 0 <= keep_colocation < 10:
+                raise SpecError("--keep-colocation", "", f"{keep_colocation!r} is not a "
+                                "fraction in [0, 10)", "e.g. 0.22 for predictions within 10%")
+            self.keep_colocation = float(keep_colocation)
 
     def _evaluators(self, problem: Problem, seed: int
                     ) -> tuple[SeedEvaluator, SeedEvaluator, str]:
@@ -708,6 +721,16 @@ class GnnschedPlacer(Placer):
             stats.kept = "search"
         else:
             stats.kept = next(name for name, p in named if p.key() == final.key())
+        colo = next((p for name, p in named if name == "colocation"), None)
+        if self.keep_colocation > 0 and colo is not None and colo.key() != final.key():
+            cvec = full.vector(colo)
+            if not all(v * (1 + self.keep_colocation) < c for v, c in zip(vec, cvec)):
+                gain = min(c / v for v, c in zip(vec, cvec))
+                why = (f"kept colocation's plan: the best other plan is predicted {gain:.2f}x "
+                       f"faster on its worst draw, within the margin {self.keep_colocation:.2f} "
+                       "of an a-priori prediction's error (keep_colocation)")
+                final, vec, won = replace(colo, notes=(why,)), cvec, False
+                stats.kept = "colocation (margin)"
         lb = simulated_lower_bound(problem, out, [final] + starts, seed=seed,
                                    time_limit=max(1.0, min(5.0, budget - (time.perf_counter()
                                                                           - t0))))
@@ -732,6 +755,15 @@ class GnnschedPlacer(Placer):
                    "aggregated": r.instance.aggregated, "cpu_model": r.cpu_model},
             search={**stats.to_dict(), "draws": draws},
             planning_s=time.perf_counter() - t0)
+
+
+def margin_for(accuracy: float) -> float:
+    """:attr:`GnnschedPlacer.keep_colocation` for predictions each within ``accuracy`` (a
+    fraction) of the measured epoch: (1 + a) / (1 - a) - 1, the most two of them can misjudge
+    a speed-up by (0.22 for 10%)."""
+    if not 0 <= accuracy < 1:
+        raise ValueError(f"accuracy must be a fraction in [0, 1), got {accuracy!r}")
+    return (1 + accuracy) / (1 - accuracy) - 1
 
 
 # ---------------------------------------------------------------------- plan + compare
@@ -887,5 +919,5 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
 
 
 __all__ = ["BASELINES", "SEARCH_SEEDS", "Evaluator", "GnnschedPlacer", "Outcome", "SearchStats",
-           "SeedEvaluator", "draw_seeds", "fallback", "regret", "iteration_floor", "plan_and_compare",
+           "SeedEvaluator", "draw_seeds", "fallback", "margin_for", "regret", "iteration_floor", "plan_and_compare",
            "repair", "search", "search_many", "spread", "wins"]

@@ -7,18 +7,19 @@ unified one with the ``cpu`` and ``memory`` controllers)::
 
     <base>/gnnsched/<cluster>/                  the cluster (no limits of its own)
         <host>/                                 memory limit: memory_gb x memory_scale
-                                                CPU quota: (cpus + sum of device speeds) / D
+                                                CPU quota: (cpus + sum of device quotas) / D
             cpu/                                CPU quota: cpus / D (stores, samplers, fetchers)
                 <role>-<id>/                    CPU quota: min(threads, cpus) / D (one process)
                 zygote/                         the host's fork server, once its imports are done
-            dev<i>/                             CPU quota: speed of device i / D (its trainer)
+            dev<i>/                             CPU quota: max(1, speed of device i) / D
 
 ``D`` is the cluster's *dilation factor* (:func:`choose_dilation`). A per-process leaf caps one
 process at its own threads' worth of emulated cores (each 1/D of a box core), as on a real host
 a single-threaded sampler cannot use more than one core however many the host has; the host's
-``cpu`` group caps all of them together at the host's cores. A device of ``speed`` s is given
-s / D of a box core: the profile's reference device (``speed: 1.0``) trains as fast as one core
-of this box.
+``cpu`` group caps all of them together at the host's cores. A device of ``speed`` s >= 1 is
+given s / D of a box core: the profile's reference device (``speed: 1.0``) trains as fast as one
+core of this box. A slower device's trainer gets 1 / D and stretches its compute by sleeping,
+so its CPU-side work keeps the host's speed (:func:`device_quota`).
 
 ``<base>`` is the cgroup of the process that creates the groups (the root on most boxes, as in
 ``/sys/fs/cgroup/cpu/gnnsched/<cluster>/<host>``), so groups stay inside whatever the caller was
@@ -62,10 +63,22 @@ class CgroupError(NetnsError):
 # The dilation factor and each host's share
 
 
+def device_quota(speed: float) -> float:
+    """The cores (before / D) a device's trainer gets: ``max(1, speed)``. A ``speed: 1.0``
+    device trains as fast as one core of this box, the profile's reference, so a faster one
+    gets ``speed`` cores. A slower one still gets a whole core: on a real host its trainer's
+    CPU-side work (decoding blocks, the I/O thread, gloo's all-reduce) runs on the host's
+    CPUs at their speed, not at the device's; the trainer stretches only its compute to the
+    device's speed, by sleeping (:mod:`gnnsched.runtime.trainer`). A quota of ``speed`` / D
+    slowed that CPU-side work too: on a speed-0.25 device a Physics step took 19-25 ms of the
+    real cluster against the 11 ms predicted."""
+    return max(1.0, float(speed))
+
+
 def host_compute(machine: Any) -> float:
-    """A host's compute in cores of this box: its CPUs plus, for every device, its speed (a
-    ``speed: 1.0`` device trains as fast as one core of this box, the profile's reference)."""
-    return float(machine.cpus) + sum(float(g.speed) for g in machine.gpus)
+    """A host's compute in cores of this box: its CPUs plus, for every device, its trainer's
+    quota (:func:`device_quota`)."""
+    return float(machine.cpus) + sum(device_quota(g.speed) for g in machine.gpus)
 
 
 def cluster_compute(spec: Any) -> float:
@@ -97,9 +110,9 @@ class HostShare:
     host: str
     cpus: int
     speeds: tuple[float, ...]  # its devices' speeds
-    cores: float  # the whole host: (cpus + sum(speeds)) / D
+    cores: float  # the whole host: (cpus + sum of device quotas) / D
     cpu_cores: float  # its CPUs: cpus / D
-    device_cores: tuple[float, ...]  # each device: speed / D
+    device_cores: tuple[float, ...]  # each device: max(1, speed) / D (device_quota)
     memory: int  # bytes (memory_gb x memory_scale; never dilated)
 
     def to_dict(self) -> dict[str, Any]:
@@ -131,7 +144,8 @@ def plan_shares(spec: Any, dilation: float, memory_scale: float = 1.0) -> dict[s
                 + f" is below {MIN_MEMORY >> 20} MiB, too little for any process to run there; "
                 "give the host more memory_gb or raise --memory-scale")
         out[m.name] = HostShare(m.name, int(m.cpus), speeds, host_compute(m) / dilation,
-                                m.cpus / dilation, tuple(s / dilation for s in speeds), memory)
+                                m.cpus / dilation,
+                                tuple(device_quota(s) / dilation for s in speeds), memory)
     return out
 
 
@@ -696,5 +710,5 @@ def remove_all(states: Iterable[dict[str, Any]] = ()) -> list[str]:
 
 __all__ = ["MIN_MEMORY", "TOP", "CgroupError", "ClusterGroups", "HostShare", "Hierarchy",
            "box_cores", "choose_dilation", "choose_period", "cluster_compute", "discover",
-           "host_compute", "plan_shares", "remove_all", "remove_cluster", "require",
+           "device_quota", "host_compute", "plan_shares", "remove_all", "remove_cluster", "require",
            "unavailable_reason"]

@@ -36,6 +36,12 @@ on device speed are visible in real runs. CPU seconds, not wall seconds: on a sh
 wall time also holds waits for a core, which a slow device would not multiply (stretching it
 multiplied that noise 1/speed times: steps of one plan ranged 30 ms..1.5 s at speed 1/4).
 Faster-than-reference devices cannot be emulated and run at this machine's speed.
+
+On the scale model (``speed_clock: wall``) the stretch is ``w (1/speed - 1)``, ``w`` being the
+compute's wall time: there the trainer's control group holds one core / D whatever the
+device's speed (:func:`gnnsched.runtime.cgroups.device_quota`), so the quota dilates the compute
+and the sleep must be dilated alike; and the host's groups keep other roles' waits for a core
+out of it. Process CPU seconds would also count the I/O thread's work during the compute.
 """
 
 from __future__ import annotations
@@ -311,6 +317,7 @@ class Trainer(Role):
                                    if self.has_cuda else "cpu")
         emulate = cfg.get("emulate_speed")
         self.emulate = (not self.has_cuda) if emulate is None else bool(emulate)
+        self.wall_clock = cfg.get("speed_clock") == "wall"  # the scale model (docstring)
         self.data_sock, self.data_endpoint = self.bind(zmq.PULL, BULK)
         self.data = Channel(self.data_sock, f"{self.name} data")
         self.rejected = 0
@@ -460,7 +467,7 @@ class Trainer(Role):
                     out, loss = forward_backward(model, blocks, x, y, opt, loss_fn,
                                                  int(job["seed"]), self.rank, seq)
                     self.sync()
-                self.stretch(time.process_time() - cpu1)
+                self.stretch(t1, cpu1)
                 t2, reached = time.monotonic(), time.time()
                 if self.grad_first:  # stores hold traffic into this machine meanwhile
                     self.inbox.send("allreduce", trainer=self.rank, seq=seq, on=True,
@@ -481,7 +488,7 @@ class Trainer(Role):
                 with section("work:evaluate"):
                     out = evaluate(model, blocks, x)
                     self.sync()
-                self.stretch(time.process_time() - cpu1)
+                self.stretch(t1, cpu1)
                 rec.update(train_s=time.monotonic() - t1, allreduce_s=0.0)
                 with section("work:evaluate"):
                     pred, prob = predictions(out)  # the coordinator scores the whole phase
@@ -504,8 +511,12 @@ class Trainer(Role):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def stretch(self, compute: float) -> None:
+    def stretch(self, t1: float, cpu1: float) -> None:
+        """Sleep so that the compute begun at ``t1`` (wall) / ``cpu1`` (CPU) costs what it
+        would on a device of this trainer's speed (the module docstring)."""
         if self.emulate and 0 < self.speed < 1:
+            compute = (time.monotonic() - t1 if self.wall_clock
+                       else time.process_time() - cpu1)
             with section("wait:emulated_speed"):
                 time.sleep(compute * (1.0 / self.speed - 1.0))
 

@@ -58,21 +58,23 @@ def test_dilation_fits_the_box_and_slows_nics_and_latency() -> None:
     spec = _spec("d", [{"name": "store", "cpus": 16, "memory_gb": 64},
                        {"name": "gpu", "cpus": 2, "memory_gb": 8,
                         "gpus": [{"speed": 2.0}, {"speed": 0.5}]}], latency_ms=1)
-    assert cg.cluster_compute(spec) == 20.5  # 16 + 2 + 2.0 + 0.5
-    assert cg.choose_dilation(spec, cores=2) == pytest.approx(10.25)
+    # a slow device's trainer still gets a whole core for its CPU-side work: max(1, 0.5)
+    assert cg.cluster_compute(spec) == 21.0  # 16 + 2 + 2.0 + 1.0
+    assert cg.device_quota(0.5) == 1.0 and cg.device_quota(2.0) == 2.0
+    assert cg.choose_dilation(spec, cores=2) == pytest.approx(10.5)
     assert cg.choose_dilation(spec, cores=64) == 1.0  # never faster than the real cluster
     ec = netns.EmulatedCluster(spec, cgroups=True, cores=2, gateway=False)
     d = ec.dilation
-    assert d == pytest.approx(10.25)
+    assert d == pytest.approx(10.5)
     shares = ec.groups.shares
     assert sum(s.cores for s in shares.values()) == pytest.approx(2.0)  # fills the box
     assert shares["gpu"].cpu_cores == pytest.approx(2 / d)
-    assert shares["gpu"].device_cores == pytest.approx((2.0 / d, 0.5 / d))
+    assert shares["gpu"].device_cores == pytest.approx((2.0 / d, 1.0 / d))
     assert shares["store"].memory == 64 * GB  # memory is not dilated
     assert ec.host("store").egress == pytest.approx(0.1 * GBIT / d)
     assert ec.latency == pytest.approx(1e-3 * d)
-    # the shortest CFS period at which the smallest share (0.5 / D) is still >= 1 ms
-    assert ec.groups.period_us == 20_500
+    # the shortest CFS period at which the smallest share (1 / D) is still >= 1 ms
+    assert ec.groups.period_us == 10_500
     assert ec.fingerprint != netns.EmulatedCluster(spec, gateway=False).fingerprint
     plain = netns.EmulatedCluster(spec, gateway=False)
     assert plain.dilation == 1.0 and plain.groups is None
@@ -114,9 +116,10 @@ def test_v1_and_v2_files_on_a_fake_hierarchy(tmp_path: Path) -> None:
     g = cg.ClusterGroups("c", shares, 4.0, dirs={"cpu": str(v2), "memory": str(v2)},
                          version=2)
     g.create()
-    assert (v2 / "h" / "cpu.max").read_text().split() == ["6250", "10000"]  # 2.5 / 4 cores
+    # 2 cpus + max(1, 0.5) for the device = 3 cores, / 4
+    assert (v2 / "h" / "cpu.max").read_text().split() == ["7500", "10000"]
     assert (v2 / "h" / "cpu" / "cpu.max").read_text().split() == ["5000", "10000"]
-    assert (v2 / "h" / "dev0" / "cpu.max").read_text().split() == ["1250", "10000"]
+    assert (v2 / "h" / "dev0" / "cpu.max").read_text().split() == ["2500", "10000"]
     assert (v2 / "h" / "memory.max").read_text().strip() == str(int(GB))
     for d in (v2.parent, v2, v2 / "h", v2 / "h" / "cpu"):
         assert (d / "cgroup.subtree_control").read_text().strip() == "+cpu +memory", d
@@ -137,9 +140,9 @@ def test_v1_and_v2_files_on_a_fake_hierarchy(tmp_path: Path) -> None:
                          version=1)
     g.create()
     cpu = v1["cpu"] / "h"
-    assert (cpu / "cpu.cfs_quota_us").read_text().strip() == "6250"
+    assert (cpu / "cpu.cfs_quota_us").read_text().strip() == "7500"
     assert (cpu / "cpu.cfs_period_us").read_text().strip() == "10000"
-    assert (cpu / "cpu.shares").read_text().strip() == str(round(1024 * 2.5 / 4))
+    assert (cpu / "cpu.shares").read_text().strip() == str(round(1024 * 3 / 4))
     assert (v1["memory"] / "h" / "memory.limit_in_bytes").read_text().strip() == str(int(GB))
     assert not (v1["cpu"] / "h" / "memory.limit_in_bytes").exists()
     assert not (v1["memory"] / "h" / "cpu.cfs_quota_us").exists()

@@ -361,22 +361,31 @@ def test_netns_launcher_says_what_is_missing() -> None:
 
 
 def test_slow_device_emulation_stretches_compute() -> None:
-    """A GPU with speed 0.5 on a CPU box: each step's compute time is doubled by a sleep."""
+    """A GPU with speed 0.5 on a CPU box: each step's compute time is doubled by a sleep, by
+    the compute's CPU seconds, or on the scale model by its wall time (the quota dilates it)."""
     from gnnsched.runtime.trainer import Trainer
 
     t = Trainer.__new__(Trainer)  # no sockets: only the timing rule
-    t.emulate, t.speed = True, 0.5
-    t0 = time.monotonic()
-    t.stretch(0.05)
-    assert 0.045 <= time.monotonic() - t0 < 0.5
+    t.emulate, t.speed, t.wall_clock = True, 0.5, False
+
+    def stretched(t1: float, cpu1: float) -> float:
+        t0 = time.monotonic()
+        t.stretch(t1, cpu1)
+        return time.monotonic() - t0
+
+    busy = time.process_time()
+    while time.process_time() - busy < 0.05:  # 50 ms of CPU
+        pass
+    assert 0.045 <= stretched(time.monotonic(), busy) < 0.5
+    # wall clock: 50 ms ago, with no CPU spent since (a sleep is what a throttled quota does)
+    t.wall_clock = True
+    assert 0.045 <= stretched(time.monotonic() - 0.05, time.process_time()) < 0.5
+    t.wall_clock = False
+    assert stretched(time.monotonic() - 0.05, time.process_time()) < 0.01  # no CPU: no sleep
     t.speed = 2.0  # faster than the reference cannot be emulated: no sleep
-    t0 = time.monotonic()
-    t.stretch(0.05)
-    assert time.monotonic() - t0 < 0.01
+    assert stretched(time.monotonic() - 0.05, busy) < 0.01
     t.emulate, t.speed = False, 0.5
-    t0 = time.monotonic()
-    t.stretch(0.05)
-    assert time.monotonic() - t0 < 0.01
+    assert stretched(time.monotonic() - 0.05, busy) < 0.01
 
 
 def test_relay_holds_pushes_into_an_all_reducing_machine() -> None:

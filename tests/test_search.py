@@ -172,3 +172,31 @@ def test_placer_reports_the_draws_and_the_noise(hetero16) -> None:
         vecs = list(d["start_epochs_s"].values())
         assert d["epoch_s"] == vecs[fallback(vecs)]
     check_resources(pb, plan)
+
+
+def test_placer_keeps_colocation_within_its_margin(hetero16) -> None:
+    """``keep_colocation``: colocation's plan is kept unless the chosen one is predicted faster
+    by more than the margin on every draw; a plan that clears it is kept. The margin for
+    predictions within 10% is 1.1 / 0.9 - 1."""
+    from gnnsched.placement.search import GnnschedPlacer, margin_for
+
+    pb = hetero16
+
+    def place(margin: float) -> Plan:
+        placer = GnnschedPlacer(seed_scorer=lambda s, its: _noisy(pb, s),
+                                keep_colocation=margin)
+        placer.max_evals = 30
+        return placer.place_problem(pb, seed=4, budget=6.0)
+
+    free = place(0.0)
+    d = free.predicted["search"]["draws"]
+    gain = min(c / v for v, c in zip(d["epoch_s"], d["start_epochs_s"]["colocation"]))
+    assert gain > 1.5  # hetero16: colocation leaves the fast GPUs idle
+    assert place(gain - 1 - 0.05).key() == free.key()
+    kept = place(gain - 1 + 0.05)
+    colo = get_placer("colocation").place_problem(pb, seed=4)
+    assert kept.key() == colo.key() and kept.predicted["search"]["kept"] == "colocation (margin)"
+    assert any("kept colocation's plan" in n for n in kept.notes)
+    assert margin_for(0.10) == pytest.approx(1.1 / 0.9 - 1)
+    with pytest.raises(ValueError, match="fraction"):
+        margin_for(1.0)

@@ -15,6 +15,7 @@ from gnnsched.evaluation.config import (
     EVAL_BATCH,
     SHAPES,
     SYSTEMS,
+    TARGETS,
     Settings,
     canonical,
     error_text,
@@ -203,17 +204,27 @@ def aggregate_distdgl(reps: list[dict[str, Any]], cluster: ClusterSpec,
 
 
 def make_plans(cfg: dict[str, Any], st: Settings, cluster: ClusterSpec, job: JobSpec,
-               prof: CostProfile, run_dir: Path, label: str) -> dict[str, Plan]:
+               prof: CostProfile, run_dir: Path, label: str,
+               apriori: CostProfile | None = None) -> dict[str, Plan]:
     """Every placer the systems need, run once (canonical plans, saved in ``run_dir``);
-    ``cfg["plans"]`` gets each plan's rows, notes and prediction, or its error."""
+    ``cfg["plans"]`` gets each plan's rows, notes and prediction, or its error.
+
+    With ``apriori`` (the scale model: the profile with the box's runtime costs) the placers
+    plan on what the runs are predicted from, and gnnsched keeps colocation's plan unless its
+    own is predicted faster by more than two predictions within the target error
+    (``sim_error``, 10%) can misjudge: 1.1 / 0.9 = 1.22x (:func:`margin_for`)."""
     from gnnsched.placement import get_placer
+    from gnnsched.placement.search import margin_for
 
     plans: dict[str, Plan] = {}
     for placer in sorted({SYSTEMS[s].placer for s in st.systems if SYSTEMS[s].placer}):
         t0 = time.perf_counter()
+        kw = ({"keep_colocation": margin_for(TARGETS["sim_error"])}
+              if placer == "gnnsched" and apriori is not None else {})
         try:
-            plan = get_placer(placer).place(cluster, job, prof, seed=st.seed,
-                                            budget=st.budget if placer == "gnnsched" else None)
+            plan = get_placer(placer, **kw).place(
+                cluster, job, apriori or prof, seed=st.seed,
+                budget=st.budget if placer == "gnnsched" else None)
         except Exception as exc:  # noqa: BLE001 - recorded per system below
             cfg["plans"][placer] = {"error": error_text(exc)}
             say(f"[{label}] {placer} placement failed: {exc}")
@@ -326,7 +337,7 @@ def run_config(ctx: Context, shape: str, ds: str) -> dict[str, Any]:
     cfg: dict[str, Any] = {"shape": shape, "dataset": ds, "what": what, "limited": limited,
                            "machines": len(cluster.machines), "trainers": job.trainers,
                            "partitions": job.num_parts, "plans": {}, "systems": {}}
-    plans = make_plans(cfg, st, cluster, job, prof, run_dir, label)
+    plans = make_plans(cfg, st, cluster, job, prof, run_dir, label, ctx.apriori.get(ds))
     colo = cfg["plans"].get("colocation", {})
     cfg["colocation_feasible"] = colo.get("predicted", {}).get("colocation_feasible")
     gp = cfg["plans"].get("gnnsched", {}).get("predicted", {})

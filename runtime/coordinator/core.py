@@ -197,9 +197,11 @@ class Coordinator(PolicyDriver, RoleTable):
             "urgent_band": bool(getattr(self.launcher, "nic_bands", False) and o.urgent_band),
             "grad_first": o.grad_first and len(set(self.T)) > 1,
             "request_timeout": o.request_timeout * self.dilation,
-            # on the scale model a device's speed is its trainer's CPU quota: no second slow-down
+            # on the scale model a slow device's trainer has a whole core's quota (/ D) and
+            # stretches its compute by the compute's wall time, which the quota dilates
             "emulate_speed": o.emulate_speed if o.emulate_speed is not None else (
-                False if getattr(self.launcher, "cpu_model", False) else None),
+                True if getattr(self.launcher, "cpu_model", False) else None),
+            "speed_clock": "wall" if getattr(self.launcher, "cpu_model", False) else "cpu",
             "verify_partitions": o.verify_partitions, "trace": o.trace,
             "checkpoint_every": o.checkpoint_every, "resume": resume,
             "trainers": trainers,
