@@ -104,6 +104,11 @@ class CostProfile:
     # the profiler; a profile calibrated from a real run's steps sets it
     # (gnnsched.calibrate.insitu_profile).
     barrier_skew_s: tuple[tuple[float, ...], ...] = ()
+    # Bytes on the wire per byte of payload, minus 1: Ethernet, IP and TCP headers (66 bytes
+    # per 1448 at MTU 1500), the ACKs of the other direction, the transports' own framing.
+    # NIC rates count wire bytes, so the simulator sends payload at rate / (1 + this). The
+    # profiler leaves it 0; the box calibration measures it (gnnsched.evaluation.box).
+    wire_overhead: float = 0.0
 
     def part(self, p: int) -> PartProfile:
         return self.parts[p]
@@ -150,6 +155,7 @@ class CostProfile:
                if self.allreduce_overhead_s else {}),
             **({"barrier_skew_s": [list(r) for r in self.barrier_skew_s]}
                if self.barrier_skew_s else {}),
+            **({"wire_overhead": self.wire_overhead} if self.wire_overhead else {}),
             "parts": [p.to_dict() for p in self.parts],
         }
 
@@ -215,7 +221,8 @@ class CostProfile:
                    [parts[p] for p in range(P)], d.get("reference", "cpu"), syn,
                    d.get("meta", {}),
                    _num(d.get("allreduce_overhead_s", 0.0), source, "allreduce_overhead_s"),
-                   _skew_rows(d.get("barrier_skew_s", []), source))
+                   _skew_rows(d.get("barrier_skew_s", []), source),
+                   _num(d.get("wire_overhead", 0.0), source, "wire_overhead"))
 
     @classmethod
     def load(cls, path: str | Path) -> CostProfile:

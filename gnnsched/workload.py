@@ -122,8 +122,10 @@ class Workload:
         self.M = len(cluster.machines)
         self.names = [m.name for m in cluster.machines]
         self.store = np.array(cluster.part_stores, dtype=np.int64)
-        self.egress_bw = np.array([m.egress for m in cluster.machines])
-        self.ingress_bw = np.array([m.ingress for m in cluster.machines])
+        # payload rates: the NICs' rates count wire bytes (CostProfile.wire_overhead)
+        wire = 1.0 + profile.wire_overhead
+        self.egress_bw = np.array([m.egress / wire for m in cluster.machines])
+        self.ingress_bw = np.array([m.ingress / wire for m in cluster.machines])
         self.cores = np.array([m.cpus for m in cluster.machines])
         self.iterations = profile.iterations_per_epoch(job.trainers, job.batch_size)
         self.parts = [self._part_cost(p) for p in range(profile.num_parts)]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gnnsched.evaluation.box import BoxCalibration, load_box, save_box
+from gnnsched.evaluation.box import BoxCalibration, load_box, save_box, wire_overhead
 from gnnsched.evaluation.config import Settings
 from gnnsched.evaluation.judging import noise, scale_model_targets
 from gnnsched.evaluation.predict import real_epoch, row_steps
@@ -38,13 +38,36 @@ def test_box_scales_the_profile_by_its_factors() -> None:
     assert skewed.barrier_skew_s == ((0.0, 0.01), (0.002, 0.0))  # the box's jitter
 
 
+def test_wire_overhead_is_measured_and_slows_payload_on_every_nic() -> None:
+    """The box's wire bytes per payload byte: measured from a run's NIC counters, carried by
+    the profile (and its file), and every NIC then moves payload at rate / (1 + overhead)."""
+    from gnnsched.profile import CostProfile
+    from gnnsched.spec import cluster_from_dict, job_from_dict
+    from gnnsched.workload import Workload
+
+    row = {"bytes_run": 107.0, "run_network_bytes": 60.0, "allreduce_bytes": 40.0}
+    assert wire_overhead(row) == pytest.approx(0.07)
+    assert wire_overhead({"bytes_run": None}) == 0.0  # no counters: none measured
+    prof = synthetic_profile(2, samples=3)
+    got = _box(wire_overhead=0.07).apply(prof)
+    assert got.wire_overhead == 0.07 and _box().apply(prof).wire_overhead == 0.0
+    assert CostProfile.from_dict(got.to_dict()).wire_overhead == 0.07
+    cluster = cluster_from_dict({"name": "w", "machines": [
+        {"name": f"h{i}", "cpus": 2, "memory_gb": 8, "nic_gbps": 1.0, "partitions": [i],
+         "gpus": [{"speed": 1.0}]} for i in range(2)]})
+    job = job_from_dict({"trainers": 2, "num_parts": 2, "batch_size": 64})
+    plain, wired = Workload(cluster, job, prof), Workload(cluster, job, got)
+    assert wired.egress_bw == pytest.approx(plain.egress_bw / 1.07)
+    assert wired.ingress_bw == pytest.approx(plain.ingress_bw / 1.07)
+
+
 def test_box_file_round_trips_and_bad_files_are_named(tmp_path: Path) -> None:
     st = Settings(quick=False, out=tmp_path, work=tmp_path, launcher="netns",
                   launcher_reason="", datasets=["cora"], shapes=[], systems=[], epochs=4,
                   repeats=1, budget=1.0, samples=2, sizes=[], real=True, scale=False,
                   reference=False, seed=0)
     path = tmp_path / "box.json"
-    box = _box(barrier_skew_s=((0.0, 0.004),))
+    box = _box(barrier_skew_s=((0.0, 0.004),), wire_overhead=0.06)
     save_box(path, {"cora": box}, st)
     assert load_box(path) == {"cora": box}
     assert json.loads(path.read_text())["nic_bands"] is False  # what it was calibrated on

@@ -11,10 +11,12 @@ they are a property of the runtime and the box, not of the shape it runs on.
 on the calibration cluster (``shapes/calibration.yaml``, two hosts, which no evaluation shape
 is), on the scale model, read with :func:`gnnsched.calibrate.insitu_profile`: ``train`` (a
 training step's seconds over the profile's), ``sample`` (a mini-batch's sampling seconds
-over the profile's, median over partitions), ``allreduce_overhead_s`` (the all-reduce's
-own seconds beyond its bytes at line rate) and ``barrier_skew_s`` (how far apart the
-trainers left each all-reduce: without it the calibration cluster's own epoch simulates 6%
-short, with it within 2%). The evaluation then predicts every run from the
+over the profile's, median over partitions), ``wire_overhead`` (the NICs' bytes over the
+payload the runtime sent across them, minus 1: headers, the other direction's ACKs,
+framing; 5-8% in every run of the scale-model evaluation, and the shapers count those
+bytes), ``allreduce_overhead_s`` (the all-reduce's own seconds beyond its bytes on the
+wire at line rate) and ``barrier_skew_s`` (how far apart the trainers left each all-reduce:
+without it the calibration cluster's own epoch simulates 6% short, with it within 2%). The evaluation then predicts every run from the
 profile with these factors (:meth:`BoxCalibration.apply`) before the run starts; it never
 calibrates from the run it predicts.
 """
@@ -54,6 +56,8 @@ class BoxCalibration:
     # the all-reduce (the real cluster's seconds): the box's scheduling jitter, which every
     # iteration pays at its barrier (:attr:`CostProfile.barrier_skew_s`)
     barrier_skew_s: tuple[tuple[float, ...], ...] = ()
+    # wire bytes per payload byte - 1 (:attr:`CostProfile.wire_overhead`); 0 in older files
+    wire_overhead: float = 0.0
 
     def __post_init__(self) -> None:  # JSON gives lists: keep the profile's tuple form
         object.__setattr__(self, "barrier_skew_s",
@@ -66,10 +70,21 @@ class BoxCalibration:
         return replace(prof, parts=parts,
                        allreduce_overhead_s=prof.allreduce_overhead_s
                        + self.allreduce_overhead_s,
-                       barrier_skew_s=self.barrier_skew_s or prof.barrier_skew_s)
+                       barrier_skew_s=self.barrier_skew_s or prof.barrier_skew_s,
+                       wire_overhead=self.wire_overhead or prof.wire_overhead)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def wire_overhead(row: dict[str, Any]) -> float:
+    """A measured run's wire bytes per payload byte, minus 1: its NICs' transmitted bytes
+    (``bytes_run``, every host, the whole run) over what the runtime sent across them
+    (features, structure and control: ``run_network_bytes``; gradients:
+    ``allreduce_bytes``). 0 when the run has no NIC counters."""
+    nic, payload = row.get("bytes_run"), (row.get("run_network_bytes") or 0) + (
+        row.get("allreduce_bytes") or 0)
+    return max(0.0, float(nic) / payload - 1.0) if nic and payload > 0 else 0.0
 
 
 def load_box(path: str | Path) -> dict[str, BoxCalibration]:
@@ -123,7 +138,9 @@ def calibrate(ctx: Context, ds: str) -> BoxCalibration:
     finally:
         bed.close()
     row = aggregate_runtime(reps)
-    cal, f = row_profile(row, prof, plan, cluster, job)
+    wire = wire_overhead(row)
+    # the all-reduce's overhead beyond its bytes on the wire, not beyond its payload
+    cal, f = row_profile(row, replace(prof, wire_overhead=wire), plan, cluster, job)
     box = BoxCalibration(
         train=float(f["cpu"]), sample=float(statistics.median(f["sample"])),
         allreduce_overhead_s=float(f["allreduce_overhead_s"]),
@@ -133,11 +150,12 @@ def calibrate(ctx: Context, ds: str) -> BoxCalibration:
               "allreduce_measured_s": f.get("allreduce_measured_s"),
               "allreduce_model_s": f.get("allreduce_model_s"), "run_dir": row["run_dir"],
               "last_departure_s": f.get("last_departure_s")},
-        barrier_skew_s=cal.barrier_skew_s)
+        barrier_skew_s=cal.barrier_skew_s, wire_overhead=wire)
     check = simulate_system(cluster, job, plan, box.apply(prof), SYSTEMS[SYSTEM].policy or "fifo",
                             st.seed)["epoch_time_s"]
     box.meta["simulated_epoch_s"] = check
-    say(f"[{label}] box: training x{box.train:.2f}, sampling x{box.sample:.2f}, all-reduce "
+    say(f"[{label}] box: training x{box.train:.2f}, sampling x{box.sample:.2f}, wire bytes "
+        f"x{1 + wire:.3f} of the payload, all-reduce "
         f"+{box.allreduce_overhead_s * 1e3:.1f} ms, trainers leave it "
         f"{1e3 * (f.get('last_departure_s') or 0):.1f} ms apart (D = {box.dilation:.3g}; "
         f"epoch {box.epoch_time_s:.3f} s of the real cluster, {check:.3f} s simulated with "
