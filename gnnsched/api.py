@@ -209,13 +209,15 @@ def plan_problem(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
 def plan(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
          cost: CostProfile | str | Path | None = None, *, placer: str = "gnnsched",
          seed: int = 0, budget: float | None = None,
-         partitions: str | Path | None = None, cache_share: float = 0.0) -> Plan:
+         partitions: str | Path | None = None, cache_share: float = 0.0,
+         keep_colocation: float = 0.0) -> Plan:
     """Place every task of ``job`` on ``cluster`` with ``placer``, compared with the baselines
     (colocation, greedy, random) and the lower bound; the plan's ``predicted`` holds the
     comparison and ``made_for`` the files it was made from. Every machine's memory is checked
     against the partitions it stores (their real sizes when ``partitions``, the job's
     ``partitions`` or the job's cached partitions are there: :func:`plan_problem`) plus the
-    processes the plan puts there."""
+    processes the plan puts there. ``keep_colocation``: gnnsched keeps colocation's plan
+    unless its own is predicted faster by more than this fraction on every draw."""
     from gnnsched.placement.search import plan_and_compare
 
     cluster_file = None if isinstance(cluster, ClusterSpec) else str(cluster)
@@ -224,7 +226,7 @@ def plan(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
     cost_file = None if cost is None or isinstance(cost, CostProfile) else str(cost)
     problem = plan_problem(cluster, job, cost, partitions=partitions)
     result = plan_and_compare(problem, placer, seed=seed, budget=budget,
-                              cache_share=cache_share)
+                              cache_share=cache_share, keep_colocation=keep_colocation)
     made_for: dict[str, Any] = {"cost": cost_file, "cluster": cluster_file, "job": job_file}
     if problem.part_bytes_from:
         made_for["part_bytes_from"] = problem.part_bytes_from

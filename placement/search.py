@@ -810,8 +810,9 @@ BASELINES = ("colocation", "greedy", "random")
 def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 0,
                      budget: float | None = None, baselines: Sequence[str] = BASELINES,
                      scorer: Scorer | None = None, how: str | None = None,
-                     cache_share: float = 0.0) -> Plan:
+                     cache_share: float = 0.0, keep_colocation: float = 0.0) -> Plan:
     """Plan with `placer`, score it and every baseline with one scorer, attach the bound.
+    ``keep_colocation``: the gnnsched placer's margin (:class:`GnnschedPlacer`).
     With ``cache_share`` > 0 the plan also gets feature caches sized from that share of
     every gathering host's free memory (:func:`gnnsched.placement.caches.size_caches`);
     the baselines keep none.
@@ -836,6 +837,9 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
             issubclass(chosen_cls, GnnschedPlacer):
         # the scorer is the simulator on the draws of `seed`: the search adds other draws
         kw["seed_scorer"] = lambda s, its: default_scorer(problem, s, its)[0]
+    if keep_colocation and isinstance(chosen_cls := placers().get(placer), type) and \
+            issubclass(chosen_cls, GnnschedPlacer):
+        kw["keep_colocation"] = keep_colocation
     chosen = get_placer(placer, **kw)
     plan = chosen.place_problem(problem, seed=seed, budget=budget)
     if cache_share > 0:

@@ -655,6 +655,10 @@ _SEC = "(valid: seconds > 0 and <= 1e6)"
      f"argument --budget: must be a finite number, got 'nan' {_SEC}"),
     (["plan", "--cluster", _C, "--job", _J, "--budget", "0"], "argument --budget: '0' is out "
                                                               "of range"),
+    (["plan", "--cluster", _C, "--job", _J, "--keep-colocation", "-0.1"],
+     "argument --keep-colocation: -0.1 is outside 0 <= X < 10"),
+    (["plan", "--cluster", _C, "--job", _J, "--keep-colocation", "x"],
+     "argument --keep-colocation: 'x' is not a number (valid: 0 <= X < 10)"),
     (["plan", "--cluster", _C, "--job", _J, "--seed", "-1"],
      "argument --seed: '-1' is out of range (valid: a seed 0..4294967295)"),
     (["plan", "--cluster", _C, "--job", _J, "--seed", str(2**32)],

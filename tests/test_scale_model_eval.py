@@ -13,7 +13,7 @@ import pytest
 
 from gnnsched.evaluation.box import BoxCalibration, load_box, save_box, wire_overhead
 from gnnsched.evaluation.config import Settings
-from gnnsched.evaluation.judging import noise, scale_model_targets
+from gnnsched.evaluation.judging import noise, same_system, scale_model_targets, twin_noise
 from gnnsched.evaluation.predict import real_epoch, row_steps
 from gnnsched.profile import synthetic_profile
 
@@ -122,6 +122,29 @@ def test_scale_model_targets_judge_error_ranking_and_speedup() -> None:
     assert by[("a-priori within 20% on every run", "all")]["value"] == pytest.approx(
         abs(0.9 / 1.3 - 1))
     assert noise({"repeat_epoch_times_s": [1.0]}) == 0.0
+
+
+def test_one_system_twice_has_no_order_to_rank() -> None:
+    """gnnsched kept colocation's plan: gnnsched + fifo is colocation + fifo again, so a
+    measured difference between them is noise however small the repeats' spread; the policy
+    still differs, so gnnsched is ranked against both."""
+    rows = [{"machine": "h0", "parts": [0, 1]}]
+    c = {"shape": "k", "dataset": "cora",
+         "plans": {"colocation": {"trainers": rows}, "gnnsched": {"trainers": list(rows)}},
+         "systems": {
+             "colocation+fifo": {**_sys(1.0, 1.0, (1.0, 1.01)), "placer": "colocation",
+                                 "policy": "fifo"},
+             "gnnsched+fifo": {**_sys(1.0, 1.05, (1.05, 1.06)), "placer": "gnnsched",
+                               "policy": "fifo"},
+             "gnnsched+gnnsched": {**_sys(0.9, 1.2, (1.2, 1.21)), "placer": "gnnsched",
+                                   "policy": "gnnsched"}}}
+    assert same_system(c, "colocation+fifo", "gnnsched+fifo")
+    assert not same_system(c, "gnnsched+fifo", "gnnsched+gnnsched")
+    assert twin_noise(c) == pytest.approx(0.05)  # one system measured 5% apart: the noise
+    rank = next(t for t in scale_model_targets([c]) if t["target"].startswith("the simulator"))
+    assert rank["value"] == 2 and "colocation+fifo < gnnsched+fifo" not in rank["why"]
+    c["plans"]["gnnsched"]["trainers"] = [{"machine": "h1", "parts": [0, 1]}]
+    assert not same_system(c, "colocation+fifo", "gnnsched+fifo") and twin_noise(c) == 0.0
 
 
 def test_scale_model_needs_the_netns_launcher() -> None:

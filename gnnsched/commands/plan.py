@@ -61,6 +61,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "every host that gathers features: each replicates the hottest rows (by "
                    "in-degree) of the nodes it does not store, and the prediction charges "
                    "only the misses (default 0: no caches)")
+    p.add_argument("--keep-colocation", type=margin, default=0.0, metavar="X",
+                   help="gnnsched only: keep colocation's plan (where feasible) unless the "
+                   "best plan is predicted more than X faster on every draw, e.g. 0.22 when "
+                   "predictions are trusted within 10%% (1.1 / 0.9 - 1; default 0)")
     p.add_argument("--seed", type=seed_int, default=0, help="seed of search and simulation")
     p.add_argument("--out", type=output_file, default="plan.json", help="where to write the plan")
     p.add_argument("--json", action="store_true", help="print one JSON object instead")
@@ -75,6 +79,18 @@ def share(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number (valid: 0..1)") from None
     if not 0 <= v <= 1:
         raise argparse.ArgumentTypeError(f"{text} is outside 0..1")
+    return v
+
+
+def margin(text: str) -> float:
+    """A fraction >= 0 and < 10 (argparse type of --keep-colocation)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (valid: 0 <= X < 10)"
+                                         ) from None
+    if not 0 <= v < 10:
+        raise argparse.ArgumentTypeError(f"{text} is outside 0 <= X < 10")
     return v
 
 
@@ -272,7 +288,8 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("--cluster", "", "is required", "a cluster file, or --from-ray ADDR")
     parts = getattr(args, "partitions", None)
     plan = api.plan(args.cluster, args.job, args.cost, placer=args.placer, seed=args.seed,
-                    budget=args.budget, partitions=parts, cache_share=args.cache_share)
+                    budget=args.budget, partitions=parts, cache_share=args.cache_share,
+                    keep_colocation=args.keep_colocation)
     plan.save(args.out)
     problem = api.plan_problem(args.cluster, args.job, args.cost, partitions=parts)
     if args.plot:

@@ -368,12 +368,37 @@ def _real(r: dict[str, Any]) -> float | None:
     return real_epoch(r) if r.get("epoch_time_s") else None
 
 
+def same_system(c: dict[str, Any], a: str, b: str) -> bool:
+    """Whether systems ``a`` and ``b`` of config ``c`` ran the same plan with the same policy
+    (gnnsched + fifo where gnnsched kept colocation's plan): they can differ only by noise."""
+    ra, rb = c["systems"].get(a, {}), c["systems"].get(b, {})
+    plans = c.get("plans", {})
+    pa, pb = plans.get(ra.get("placer"), {}), plans.get(rb.get("placer"), {})
+    return (ra.get("policy") == rb.get("policy") and "trainers" in pa
+            and pa.get("trainers") == pb.get("trainers"))
+
+
+def twin_noise(c: dict[str, Any]) -> float:
+    """How far apart two runs of one system measured on config ``c``: the largest relative
+    difference between systems that ran the same plan with the same policy
+    (:func:`same_system`), 0 without such a pair. Their difference can only be noise, and two
+    repeats' spread underestimates it: on mixedgen/Physics colocation + fifo and gnnsched +
+    fifo ran one plan 3.1% apart, with repeats 0.5% and 1.4% wide."""
+    sy = c["systems"]
+    names = [n for n in RUNTIME_SYSTEMS if _real(sy.get(n, {}))]
+    reals = {n: float(_real(sy[n]) or 0.0) for n in names}
+    return max([max(reals[a], reals[b]) / min(reals[a], reals[b]) - 1.0
+                for i, a in enumerate(names) for b in names[i + 1:]
+                if same_system(c, a, b)], default=0.0)
+
+
 def scale_model_targets(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Issue 27's targets on the scale model: the a-priori prediction within 10% of every
     measured epoch (and of 90% of them, and within 20% of all), the simulator's ranking of
     colocation + fifo, gnnsched + fifo and gnnsched per shape where they differ by more than
     the noise, and gnnsched's speed-up over colocation + fifo where the a-priori simulation
-    predicts >= 1.5x (and never slower than colocation beyond the noise)."""
+    predicts >= 1.5x (and never slower than colocation beyond the noise). The noise of a pair
+    is the larger of their repeats' spreads and :func:`twin_noise`."""
     out: list[dict[str, Any]] = []
     errors: list[float] = []
     for c in configs:
@@ -397,12 +422,13 @@ def scale_model_targets(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                             f"predict {r.get('sim_error', 0.0):+.1%} (in-situ)")})
         ranked = [(n, _apriori(sy[n]), _real(sy[n])) for n in RUNTIME_SYSTEMS
                   if _apriori(sy.get(n, {})) and _real(sy.get(n, {}))]
+        twins = twin_noise(c)
         wrong = []
         for i, (a, pa, ma) in enumerate(ranked):
             for b, pb, mb in ranked[i + 1:]:
-                tol = max(noise(sy[a]), noise(sy[b]))
-                if abs(ma / mb - 1.0) <= tol:
-                    continue  # within the noise: no order to get right
+                tol = max(noise(sy[a]), noise(sy[b]), twins)
+                if abs(ma / mb - 1.0) <= tol or same_system(c, a, b):
+                    continue  # within the noise, or one system twice: no order to get right
                 if (pa < pb) != (ma < mb):
                     wrong.append(f"{a} {'<' if ma < mb else '>'} {b} measured ({ma:.3f} vs "
                                  f"{mb:.3f} s, noise {tol:.1%}), predicted {pa:.3f} vs "
@@ -415,7 +441,7 @@ def scale_model_targets(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         pm, pc, mm, mc = _apriori(me), _apriori(colo), _real(me), _real(colo)
         if pm and pc and mm and mc:
             sim_x, real_x = pc / pm, mc / mm
-            tol = max(noise(me), noise(colo))
+            tol = max(noise(me), noise(colo), twins)
             goal = TARGETS["speedup_vs_colocation_limited"]
             if sim_x >= goal:
                 out.append({"target": f"gnnsched >= {goal}x colocation where predicted "
