@@ -631,9 +631,10 @@ class GnnschedPlacer(Placer):
     the simulator with the gnnsched policy is used (:func:`default_scorer`); with a `scorer`
     but no ``seed_scorer`` the caller's scorer is the only draw (its seed is unknown here).
 
-    ``keep_colocation`` (a fraction, default 0): how unsure the scores are. Where colocation
-    is feasible, its plan is kept unless the chosen one is predicted faster by more than
-    this on every draw. Predictions made before a run are only so accurate: two of them
+    ``keep_colocation`` (a fraction, default 0): how unsure the scores are. Where the
+    colocation placer can place the job (its fallback included, where a store has no GPU:
+    the plan the colocation baseline runs), its plan is kept unless the chosen one is
+    predicted faster by more than this on every draw. Predictions made before a run are only so accurate: two of them
     each within a of the measured epoch can misjudge a speed-up by up to (1 + a) / (1 - a)
     (:func:`margin_for`), and a plan from a model that unsure could lose to colocation.
     """
@@ -726,9 +727,10 @@ class GnnschedPlacer(Placer):
             cvec = full.vector(colo)
             if not all(v * (1 + self.keep_colocation) < c for v, c in zip(vec, cvec)):
                 gain = min(c / v for v, c in zip(vec, cvec))
-                why = (f"kept colocation's plan: the best other plan is predicted {gain:.2f}x "
-                       f"faster on its worst draw, within the margin {self.keep_colocation:.2f} "
-                       "of an a-priori prediction's error (keep_colocation)")
+                why = (f"kept the colocation placer's plan: the best other plan is predicted "
+                       f"{gain:.2f}x faster on its worst draw, not more than 1 + "
+                       f"{self.keep_colocation:.2f}, the margin for the predictions' error "
+                       "(keep_colocation)")
                 final, vec, won = replace(colo, notes=(why,)), cvec, False
                 stats.kept = "colocation (margin)"
         lb = simulated_lower_bound(problem, out, [final] + starts, seed=seed,

@@ -196,7 +196,7 @@ def test_placer_keeps_colocation_within_its_margin(hetero16) -> None:
     kept = place(gain - 1 + 0.05)
     colo = get_placer("colocation").place_problem(pb, seed=4)
     assert kept.key() == colo.key() and kept.predicted["search"]["kept"] == "colocation (margin)"
-    assert any("kept colocation's plan" in n for n in kept.notes)
+    assert any("kept the colocation placer's plan" in n for n in kept.notes)
     assert margin_for(0.10) == pytest.approx(1.1 / 0.9 - 1)
     with pytest.raises(ValueError, match="fraction"):
         margin_for(1.0)
