@@ -709,6 +709,6 @@ def remove_all(states: Iterable[dict[str, Any]] = ()) -> list[str]:
 
 
 __all__ = ["MIN_MEMORY", "TOP", "CgroupError", "ClusterGroups", "HostShare", "Hierarchy",
-           "box_cores", "choose_dilation", "choose_period", "cluster_compute", "discover",
-           "device_quota", "host_compute", "plan_shares", "remove_all", "remove_cluster", "require",
+           "box_cores", "choose_dilation", "choose_period", "cluster_compute", "device_quota",
+           "discover", "host_compute", "plan_shares", "remove_all", "remove_cluster", "require",
            "unavailable_reason"]

@@ -16,9 +16,10 @@ payload the runtime sent across them, minus 1: headers, the other direction's AC
 framing; 5-8% in every run of the scale-model evaluation, and the shapers count those
 bytes), ``allreduce_overhead_s`` (the all-reduce's own seconds beyond its bytes on the
 wire at line rate) and ``barrier_skew_s`` (how far apart the trainers left each all-reduce:
-without it the calibration cluster's own epoch simulates 6% short, with it within 2%). The evaluation then predicts every run from the
-profile with these factors (:meth:`BoxCalibration.apply`) before the run starts; it never
-calibrates from the run it predicts.
+without it the calibration cluster's own epoch simulates 6% short, with it within 2%). The
+evaluation then predicts every run from the profile with these factors
+(:meth:`BoxCalibration.apply`) before the run starts; it never calibrates from the run it
+predicts.
 """
 
 from __future__ import annotations
