@@ -634,9 +634,10 @@ class GnnschedPlacer(Placer):
     ``keep_colocation`` (a fraction, default 0): how unsure the scores are. Where the
     colocation placer can place the job (its fallback included, where a store has no GPU:
     the plan the colocation baseline runs), its plan is kept unless the chosen one is
-    predicted faster by more than this on every draw. Predictions made before a run are only so accurate: two of them
-    each within a of the measured epoch can misjudge a speed-up by up to (1 + a) / (1 - a)
-    (:func:`margin_for`), and a plan from a model that unsure could lose to colocation.
+    predicted faster by more than this on every draw. Predictions made before a run are only
+    so accurate: two of them each within a of the measured epoch can misjudge a speed-up by
+    up to (1 + a) / (1 - a) (:func:`margin_for`), and a plan from a model that unsure could
+    lose to colocation.
     """
 
     max_evals: int = 150
@@ -835,13 +836,12 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
     ev = scorer if isinstance(scorer, Evaluator) else Evaluator(scorer)
     t0 = time.perf_counter()
     kw: dict[str, Any] = {"scorer": ev}
-    if simulated and isinstance(chosen_cls := placers().get(placer), type) and \
-            issubclass(chosen_cls, GnnschedPlacer):
-        # the scorer is the simulator on the draws of `seed`: the search adds other draws
-        kw["seed_scorer"] = lambda s, its: default_scorer(problem, s, its)[0]
-    if keep_colocation and isinstance(chosen_cls := placers().get(placer), type) and \
-            issubclass(chosen_cls, GnnschedPlacer):
-        kw["keep_colocation"] = keep_colocation
+    chosen_cls = placers().get(placer)
+    if isinstance(chosen_cls, type) and issubclass(chosen_cls, GnnschedPlacer):
+        if simulated:  # the scorer is the simulator on the draws of `seed`: add other draws
+            kw["seed_scorer"] = lambda s, its: default_scorer(problem, s, its)[0]
+        if keep_colocation:
+            kw["keep_colocation"] = keep_colocation
     chosen = get_placer(placer, **kw)
     plan = chosen.place_problem(problem, seed=seed, budget=budget)
     if cache_share > 0:
@@ -925,5 +925,5 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
 
 
 __all__ = ["BASELINES", "SEARCH_SEEDS", "Evaluator", "GnnschedPlacer", "Outcome", "SearchStats",
-           "SeedEvaluator", "draw_seeds", "fallback", "margin_for", "regret", "iteration_floor", "plan_and_compare",
-           "repair", "search", "search_many", "spread", "wins"]
+           "SeedEvaluator", "draw_seeds", "fallback", "iteration_floor", "margin_for",
+           "plan_and_compare", "regret", "repair", "search", "search_many", "spread", "wins"]
