@@ -611,12 +611,16 @@ def _starts(problem: Problem, out: Any, *, seed: int = 0, budget: float = 2.0
         r = rebalance(problem, out.plan, time_limit=budget, seed=seed)
         if r is not None:
             named.append(("cpsat+shares", r))
-    seen: set[tuple] = set()
-    starts = []
+    seen: dict[tuple, int] = {}  # a plan's key: its index in starts
+    starts: list[tuple[str, Plan]] = []
     for name, p in named:
-        if p.key() in seen or len(p.trainers) != problem.W or usage(problem, p).problems:
+        if p.key() in seen:  # one plan under two names (CP-SAT's is often colocation's):
+            i = seen[p.key()]  # keep both, so the start is found by either
+            starts[i] = (f"{starts[i][0]} = {name}", starts[i][1])
             continue
-        seen.add(p.key())
+        if len(p.trainers) != problem.W or usage(problem, p).problems:
+            continue
+        seen[p.key()] = len(starts)
         starts.append((name, replace(p, placer="gnnsched", predicted={}, notes=())))
     return starts
 
@@ -723,7 +727,7 @@ class GnnschedPlacer(Placer):
             stats.kept = "search"
         else:
             stats.kept = next(name for name, p in named if p.key() == final.key())
-        colo = next((p for name, p in named if name == "colocation"), None)
+        colo = next((p for name, p in named if "colocation" in name.split(" = ")), None)
         if self.keep_colocation > 0 and colo is not None and colo.key() != final.key():
             cvec = full.vector(colo)
             if not all(v * (1 + self.keep_colocation) < c for v, c in zip(vec, cvec)):

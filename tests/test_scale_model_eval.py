@@ -200,3 +200,95 @@ def test_bench_on_the_scale_model_end_to_end(tmp_path: Path) -> None:
     assert not [p for p in Path("/proc/self/cgroup").read_text().splitlines()
                 if "gnnsched/gpuless" in p]
     assert not list(Path("/sys/fs/cgroup").glob("*/gnnsched/gpuless"))
+
+
+def _source(tmp: Path, name: str, ds: str, systems: dict[str, Any]) -> Path:
+    d = tmp / name
+    d.mkdir()
+    doc = {"command": f"gnnsched bench --scale-model --datasets {ds} --out {d}",
+           "started": "2026-11-27 10:00", "settings": {"scale_model": True},
+           "box": {ds: {"train": 1.1, "sample": 9.0, "allreduce_overhead_s": 0.005,
+                        "dilation": 3.0, "epoch_time_s": 1.2}},
+           "configs": [{"shape": "hetero", "dataset": ds, "systems": systems}]}
+    (d / "results.json").write_text(json.dumps(doc))
+    return d
+
+
+def test_scale_model_results_merge_into_the_evaluations_file(tmp_path: Path) -> None:
+    """`--into`: every scale-model source sits in one file's scale_model section, its
+    targets judged over all of them (the 90% share spans both datasets), a source merged
+    again replaces its runs, and a full evaluation rewriting the file keeps the section."""
+    from gnnsched.evaluation import merge
+    from gnnsched.evaluation.report import _scale_model as scale_model_section
+
+    cora = _source(tmp_path, "cora", "cora", {
+        "colocation+fifo": _sys(2.0, 2.0), "gnnsched+gnnsched": _sys(1.0, 1.2)})  # -16.7%
+    physics = _source(tmp_path, "physics", "physics", {
+        "colocation+fifo": _sys(1.0, 1.0), "gnnsched+gnnsched": _sys(1.0, 1.01)})
+    into = tmp_path / "results.json"
+    other = {"target": "gnnsched >= 1.2x DistDGL", "config": "plentiful/cora", "met": True}
+    into.write_text(json.dumps({"configs": [], "targets": [other]}))
+    merge.merge(into, cora)
+    doc = merge.merge(into, physics)
+    assert [s["dir"] for s in doc["scale_model"]["sources"]] == [str(cora), str(physics)]
+    assert set(doc["scale_model"]["box"]) == {"cora", "physics"}
+    by = {(t["target"], t["config"]): t for t in doc["targets"]}
+    assert by[("gnnsched >= 1.2x DistDGL", "plentiful/cora")] == other  # kept as it was
+    share = by[("a-priori within 10% on >= 90% of runs (scale model)", "all")]
+    assert share["value"] == pytest.approx(3 / 4) and not share["met"]
+    # cora again, now within 10%: its runs are replaced, the share judged again, no duplicate
+    _sys_ok = {"colocation+fifo": _sys(2.0, 2.0), "gnnsched+gnnsched": _sys(1.1, 1.15)}
+    doc_c = json.loads((cora / "results.json").read_text())
+    doc_c["configs"][0]["systems"] = _sys_ok
+    (cora / "results.json").write_text(json.dumps(doc_c))
+    doc = merge.merge(into, cora)
+    assert [s["dir"] for s in doc["scale_model"]["sources"]] == [str(physics), str(cora)]
+    shares = [t for t in doc["targets"] if t["target"].startswith("a-priori within 10% on")]
+    assert len(shares) == 1 and shares[0]["value"] == 1.0 and shares[0]["met"]
+    assert len(doc["scale_model"]["configs"]) == 2
+    # a full evaluation rewriting the file carries the section and its targets over
+    fresh: dict[str, Any] = {"configs": [], "targets": [other]}
+    merge.carry_over(into, fresh)
+    assert fresh["scale_model"] == doc["scale_model"] and len(fresh["targets"]) == len(
+        doc["targets"])
+    lines: list[str] = []
+    scale_model_section({"configs": [], "scale_model": doc["scale_model"]}, lines)
+    text = "\n".join(lines)
+    assert "## The scale model: predicted before the run" in text and str(physics) in text
+    # only scale-model results merge, and a missing source is named
+    (physics / "results.json").write_text(json.dumps({"settings": {}, "configs": []}))
+    with pytest.raises(SystemExit, match="not a scale-model evaluation"):
+        merge.merge(into, physics)
+    with pytest.raises(SystemExit, match="nowhere/results.json not found"):
+        merge.merge(tmp_path / "other.json", tmp_path / "nowhere")
+
+
+def test_scale_model_out_and_into_defaults() -> None:
+    import argparse
+
+    from gnnsched.commands.bench import add_arguments
+    from gnnsched.evaluation import config
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+
+    def st(*argv: str) -> Settings:
+        return config.resolve(p.parse_args(["--launcher", "netns", *argv]))
+
+    try:
+        base = st("--scale-model")
+    except SystemExit as exc:  # no network namespaces here: nothing to resolve against
+        pytest.skip(str(exc))
+    assert base.out == Path("docs/results-scale-model")
+    assert base.into == "docs/results/results.json"
+    assert st("--scale-model", "--datasets", "cora").out == base.out
+    got = st("--scale-model", "--datasets", "products")
+    assert got.out == Path("docs/results-scale-model-products")
+    assert st("--scale-model", "--no-into").into is None
+    assert st("--scale-model", "--quick").into is None
+    assert st("--scale-model", "--into", "x/r.json").into == "x/r.json"
+    assert st("--scale-model", "--out", "docs/results").into is None  # not into itself
+    with pytest.raises(SystemExit, match="OUT's own results.json"):
+        st("--scale-model", "--out", "x", "--into", "x/results.json")
+    with pytest.raises(SystemExit, match="--into goes with --scale-model"):
+        st("--into", "x/r.json")

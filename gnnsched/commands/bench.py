@@ -129,6 +129,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--box", default=None, metavar="FILE.json",
                    help="with --scale-model: this box's calibration (`gnnsched bench "
                         "--calibrate-box`; default: OUT/box.json, made first when missing)")
+    p.add_argument("--into", default=None, metavar="FILE.json",
+                   help="with --scale-model (and its --resimulate): merge OUT's results into "
+                        "this evaluation file's scale_model section, beside those merged "
+                        "before, and judge the scale model's targets over all of them "
+                        "(default: docs/results/results.json; --quick: none)")
+    p.add_argument("--no-into", action="store_true",
+                   help="with --scale-model: merge into no other file (OUT only)")
     p.add_argument("--calibrate-box", action="store_true",
                    help="measure this box's per-box constants once (the runtime's sampling, "
                         "training and all-reduce overheads on the scale model, from one run "

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gnnsched.evaluation import merge
 from gnnsched.evaluation.config import SYSTEMS, TARGETS, Settings, load_shape, resolve, say
 from gnnsched.evaluation.context import Context
 from gnnsched.evaluation.judging import invariants, targets
@@ -64,11 +65,30 @@ def _rejudge(path: Path, doc: dict[str, Any], ctx: Context) -> int:
     """Judge the targets again, rewrite ``results.json`` and the report, say the count."""
     ctx.spreads = doc.get("accuracy_spread", {})
     doc["targets"] = targets(doc["configs"], ctx)
+    if doc.get(merge.SECTION):  # the scale model's merged results: judged again with them
+        doc["targets"] = merge.judged(doc)
     path.write_text(json.dumps(doc, indent=1, default=_json) + "\n")
     render(doc, ctx.st.out)
     missed = [t for t in doc["targets"] if t["met"] is False]
     say(f"targets: {sum(1 for t in doc['targets'] if t['met'])} met, {len(missed)} missed")
+    _merge_into(ctx.st, doc)
     return 0
+
+
+def _merge_into(st: Settings, doc: dict[str, Any]) -> None:
+    """A scale-model evaluation's results into ``st.into`` (``--into``), whose report is
+    rendered again when it is a full evaluation's."""
+    if not st.into or not (doc.get("settings") or {}).get("scale_model"):
+        return
+    into = Path(st.into)
+    merged = merge.merge(into, st.out)
+    if merged.get("configs"):
+        render(merged, into.parent)
+    sm = merged[merge.SECTION]
+    tg = [t for t in merged["targets"] if str(t["target"]).endswith(merge.MARK)]
+    say(f"merged {st.out} into {into} ({len(sm['sources'])} scale-model source(s), "
+        f"{len(sm['configs'])} configurations): scale-model targets "
+        f"{sum(1 for t in tg if t['met'])} met, {sum(1 for t in tg if t['met'] is False)} missed")
 
 
 def resimulate(st: Settings) -> int:
@@ -234,6 +254,7 @@ def evaluate(args: argparse.Namespace) -> int:
         **({"box": {ds: b.to_dict() for ds, b in boxes.items()}} if boxes else {}),
     }
     doc["started"] = time.strftime("%Y-%m-%d %H:%M", time.localtime(time.time() - doc["wall_s"]))
+    merge.carry_over(st.out / "results.json", doc)  # the scale model's merged results stay
     (st.out / "results.json").write_text(json.dumps(doc, indent=1, default=_json) + "\n")
     plots = render(doc, st.out)
     say("")
@@ -246,6 +267,7 @@ def evaluate(args: argparse.Namespace) -> int:
     say(f"wrote {st.out / 'results.json'}, {st.out / 'report.md'}"
         + (f", {', '.join(plots)}" if plots else "")
         + f" in {(time.perf_counter() - t0) / 60:.1f} min")
+    _merge_into(st, doc)
     if st.quick:
         return 0 if all(i["ok"] for i in inv) else 1
     return 0 if inv and inv[0]["ok"] else 1

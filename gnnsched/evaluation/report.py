@@ -395,10 +395,22 @@ def _scale_model(doc: dict[str, Any], L: list[str]) -> None:
     """The scale model: D per shape, the measured and the real cluster's epochs, and the
     prediction made before each run (from the profile and the box's calibration) beside the
     profile's alone and the in-situ one."""
-    if not doc.get("box"):
+    merged = doc.get("scale_model") if not doc.get("box") else None
+    boxes = doc.get("box") or (merged or {}).get("box")
+    if not boxes:
         return
+    configs = (merged or doc)["configs"]
     L.append("## The scale model: predicted before the run")
     L.append("")
+    if merged:
+        L.append("Merged from the scale-model evaluations below (`--into`); their targets are "
+                 "judged together in the Targets section. Each folder's own report has its "
+                 "per-stage tables.")
+        L.append("")
+        for src in merged["sources"]:
+            L.append(f"- `{src['dir']}` ({', '.join(src['configs'])}; started "
+                     f"{src.get('started')}): `{src.get('command')}`")
+        L.append("")
     L.append("Every host ran in its own control groups (CPU quota, memory limit) with CPUs, "
              "NICs and latency slowed by one dilation factor D (docs/scale-model.md). Times in "
              "the other tables are the real cluster's: measured / D. *A priori* is the "
@@ -408,7 +420,7 @@ def _scale_model(doc: dict[str, Any], L: list[str]) -> None:
              "the profile's alone; *in-situ* from the costs the run itself measured (a "
              "diagnostic, not a prediction).")
     L.append("")
-    for ds, b in doc["box"].items():
+    for ds, b in boxes.items():
         L.append(f"Box calibration ({ds}): training x{b['train']:.2f}, sampling "
                  f"x{b['sample']:.2f}, all-reduce +{1e3 * b['allreduce_overhead_s']:.1f} ms "
                  f"over its bytes at line rate (calibration run at D = {b['dilation']:.3g}, "
@@ -418,7 +430,7 @@ def _scale_model(doc: dict[str, Any], L: list[str]) -> None:
              "(error) | profile s (error) | in-situ s (error) |")
     L.append("|---|---:|---:|---:|---:|---:|---:|")
     errs = []
-    for c in doc["configs"]:
+    for c in configs:
         for name in RUNTIME_SYSTEMS:
             r = c["systems"].get(name)
             if not r or not r.get("real_epoch_time_s"):
