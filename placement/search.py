@@ -590,7 +590,8 @@ def _starts(problem: Problem, out: Any, *, seed: int = 0, budget: float = 2.0
     """(name, plan) of the starts: CP-SAT's plan and pool, greedy's plan of every part split
     solved, colocation (whole and even), the seed-share model's plan where it is installed
     (``shares``) and CP-SAT's plan with the seed split best for it
-    — each placement once (first name wins), only plans with every trainer of the job."""
+    — each placement once (a plan found under several names is named by all of them,
+    joined by " = "), only plans with every trainer of the job."""
     from gnnsched.placement.placer import placers
 
     named: list[tuple[str, Plan]] = [("cpsat", out.plan)]

@@ -217,6 +217,6 @@ def test_one_start_under_two_names_is_found_by_either(hetero16) -> None:
     out = replace(run_cpsat(pb, time_limit=2.0, seed=0), plan=colo, pool=[])
     named = _starts(pb, out, seed=0, budget=1.0)
     names = [n for n, _ in named]
-    assert names[0].split(" = ")[:2] == ["cpsat", "colocation"]
+    assert names[0].startswith("cpsat = ") and "colocation" in names[0].split(" = ")
     assert named[0][1].key() == colo.key()
     assert len({p.key() for _, p in named}) == len(named)  # still one start per plan

@@ -57,6 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "--quick 20000)")
     p.add_argument("--out", type=output_dir, default=None,
                    help="results folder (default: docs/results under the current directory; "
+                        "--scale-model: docs/results-scale-model, or "
+                        "docs/results-scale-model-NAME... for --datasets other than cora; "
                         "--quick: runs/bench-quick)")
     p.add_argument("--work", type=output_dir, default=None,
                    help="run directories, logs, plans (default: runs/bench[-quick] under the "
@@ -67,9 +69,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--launcher", default="auto", choices=("auto", "netns", "local"),
                    help="auto: network namespaces when root, else local processes")
     p.add_argument("--datasets", nargs="+", default=None, metavar="NAME|FILE.npz",
-                   help="cora, physics and/or paths to your own graphs (.npz, the schema of "
-                        "docs/fields.md; named by the file's stem) (default: cora and physics, "
-                        "or cora alone where physics' file is not at hand; --quick: cora)")
+                   help="cora, physics, products (the scale tier's million-node graph, "
+                        "generated once into the cache; for --scale-model) and/or paths to "
+                        "your own graphs (.npz, the schema of docs/fields.md; named by the "
+                        "file's stem) (default: cora and physics, or cora alone where "
+                        "physics' file is not at hand; --quick: cora)")
     p.add_argument("--normalize", default=None, choices=NORMALIZE,
                    help="the jobs' features: {normalize} (default: row for a .npz of yours, "
                         "so raw counts train; none for cora and physics, as published)")
@@ -118,7 +122,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "latency slowed by one dilation factor D so the cluster fits this box "
                         "(docs/scale-model.md); times are reported as measured and as the real "
                         "cluster's (measured / D), and predicted from the profile and the "
-                        "box's calibration (--box) before each run")
+                        "box's calibration (--box) before each run; results go to "
+                        "docs/results-scale-model[-DATASETS] and merge into --into")
     p.add_argument("--dilation", type=float, default=None, metavar="D",
                    help="with --scale-model: the dilation factor (default: the smallest at "
                         "which every host's quota fits this box's cores)")
@@ -134,6 +139,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "this evaluation file's scale_model section, beside those merged "
                         "before, and judge the scale model's targets over all of them "
                         "(default: docs/results/results.json; --quick: none)")
+    p.add_argument("--merge", action="store_true",
+                   help="train nothing: merge OUT (a --scale-model evaluation's folder) into "
+                        "--into and judge the scale model's targets again over every folder "
+                        "merged there")
     p.add_argument("--no-into", action="store_true",
                    help="with --scale-model: merge into no other file (OUT only)")
     p.add_argument("--calibrate-box", action="store_true",

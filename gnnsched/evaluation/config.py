@@ -54,10 +54,11 @@ DATASETS: dict[str, DatasetCfg] = {
     "cora": DatasetCfg("cora", "cora", "Cora", None, 8),
     "physics": DatasetCfg("physics", "coauthor_physics", "Coauthor Physics", 128, 32,
                           (1000, 500, 5000)),
-    # the scale tier's graph (`bench --scale`: 1M nodes, 40M edges, 100-d) with a training
-    # set of 12 iterations of 2 x 128 seeds, so a run on the scale model, dilated D times,
-    # takes minutes rather than hours: the graph, its partitions and its mini-batches are
-    # the scale tier's, only the epoch is shorter
+    # the scale tier's graph (`bench --scale`: the products preset, 1M nodes, 40M edges,
+    # 100-d) under the evaluation's job (2 trainers, fan-outs 10/25) with 128 seeds per
+    # trainer and a training set of 12 iterations, so a run on the scale model, dilated D
+    # times, takes minutes rather than hours: the graph and its partitions are the scale
+    # tier's, the epoch is short
     "products": DatasetCfg("products", "products", "products-like synthetic (1M nodes)",
                            None, 128, (3072, 1024, 4096), normalize="standard",
                            preset="products"),
@@ -190,15 +191,21 @@ def resolve(args: argparse.Namespace) -> Settings:
     if epochs < 2:
         raise SystemExit("gnnsched bench: --epochs must be >= 2 (the first epoch is warm-up)")
     into = getattr(args, "into", None)
-    again = bool(getattr(args, "resimulate", False))  # merges when OUT is the scale model's
+    # re-judging a stored folder merges it when it is the scale model's
+    again = bool(getattr(args, "resimulate", False) or getattr(args, "merge", False))
+    if into is not None and getattr(args, "no_into", False):
+        raise SystemExit("gnnsched bench: --into and --no-into: choose one")
+    if into is not None and not into.endswith(".json"):
+        raise SystemExit(f"gnnsched bench: --into {into}: not a .json file (an evaluation's "
+                         "results.json, e.g. docs/results/results.json)")
     if into is not None and not (scale_model or again):
         raise SystemExit("gnnsched bench: --into goes with --scale-model (the scale model's "
                          "results merge into a full evaluation's file)")
     # the scale model's results have their own folder (the evaluation's file gets them by
-    # --into): docs/results-scale-model by default or for Cora, -NAME... for other datasets
+    # --into): docs/results-scale-model for Cora alone, -NAME... for other datasets
     full_out = Path("docs") / "results"
     if scale_model:
-        named = [] if not args.datasets or datasets == ["cora"] else datasets
+        named = [] if datasets == ["cora"] else datasets
         full_out = Path("docs") / "-".join(["results-scale-model", *named])
     out = Path(args.out) if args.out else (Path("runs") / tag if q else full_out)
     default_into = Path("docs") / "results" / "results.json"

@@ -75,6 +75,18 @@ def _rejudge(path: Path, doc: dict[str, Any], ctx: Context) -> int:
     return 0
 
 
+def merge_only(st: Settings) -> int:
+    """``--merge``: OUT's stored scale-model results into ``--into``, nothing run again."""
+    _, doc = _stored(st, "--merge")
+    if not (doc.get("settings") or {}).get("scale_model"):
+        raise SystemExit(f"gnnsched bench --merge: {st.out / 'results.json'} is not a "
+                         "scale-model evaluation (only `--scale-model` results merge)")
+    if not st.into:
+        raise SystemExit("gnnsched bench --merge: nothing to merge into (--no-into)")
+    _merge_into(st, doc)
+    return 0
+
+
 def _merge_into(st: Settings, doc: dict[str, Any]) -> None:
     """A scale-model evaluation's results into ``st.into`` (``--into``), whose report is
     rendered again when it is a full evaluation's."""
@@ -186,6 +198,8 @@ def reproduce_flags(argv: list[str]) -> list[str]:
 def evaluate(args: argparse.Namespace) -> int:
     """Run the evaluation described by ``args``; 0 when every invariant holds."""
     st = resolve(args)
+    if getattr(args, "merge", False):
+        return merge_only(st)
     if getattr(args, "resimulate", False):
         return resimulate(st)
     if getattr(args, "accuracy_study", False):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from typing import Any
 
 from gnnsched.evaluation.config import (
@@ -392,15 +393,32 @@ def twin_noise(c: dict[str, Any]) -> float:
                 if same_system(c, a, b)], default=0.0)
 
 
+def pooled_twin_noise(configs: list[dict[str, Any]]) -> dict[str, float]:
+    """Per dataset, the median :func:`twin_noise` over its configurations where one system
+    ran twice: how far two runs of one system land apart on this box with this graph. One
+    shape's pair is one sample of that noise; with one repeat per system it is the only
+    other one. On the million-node graph the four pairs were 0.2%, 0.4%, 2.3% and 5.5%
+    apart, so a 0.6% difference on one shape is not an order to get right."""
+    by: dict[str, list[float]] = {}
+    for c in configs:
+        sy = c["systems"]
+        names = [n for n in RUNTIME_SYSTEMS if _real(sy.get(n, {}))]
+        if any(same_system(c, a, b) for i, a in enumerate(names) for b in names[i + 1:]):
+            by.setdefault(c["dataset"], []).append(twin_noise(c))
+    return {ds: statistics.median(v) for ds, v in by.items()}
+
+
 def scale_model_targets(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Issue 27's targets on the scale model: the a-priori prediction within 10% of every
     measured epoch (and of 90% of them, and within 20% of all), the simulator's ranking of
     colocation + fifo, gnnsched + fifo and gnnsched per shape where they differ by more than
     the noise, and gnnsched's speed-up over colocation + fifo where the a-priori simulation
     predicts >= 1.5x (and never slower than colocation beyond the noise). The noise of a pair
-    is the larger of their repeats' spreads and :func:`twin_noise`."""
+    is the largest of their repeats' spreads, :func:`twin_noise` and the dataset's
+    :func:`pooled_twin_noise`."""
     out: list[dict[str, Any]] = []
     errors: list[float] = []
+    pooled = pooled_twin_noise(configs)
     for c in configs:
         where = f"{c['shape']}/{c['dataset']}"
         sy = c["systems"]
@@ -422,7 +440,7 @@ def scale_model_targets(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                             f"predict {r.get('sim_error', 0.0):+.1%} (in-situ)")})
         ranked = [(n, _apriori(sy[n]), _real(sy[n])) for n in RUNTIME_SYSTEMS
                   if _apriori(sy.get(n, {})) and _real(sy.get(n, {}))]
-        twins = twin_noise(c)
+        twins = max(twin_noise(c), pooled.get(c["dataset"], 0.0))
         wrong = []
         for i, (a, pa, ma) in enumerate(ranked):
             for b, pb, mb in ranked[i + 1:]:

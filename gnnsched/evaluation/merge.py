@@ -16,6 +16,7 @@ carries the section and its targets over (:func:`carry_over`).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ def _source(path: Path) -> dict[str, Any]:
     f = path / "results.json" if path.is_dir() or path.suffix != ".json" else path
     if not f.is_file():
         raise SystemExit(f"gnnsched bench --into: {f} not found (run that scale-model "
-                         "evaluation first, or remove it from the merged sources)")
+                         "evaluation first: `gnnsched bench --scale-model --out FOLDER`)")
     try:
         doc = json.loads(f.read_text())
     except json.JSONDecodeError as exc:
@@ -42,17 +43,35 @@ def _source(path: Path) -> dict[str, Any]:
     return doc
 
 
-def section(sources: list[str]) -> dict[str, Any]:
-    """The ``scale_model`` section of the sources (folders, in merge order): a later source's
-    configuration replaces an earlier one's of the same shape and dataset."""
+def section(sources: list[str], base: Path, before: dict[str, Any] | None = None
+            ) -> dict[str, Any]:
+    """The ``scale_model`` section of the sources (folders relative to ``base``, the merged
+    file's folder, in merge order): a later source's configuration replaces an earlier one's
+    of the same shape and dataset. A source no longer on disk keeps what ``before`` (the
+    section merged last time) holds of it, with a warning."""
+    import sys
+
+    old = {s["dir"]: s for s in (before or {}).get("sources", [])}
+    old_configs = {f"{c['shape']}/{c['dataset']}": c for c in (before or {}).get("configs", [])}
     configs: dict[tuple[str, str], dict[str, Any]] = {}
     box: dict[str, Any] = {}
     listed: list[dict[str, Any]] = []
     for src in sources:
-        doc = _source(Path(src))
+        if src in old and not (base / src / "results.json").is_file():
+            print(f"gnnsched bench --into: warning: {base / src}/results.json is gone; "
+                  "keeping its runs as merged before", file=sys.stderr)
+            listed.append(old[src])
+            for name in old[src]["configs"]:
+                if name in old_configs:
+                    c = old_configs[name]
+                    configs[(c["shape"], c["dataset"])] = c
+            box.update(old[src].get("box") or {})
+            continue
+        doc = _source(base / src)
         listed.append({"dir": src, "command": doc.get("command"),
                        "started": doc.get("started"), "resimulated": doc.get("resimulated"),
-                       "configs": [f"{c['shape']}/{c['dataset']}" for c in doc["configs"]]})
+                       "configs": [f"{c['shape']}/{c['dataset']}" for c in doc["configs"]],
+                       "box": doc["box"]})
         for c in doc["configs"]:
             configs[(c["shape"], c["dataset"])] = c
         box.update(doc["box"])
@@ -68,17 +87,20 @@ def judged(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 def merge(into: Path, out: Path) -> dict[str, Any]:
     """Merge the scale-model evaluation in folder ``out`` into the results file ``into``
-    (made if missing), beside the sources merged there before; returns the written doc."""
+    (made if missing), beside the sources merged there before; returns the written doc.
+    Sources are kept as paths relative to ``into``'s folder, so the file merges again from
+    any working directory and in any clone."""
     doc: dict[str, Any] = {}
     if into.is_file():
         try:
             doc = json.loads(into.read_text())
         except json.JSONDecodeError as exc:
             raise SystemExit(f"gnnsched bench --into: {into}: not JSON ({exc})") from None
-    sources = [s["dir"] for s in (doc.get(SECTION) or {}).get("sources", [])]
-    me = str(out)
-    sources = [s for s in sources if Path(s).resolve() != Path(me).resolve()] + [me]
-    doc[SECTION] = section(sources)
+    base = into.resolve().parent
+    me = os.path.relpath(out.resolve(), base)
+    before = doc.get(SECTION) or {}
+    sources = [s["dir"] for s in before.get("sources", []) if s["dir"] != me] + [me]
+    doc[SECTION] = section(sources, base, before)
     doc["targets"] = judged(doc)
     into.parent.mkdir(parents=True, exist_ok=True)
     into.write_text(json.dumps(doc, indent=1) + "\n")
@@ -88,8 +110,8 @@ def merge(into: Path, out: Path) -> dict[str, Any]:
 def carry_over(old: Path, doc: dict[str, Any]) -> None:
     """Keep the ``scale_model`` section of the results file ``old`` (about to be rewritten
     by a full evaluation) in ``doc``, with its targets judged again."""
-    if not old.is_file() or SECTION in doc:
-        return
+    if not old.is_file() or SECTION in doc or (doc.get("settings") or {}).get("scale_model"):
+        return  # a scale-model evaluation judges its own runs: nothing merged to carry
     try:
         prev = json.loads(old.read_text())
     except json.JSONDecodeError:

@@ -183,15 +183,22 @@ def _targets(doc: dict[str, Any], L: list[str]) -> None:
             if t["value"] is None:
                 val, met, by = "–", "n/a", "–"
             else:
-                pct = "simulated" in t["target"] or "accuracy" in t["target"]
-                val = (f"{t['value']:+.1%}" if "simulated" in t["target"] else
+                sm = t["target"].endswith("(scale model)")
+                # the scale model's: an error, a share or a count, beside its speed-ups
+                err = sm and ("a-priori" in t["target"])
+                count = sm and "ranks" in t["target"]
+                pct = "simulated" in t["target"] or "accuracy" in t["target"] or err
+                val = (f"{t['value']:+.1%}" if "simulated" in t["target"] or err else
+                       f"{int(t['value'])} wrong" if count else
                        f"{100 * t['value']:+.1f} pt" if "accuracy" in t["target"] else
                        f"{t['value']:.3f}x" if t["by"] is not None and abs(t["by"]) < 0.01
                        else
                        f"{t['value']:.2f}x")
                 met = "n/a" if t["met"] is None else "yes" if t["met"] else "**no**"
                 by = ("–" if t["met"] is not False else
-                      f"{100 * t['by']:.1f} pt over" if pct else
+                      f"{int(t['by'])} pair(s)" if count else
+                      f"{100 * abs(t['by']):.1f} pt {'short' if t['by'] < 0 else 'over'}"
+                      if pct else
                       f"{-t['by']:.1%} short" if -t["by"] < 0.01 else f"{-t['by']:.0%} short")
             L.append(f"| {t['target']} | {t['config']} | {val} | {met} | {by} | "
                      f"{t['why'].replace('|', '/')} |")
@@ -408,7 +415,7 @@ def _scale_model(doc: dict[str, Any], L: list[str]) -> None:
                  "per-stage tables.")
         L.append("")
         for src in merged["sources"]:
-            L.append(f"- `{src['dir']}` ({', '.join(src['configs'])}; started "
+            L.append(f"- [{src['dir']}]({src['dir']}/report.md) ({', '.join(src['configs'])}; started "
                      f"{src.get('started')}): `{src.get('command')}`")
         L.append("")
     L.append("Every host ran in its own control groups (CPU quota, memory limit) with CPUs, "
