@@ -88,7 +88,7 @@ def test_bad_files_and_names_fail_in_one_line(tmp_path: Path, cache: Path,
         main(["bench", "--datasets", str(missing), "--out", str(tmp_path / "o")])
     text = str(exc.value.code)
     assert str(missing) in text and "does not exist" in text and "\n" not in text
-    with pytest.raises(SystemExit, match=r"unknown dataset 'mygraph' \(valid: cora, physics, "
+    with pytest.raises(SystemExit, match=r"unknown dataset 'mygraph' \(valid: cora, physics, products, "
                                          r"or a path to a \.npz"):
         config.resolve(_args("--datasets", "mygraph", "--launcher", "local"))
     (tmp_path / "junk.npz").write_text("not a graph")

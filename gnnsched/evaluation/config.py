@@ -317,8 +317,8 @@ def own_dataset(name: str, split: int = 0, normalize: str | None = None) -> dict
     path = Path(name).expanduser()
     if not path.is_file():
         what = "is a directory" if path.is_dir() else "does not exist"
-        raise SystemExit(f"gnnsched bench: --datasets {name}: {what} (valid: cora, physics, "
-                         "or a path to a .npz graph file, see docs/fields.md)")
+        raise SystemExit(f"gnnsched bench: --datasets {name}: {what} (valid: "
+                         f"{', '.join(DATASETS)}, or a path to a .npz graph file, see docs/fields.md)")
     graph = load_npz(path, split=split)  # raises SpecError naming the file and the key
     train, test = int(graph.train_mask.sum()), int(graph.test_mask.sum())
     for what, count, least in (("train_mask", train, 4), ("test_mask", test, 1)):

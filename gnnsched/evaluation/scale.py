@@ -8,8 +8,8 @@ reference, DistDGL, colocation + fifo and gnnsched, in one command. Writes ``res
 The rest of this docstring is the report's Method section.
 
 **Graph and job.** The ``products`` preset of the synthetic generator (DC-SBM, edge homophily
-0.3, feature noise 1.75: see :mod:`gnnsched.datasets.synthetic`), ``--nodes`` nodes (default
-1M) at mean out-degree 40. 14% of the nodes train (140,000 at 1M: one epoch is 35 synchronous
+0.3, feature noise 1.0, label noise 0.2: see :mod:`gnnsched.datasets.synthetic`), ``--nodes``
+nodes (default 1M) at mean out-degree 40. 14% of the nodes train (140,000 at 1M: one epoch is 35 synchronous
 iterations of 4 x 1024 seeds, as in the issue's measurement; a smaller ``--nodes`` keeps
 140,000 training nodes, up to half the graph); the test set is a seeded sample of at most
 ``TEST_NODES`` nodes (20,000: the generator's ``val_frac`` takes the rest, and no run
