@@ -420,7 +420,6 @@ def dataset_path(ds: str, data_dir: str | None = None, d: DatasetCfg | None = No
     from gnnsched.datasets import available_datasets
     from gnnsched.spec import SpecError
 
-    tr, va, te = d.split
     path = _split_copy(d)
     if not path.is_file() and d.preset is not None:
         _write_generated(d, path)
@@ -432,18 +431,28 @@ def dataset_path(ds: str, data_dir: str | None = None, d: DatasetCfg | None = No
                             f"{d.dataset}.npz")
         with np.load(src, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-        n = int(arrays["num_nodes"])
-        order = np.random.default_rng(SPLIT_SEED).permutation(n)
-        for name, (a, b) in (("train_mask", (0, tr)), ("val_mask", (tr, tr + va)),
-                             ("test_mask", (tr + va, tr + va + te))):
-            mask = np.zeros(n, dtype=bool)
-            mask[order[a:b]] = True
-            arrays[name] = mask
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}.npz")
-        np.savez_compressed(tmp, **arrays)
-        tmp.rename(path)
+        _write_split(arrays, d.split, path, compressed=True)
     return str(path)
+
+
+def _write_split(arrays: dict[str, Any], split: tuple[int, int, int], path: Path,
+                 compressed: bool) -> None:
+    """Write a graph's ``arrays`` to ``path`` (atomically) with the seeded ``split``: train,
+    validation and test counts over one permutation of the nodes by ``SPLIT_SEED``."""
+    import numpy as np
+
+    tr, va, te = split
+    n = int(arrays["num_nodes"])
+    order = np.random.default_rng(SPLIT_SEED).permutation(n)
+    for name, (a, b) in (("train_mask", (0, tr)), ("val_mask", (tr, tr + va)),
+                         ("test_mask", (tr + va, tr + va + te))):
+        mask = np.zeros(n, dtype=bool)
+        mask[order[a:b]] = True
+        arrays[name] = mask
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}.npz")
+    (np.savez_compressed if compressed else np.savez)(tmp, **arrays)
+    tmp.rename(path)
 
 
 def _write_generated(d: DatasetCfg, path: Path) -> None:
@@ -471,16 +480,7 @@ def _write_generated(d: DatasetCfg, path: Path) -> None:
         "x_data": x.data.astype(np.float32), "x_shape": np.array(x.shape, dtype=np.int64),
         "y": g.labels.astype(np.int64)}
     del g, x
-    order = np.random.default_rng(SPLIT_SEED).permutation(n)
-    for name, (a, b) in (("train_mask", (0, tr)), ("val_mask", (tr, tr + va)),
-                         ("test_mask", (tr + va, tr + va + te))):
-        mask = np.zeros(n, dtype=bool)
-        mask[order[a:b]] = True
-        arrays[name] = mask
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}.npz")
-    np.savez(tmp, **arrays)  # uncompressed: ~1 GB, but loads in seconds
-    tmp.rename(path)
+    _write_split(arrays, d.split, path, compressed=False)  # ~1.5 GB, but loads in seconds
 
 
 def make_job(ds: str, epochs: int, seed: int = 0, data_dir: str | None = None,
