@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +50,6 @@ def section(sources: list[str], base: Path, before: dict[str, Any] | None = None
     file's folder, in merge order): a later source's configuration replaces an earlier one's
     of the same shape and dataset. A source no longer on disk keeps what ``before`` (the
     section merged last time) holds of it, with a warning."""
-    import sys
-
     old = {s["dir"]: s for s in (before or {}).get("sources", [])}
     old_configs = {f"{c['shape']}/{c['dataset']}": c for c in (before or {}).get("configs", [])}
     configs: dict[tuple[str, str], dict[str, Any]] = {}
