@@ -243,7 +243,7 @@ def test_scale_model_results_merge_into_the_evaluations_file(tmp_path: Path) -> 
     doc_c["configs"][0]["systems"] = _sys_ok
     (cora / "results.json").write_text(json.dumps(doc_c))
     doc = merge.merge(into, cora)
-    assert [s["dir"] for s in doc["scale_model"]["sources"]] == ["physics", "cora"]
+    assert [s["dir"] for s in doc["scale_model"]["sources"]] == ["cora", "physics"]
     shares = [t for t in doc["targets"] if t["target"].startswith("a-priori within 10% on")]
     assert len(shares) == 1 and shares[0]["value"] == 1.0 and shares[0]["met"]
     assert len(doc["scale_model"]["configs"]) == 2
@@ -261,7 +261,7 @@ def test_scale_model_results_merge_into_the_evaluations_file(tmp_path: Path) -> 
     (cora / "results.json").unlink()
     kept = merge.merge(into, physics)
     assert [s["dir"] for s in kept["scale_model"]["sources"]] == ["cora", "physics"]
-    assert kept["scale_model"]["configs"] == doc["scale_model"]["configs"][::-1]
+    assert kept["scale_model"]["configs"] == doc["scale_model"]["configs"]
     # only scale-model results merge, and a missing source is named
     (physics / "results.json").write_text(json.dumps({"settings": {}, "configs": []}))
     with pytest.raises(SystemExit, match="not a scale-model evaluation"):

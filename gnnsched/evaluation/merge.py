@@ -86,7 +86,8 @@ def judged(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 def merge(into: Path, out: Path) -> dict[str, Any]:
     """Merge the scale-model evaluation in folder ``out`` into the results file ``into``
-    (made if missing), beside the sources merged there before; returns the written doc.
+    (made if missing), beside the sources merged there before (a source merged again keeps
+    its place, so the file changes only where its runs did); returns the written doc.
     Sources are kept as paths relative to ``into``'s folder, so the file merges again from
     any working directory and in any clone."""
     doc: dict[str, Any] = {}
@@ -98,7 +99,8 @@ def merge(into: Path, out: Path) -> dict[str, Any]:
     base = into.resolve().parent
     me = os.path.relpath(out.resolve(), base)
     before = doc.get(SECTION) or {}
-    sources = [s["dir"] for s in before.get("sources", []) if s["dir"] != me] + [me]
+    sources = [s["dir"] for s in before.get("sources", [])]  # merged again: in its place
+    sources += [] if me in sources else [me]
     doc[SECTION] = section(sources, base, before)
     doc["targets"] = judged(doc)
     into.parent.mkdir(parents=True, exist_ok=True)
