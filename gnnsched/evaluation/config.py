@@ -215,8 +215,6 @@ def resolve(args: argparse.Namespace) -> Settings:
     if (into is None and (scale_model or again) and not q and not getattr(args, "no_into", False)
             and (out / "results.json").resolve() != default_into.resolve()):
         into = str(default_into)
-    if getattr(args, "no_into", False):
-        into = None
     return Settings(
         quick=q, out=out, into=into,
         work=Path(args.work) if args.work else Path("runs") / tag,

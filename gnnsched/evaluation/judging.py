@@ -379,18 +379,23 @@ def same_system(c: dict[str, Any], a: str, b: str) -> bool:
             and pa.get("trainers") == pb.get("trainers"))
 
 
+def _twin_gaps(c: dict[str, Any]) -> list[float]:
+    """The relative differences between config ``c``'s systems that ran the same plan with
+    the same policy (:func:`same_system`)."""
+    sy = c["systems"]
+    names = [n for n in RUNTIME_SYSTEMS if _real(sy.get(n, {}))]
+    reals = {n: float(_real(sy[n]) or 0.0) for n in names}
+    return [max(reals[a], reals[b]) / min(reals[a], reals[b]) - 1.0
+            for i, a in enumerate(names) for b in names[i + 1:] if same_system(c, a, b)]
+
+
 def twin_noise(c: dict[str, Any]) -> float:
     """How far apart two runs of one system measured on config ``c``: the largest relative
     difference between systems that ran the same plan with the same policy
     (:func:`same_system`), 0 without such a pair. Their difference can only be noise, and two
     repeats' spread underestimates it: on mixedgen/Physics colocation + fifo and gnnsched +
     fifo ran one plan 3.1% apart, with repeats 0.5% and 1.4% wide."""
-    sy = c["systems"]
-    names = [n for n in RUNTIME_SYSTEMS if _real(sy.get(n, {}))]
-    reals = {n: float(_real(sy[n]) or 0.0) for n in names}
-    return max([max(reals[a], reals[b]) / min(reals[a], reals[b]) - 1.0
-                for i, a in enumerate(names) for b in names[i + 1:]
-                if same_system(c, a, b)], default=0.0)
+    return max(_twin_gaps(c), default=0.0)
 
 
 def pooled_twin_noise(configs: list[dict[str, Any]]) -> dict[str, float]:
@@ -401,10 +406,9 @@ def pooled_twin_noise(configs: list[dict[str, Any]]) -> dict[str, float]:
     apart, so a 0.6% difference on one shape is not an order to get right."""
     by: dict[str, list[float]] = {}
     for c in configs:
-        sy = c["systems"]
-        names = [n for n in RUNTIME_SYSTEMS if _real(sy.get(n, {}))]
-        if any(same_system(c, a, b) for i, a in enumerate(names) for b in names[i + 1:]):
-            by.setdefault(c["dataset"], []).append(twin_noise(c))
+        gaps = _twin_gaps(c)
+        if gaps:
+            by.setdefault(c["dataset"], []).append(max(gaps))
     return {ds: statistics.median(v) for ds, v in by.items()}
 
 
