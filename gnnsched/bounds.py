@@ -73,11 +73,14 @@ def instance_bound(inst: Instance, prefetch: int | None = None) -> Bound:
     ``iteration_s`` is the most loaded resource's work (:func:`resource_bound`) per
     iteration, ``chain_s`` the longest dependency chain (:func:`chain_bound`, with prefetch
     depth ``prefetch``, default the depths the built-in policies allow), and ``epoch_s`` the
-    larger of the two over the epoch: no simulated epoch of the instance is shorter.
+    larger of the chain and that resource's work with its fill and drain
+    (:func:`flow_bound`): no simulated epoch of the instance is shorter.
     """
     name, res = resource_bound(inst)
-    chain = chain_bound(inst, prefetch)
-    return Bound(res / inst.K, chain, max(res, chain), name if res >= chain else "barrier chain")
+    starts, chain = _chain(inst, prefetch)
+    fname, flow = flow_bound(inst, prefetch, starts)
+    return Bound(res / inst.K, chain, max(flow, chain), fname if flow >= chain else
+                 "barrier chain")
 
 
 def resource_bound(inst: Instance) -> tuple[str, float]:
@@ -155,6 +158,12 @@ def chain_bound(inst: Instance, prefetch: int | None = None) -> float:
     ``prefetch`` None takes the depth the built-in policies allow each trainer
     (:meth:`Instance.prefetch_depths`); a larger depth only weakens the bound.
     """
+    return _chain(inst, prefetch)[1]
+
+
+def _chain(inst: Instance, prefetch: int | None = None) -> tuple[list[list[float]], float]:
+    """:func:`chain_bound`'s recursion: the earliest training start of every batch (each a
+    lower bound of its start in any schedule) and ``B_{K-1}``."""
     W, K, A = inst.W, inst.K, inst.allreduce_s
     depth = inst.prefetch_depths(prefetch)
     lat = [[_batch_latency(inst, w, k) for k in range(K)] for w in range(W)]
@@ -168,7 +177,131 @@ def chain_bound(inst: Instance, prefetch: int | None = None) -> float:
             start[w][k] = max(barrier, ready)
             last = max(last, start[w][k] + inst.train_s[w][k])
         barrier = last + A
-    return barrier
+    return start, barrier
+
+
+def one_machine_bound(jobs: list[tuple[float, float, float]]) -> float:
+    """Least ``max(C_j + q_j)`` of jobs ``(r_j, p_j, q_j)`` on one machine with preemption
+    (Jackson's preemptive schedule: at every moment run the released job with the longest
+    tail ``q``), which is optimal for that relaxation. A resource shared by fluid rates
+    (a NIC, a pool of cores at its total rate) is such a machine with preemption allowed,
+    so this bounds any schedule whose job ``j`` needs ``p_j`` of the resource's time after
+    ``r_j`` and leaves at least ``q_j`` of the epoch after it."""
+    import heapq
+
+    if not jobs:
+        return 0.0
+    order = sorted(jobs)
+    heap: list[tuple[float, float]] = []
+    t, i, n, best = 0.0, 0, len(order), 0.0
+    while i < n or heap:
+        if not heap:
+            t = max(t, order[i][0])
+        while i < n and order[i][0] <= t:
+            r, p, q = order[i]
+            heapq.heappush(heap, (-q, p))
+            i += 1
+        nq, p = heapq.heappop(heap)
+        nxt = order[i][0] if i < n else math.inf
+        run = min(p, nxt - t)
+        t += run
+        if p - run > 1e-15 * max(1.0, t):
+            heapq.heappush(heap, (nq, p - run))
+        else:
+            best = max(best, t - nq)
+    return best
+
+
+def flow_bound(inst: Instance, prefetch: int | None = None,
+               starts: list[list[float]] | None = None) -> tuple[str, float]:
+    """The most loaded resource with its fill and drain: epoch seconds and its name.
+
+    :func:`resource_bound` counts a resource's work alone; but nothing crosses a NIC before
+    some batch is sampled, and after a batch's last byte it still trains and all-reduces, so
+    with few iterations per epoch the pipeline's fill and drain add to the work. Every piece
+    of work on a resource (the same accounting as :func:`resource_bound`) becomes a job with
+    a release (its batch's sampling cannot end earlier: the earliest start of batch
+    ``k - d``'s training from :func:`_chain`, plus its sampling time), a length (its share of
+    the resource) and a tail (its batch's training, the all-reduce, and every later
+    iteration's slowest training and all-reduce); a gradient slice of the all-reduce of
+    iteration ``k`` is released when the slowest training of ``k`` could end at the earliest
+    and is followed by the later iterations. :func:`one_machine_bound` of each resource's
+    jobs is a lower bound of the epoch; this is the largest, never below
+    :func:`resource_bound`.
+    """
+    W, K, A = inst.W, inst.K, inst.allreduce_s
+    if starts is None:
+        starts = _chain(inst, prefetch)[0]
+    depth = inst.prefetch_depths(prefetch)
+    slow = [max(inst.train_s[w][k] for w in range(W)) + A for k in range(K)]
+    rest = [0.0] * (K + 1)  # the least time of iterations k..K-1 once iteration k-1 ended
+    for k in range(K - 1, -1, -1):
+        rest[k] = rest[k + 1] + slow[k]
+    jobs: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
+    cap: dict[tuple[str, int], float] = {}
+    for m in range(inst.M):
+        cap[("egress", m)], cap[("ingress", m)] = inst.egress[m], inst.ingress[m]
+
+    def add(key: tuple[str, int], work: float, r: float, q: float) -> None:
+        if work > 0:
+            jobs.setdefault(key, []).append((r, work, q))
+
+    slots_on = [0] * inst.M
+    for w in range(W):
+        for m, c in inst.samplers[w]:
+            slots_on[m] += c
+    usable = sum(min(inst.cores[m], slots_on[m]) for m in range(inst.M))
+    lat = inst.latency
+    for w in range(W):
+        S_all = [m for m, _ in inst.samplers[w]]
+        single = len(S_all) == 1
+        Tw, Fw = inst.T[w], inst.F[w]
+        n_slots = sum(c for _, c in inst.samplers[w])
+        for k in range(K):
+            d = depth[w]
+            r0 = starts[w][k - d] if k >= d else 0.0
+            s = inst.sample_s[w][k]
+            r = r0 + s
+            q = lat + inst.train_s[w][k] + A + rest[k + 1]
+            qs = inst.train_s[w][k] + A + rest[k + 1]  # after sampling: at least this
+            add(("samplers", w), s / max(n_slots, 1), r0, qs)
+            add(("all cores", -1), s / max(usable, 1), r0, qs)
+            if single:
+                add(("cpu", S_all[0]), s, r0, qs)
+            for m, b in inst.struct[w][k]:
+                add(("egress", m), _min_over([0.0 if m == S else b for S in S_all]), r, q)
+                if single and m != S_all[0]:
+                    add(("ingress", S_all[0]), b, r, q)
+            if single and S_all[0] != Tw:
+                add(("egress", S_all[0]), inst.block[w][k], r, q)
+            add(("ingress", Tw), _min_over([0.0 if S == Tw else inst.block[w][k]
+                                            for S in S_all]), r, q)
+            for m, b in inst.feat[w][k]:
+                if m != Fw:
+                    add(("egress", m), b, r, q)
+                    add(("ingress", Fw), b, r, q)
+            if Fw != Tw:
+                add(("egress", Fw), inst.feat_total[w][k], r, q)
+                add(("ingress", Tw), inst.feat_total[w][k], r, q)
+    for k in range(K):  # the all-reduce of iteration k
+        r = max(starts[w][k] + inst.train_s[w][k] for w in range(W))
+        for m, g in inst.grad_rate.items():
+            add(("egress", m), g * A, r, rest[k + 1])
+            add(("ingress", m), g * A, r, rest[k + 1])
+    for m in range(inst.M):
+        cap[("cpu", m)] = float(max(min(inst.cores[m], slots_on[m]), 1))
+    best = ("nothing", 0.0)
+    for key in sorted(jobs):
+        kind, i = key
+        c = cap.get(key, 1.0)
+        v = one_machine_bound([(r, work / c, q) for r, work, q in jobs[key]])
+        if v > best[1]:
+            if kind in ("egress", "ingress", "cpu"):
+                name = f"{kind} of {inst.names[i]}"
+            else:
+                name = f"samplers of trainer {i}" if kind == "samplers" else "all sampler cores"
+            best = (name, v)
+    return best
 
 
 def _batch_latency(inst: Instance, w: int, k: int) -> float:
@@ -270,9 +403,10 @@ def isolation_bound(inst: Instance, k: int) -> float:
 
 
 PER_PLAN_NAME = "per-plan bound"
-PER_PLAN_MEANS = ("no schedule of this placement beats it: the larger of its most loaded "
-                  "resource's work and its longest dependency chain, on the mini-batches the "
-                  "simulator draws with this seed")
+PER_PLAN_MEANS = ("no schedule of this placement beats it: the larger of a resource's work "
+                  "with the pipeline's fill and drain (nothing crosses it before a batch is "
+                  "sampled, and a batch still trains after its last byte) and its longest "
+                  "dependency chain, on the mini-batches the simulator draws with this seed")
 ANY_PLACEMENT_NAME = "any-placement bound"
 ANY_PLACEMENT_MEANS = ("no placement beats it: CP-SAT's proven bound on the most loaded "
                        "resource, on the same mini-batches, lowered to the per-plan bound of "
@@ -288,12 +422,14 @@ class PerPlanBound:
     """:data:`PER_PLAN_MEANS`: seconds over the whole epoch of ``iterations`` mini-batches
     per trainer, drawn with ``seed``."""
 
-    epoch_s: float  # max(resource_s, chain_s)
+    epoch_s: float  # max(flow_s, chain_s)
     iterations: int
     seed: int
     resource: str  # the most loaded resource
     resource_s: float  # its work over the epoch (:func:`resource_bound`)
     chain_s: float  # the longest dependency chain of the epoch (:func:`chain_bound`)
+    flow_s: float = 0.0  # a resource's work with fill and drain (:func:`flow_bound`)
+    flow_resource: str = ""  # which resource sets flow_s
 
     name = PER_PLAN_NAME
     definition = PER_PLAN_MEANS
@@ -304,19 +440,25 @@ class PerPlanBound:
 
     @property
     def binding(self) -> str:
-        """What sets it: the most loaded resource, or the dependency chain."""
-        return self.resource if self.resource_s >= self.chain_s else "the dependency chain"
+        """What sets it: a resource with its fill and drain, or the dependency chain."""
+        if max(self.flow_s, self.resource_s) < self.chain_s:
+            return "the dependency chain"
+        if self.flow_s > self.resource_s:
+            return f"{self.flow_resource or self.resource} with fill and drain"
+        return self.resource
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "definition": self.definition, "epoch_s": self.epoch_s,
                 "iteration_s": self.iteration_s, "iterations": self.iterations,
                 "seed": self.seed, "set_by": self.binding, "resource": self.resource,
-                "resource_s": self.resource_s, "chain_s": self.chain_s}
+                "resource_s": self.resource_s, "chain_s": self.chain_s,
+                "flow_s": self.flow_s, "flow_resource": self.flow_resource}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PerPlanBound:
         return cls(float(d["epoch_s"]), int(d["iterations"]), int(d["seed"]),
-                   str(d["resource"]), float(d["resource_s"]), float(d["chain_s"]))
+                   str(d["resource"]), float(d["resource_s"]), float(d["chain_s"]),
+                   float(d.get("flow_s", d["resource_s"])), str(d.get("flow_resource", "")))
 
 
 def per_plan_bound(wl: Workload, plan: Plan, seed: int = 0) -> PerPlanBound:
@@ -328,8 +470,9 @@ def per_plan_bound(wl: Workload, plan: Plan, seed: int = 0) -> PerPlanBound:
     """
     inst = Instance(wl, plan, seed=seed)
     name, work = resource_bound(inst)
-    chain = chain_bound(inst)
-    return PerPlanBound(max(work, chain), inst.K, seed, name, work, chain)
+    starts, chain = _chain(inst)
+    fname, flow = flow_bound(inst, None, starts)
+    return PerPlanBound(max(flow, work, chain), inst.K, seed, name, work, chain, flow, fname)
 
 
 @dataclass(frozen=True)
@@ -434,7 +577,8 @@ def bound_lines(per: PerPlanBound, anyb: AnyPlacementBound | None, why_missing: 
              f"with seed {per.seed}):",
              f"  {PER_PLAN_NAME:<{w}}  {fmt_s(per.epoch_s)} ({fmt_s(per.iteration_s)} per "
              f"iteration), set by {per.binding} (most loaded resource {fmt_s(per.resource_s)}, "
-             f"dependency chain {fmt_s(per.chain_s)})",
+             f"with fill and drain {fmt_s(max(per.flow_s, per.resource_s))}, dependency "
+             f"chain {fmt_s(per.chain_s)})",
              f"{pad}{PER_PLAN_MEANS}"]
     if anyb is None:
         lines.append(f"  {ANY_PLACEMENT_NAME:<{w}}  {why_missing}")
@@ -751,6 +895,7 @@ def small_instance(seed: int, iterations: int = 3, *, max_trainers: int = 2,
 
 __all__ = ["ANY_PLACEMENT_MEANS", "ANY_PLACEMENT_NAME", "PER_PLAN_MEANS", "PER_PLAN_NAME",
            "AnyPlacementBound", "ExactResult", "PerPlanBound", "any_placement_bound",
-           "bound_fields", "bound_lines", "chain_bound", "exact_schedule", "fmt_s",
-           "instance_bound", "isolation_bound", "iteration_loads", "per_plan_bound",
+           "bound_fields", "bound_lines", "chain_bound", "exact_schedule", "flow_bound", "fmt_s",
+           "instance_bound", "isolation_bound", "iteration_loads", "one_machine_bound",
+           "per_plan_bound",
            "plan_bound", "ratio_line", "recorded_bounds", "resource_bound", "small_instance"]

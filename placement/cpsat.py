@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from gnnsched.bounds import per_plan_bound
 from gnnsched.placement.cpsat_instance import (
     BALANCE,
     AssignmentInstance,
@@ -209,21 +210,13 @@ def plan_floor(problem: Problem, plan: Plan) -> float:
     return v
 
 
-def barrier_chain_bound(problem: Problem, split: Sequence[tuple[int, ...]], seed: int) -> float:
-    """Epoch seconds no placement of `split` can beat in simulation: the synchronous chain.
-
-    Every iteration ends with a barrier: ``B_k = max_w end of training of (w, k) + A``, and a
-    trainer trains batch ``k`` only after ``B_{k-1}`` and once the batch was sampled and its
-    features arrived — and, with prefetch depth ``d``, sampling of batch ``k`` starts only
-    once batch ``k - d`` started training. With each drawn batch's chain floored by what no
-    placement avoids (its sampling CPU time, then its features from every store but the
-    trainer's own machine at the fastest rate any GPU machine could receive them; hops and
-    blocks counted as zero; its remote hops' edges to the best sampler host) and its training at the fastest GPU that fits, the recursion
-    ``start[w][k] >= max(B_{k-1}, start[w][k-d] + chain[w][k])`` gives ``B_{K-1}``. Unlike the
-    per-resource bound it takes the *maximum over trainers in every iteration*. Valid because
-    the simulator's depth never exceeds the job's prefetch and the batches depend only on
-    (seed, a trainer's parts) (:meth:`Workload.draws`).
-    """
+def _batch_floors(problem: Problem, split: Sequence[tuple[int, ...]], seed: int,
+                  trainers: int | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float] | None:
+    """Per drawn batch of every bundle of `split`, what no placement avoids: its chain to
+    training (sampling, remote hops, features; see :func:`barrier_chain_bound`), its training
+    on the fastest GPU that fits it and its sampling time, and the all-reduce's floor ``A``
+    for a ring of `trainers` (default one per bundle); None where some bundle fits no GPU."""
     wl = problem.wl
     K = wl.iterations
     base = getattr(problem, "base", problem)
@@ -232,16 +225,16 @@ def barrier_chain_bound(problem: Problem, split: Sequence[tuple[int, ...]], seed
     Ts = sorted({s.machine for s in problem.slots})
     igT = ig[Ts]
     lat = float(cl.latency)
-    d = max(1, int(problem.job.prefetch))
     W = len(split)
+    R = trainers or W  # the ring
     gpus_on: dict[int, int] = {}
     for sl in problem.slots:
         gpus_on[sl.machine] = gpus_on.get(sl.machine, 0) + sl.count
-    if W <= 1 or max(gpus_on.values()) >= W:
+    if R <= 1 or max(gpus_on.values()) >= R:
         A = 0.0
     else:  # some two trainers sit on different machines: a ring through the best NICs
-        vol = 2.0 * (W - 1) / W * problem.profile.grad_bytes
-        A = (vol / float(max(min(eg[m], ig[m]) for m in Ts)) + 2 * (W - 1) * lat
+        vol = 2.0 * (R - 1) / R * problem.profile.grad_bytes
+        A = (vol / float(max(min(eg[m], ig[m]) for m in Ts)) + 2 * (R - 1) * lat
              + problem.profile.allreduce_overhead_s)
     fb = problem.profile.feature_bytes
     store = wl.store
@@ -255,12 +248,13 @@ def barrier_chain_bound(problem: Problem, split: Sequence[tuple[int, ...]], seed
     sown[Ss, np.arange(len(Ss))] = True
     chain = np.zeros((W, K))
     train = np.zeros((W, K))
+    samp_s = np.zeros((W, K))
     for w, parts in enumerate(split):
         c = base.size_cost(parts)
         need = base.trainer_gpu_bytes(c)
         speed = max((s.speed for s in problem.slots if s.gpu_memory >= need), default=0.0)
         if speed <= 0:
-            return 0.0
+            return None
         ld = wl.load(parts)
         for k, mix in enumerate(wl.draws(parts, seed, K)):
             v = np.zeros(problem.M)
@@ -280,13 +274,90 @@ def barrier_chain_bound(problem: Problem, split: Sequence[tuple[int, ...]], seed
             hops = np.maximum(sper.max(axis=0), sremote / igS) + np.where(sremote > 0, lat, 0.0)
             chain[w, k] = samp + float(hops.min()) + float(fetch.min())
             train[w, k] = tr / speed
+            samp_s[w, k] = samp
+    return chain, train, samp_s, A
+
+
+def barrier_chain_bound(problem: Problem, split: Sequence[tuple[int, ...]], seed: int) -> float:
+    """Epoch seconds no placement of `split` can beat in simulation: the synchronous chain.
+
+    Every iteration ends with a barrier: ``B_k = max_w end of training of (w, k) + A``, and a
+    trainer trains batch ``k`` only after ``B_{k-1}`` and once the batch was sampled and its
+    features arrived — and, with prefetch depth ``d``, sampling of batch ``k`` starts only
+    once batch ``k - d`` started training. With each drawn batch's chain floored by what no
+    placement avoids (its sampling CPU time, then its features from every store but the
+    trainer's own machine at the fastest rate any GPU machine could receive them; hops and
+    blocks counted as zero; its remote hops' edges to the best sampler host) and its training at the fastest GPU that fits, the recursion
+    ``start[w][k] >= max(B_{k-1}, start[w][k-d] + chain[w][k])`` gives ``B_{K-1}``. Unlike the
+    per-resource bound it takes the *maximum over trainers in every iteration*. Valid because
+    the simulator's depth never exceeds the job's prefetch and the batches depend only on
+    (seed, a trainer's parts) (:meth:`Workload.draws`).
+    """
+    floors = _batch_floors(problem, split, seed)
+    if floors is None:
+        return 0.0
+    return float(_barrier_starts(problem, floors)[1])
+
+
+def _barrier_starts(problem: Problem, floors: tuple[np.ndarray, np.ndarray, np.ndarray, float]
+                    ) -> tuple[np.ndarray, float]:
+    """The recursion of :func:`barrier_chain_bound`: every batch's earliest training start
+    and ``B_{K-1}``."""
+    chain, train, _, A = floors
+    W, K = chain.shape
+    d = max(1, int(problem.job.prefetch))
     start = np.zeros((W, K))
     B = 0.0
     for k in range(K):
         prev = start[:, k - d] if k >= d else 0.0
         start[:, k] = np.maximum(B, prev + chain[:, k])
         B = float((start[:, k] + train[:, k]).max()) + A
-    return B
+    return start, B
+
+
+def fill_drain_offsets(problem: Problem, split: Sequence[tuple[int, ...]], seed: int, *,
+                       fixed: bool = True
+                       ) -> tuple[float, dict[tuple[int, ...], tuple[float, float]]] | None:
+    """Epoch seconds the pipeline's fill and drain add to a resource's work, whatever the
+    placement of `split` (bundles' drawn batches, :func:`_batch_floors`).
+
+    * NICs: no byte crosses one before some batch is sampled (``head``: the least earliest
+      end of a batch's sampling), and after the last byte that is not the final all-reduce's,
+      some batch still trains and the all-reduce follows (the final all-reduce's own bytes
+      take at most ``A``): ``head + the fastest training``.
+    * A bundle's device: its first batch's chain before it can train.
+    * A bundle's samplers: after its last sampling, that batch trains and all-reduces.
+
+    The bound model adds them (:func:`~.cpsat_model.solve` ``offsets``), so its proven bound
+    times the iterations holds for the simulated epoch of every placement it expresses.
+    `fixed` False: `split` is every bundle the model may choose from, not one split, so the
+    head is the least sampling of a first window's batch (every later batch waits for one).
+    """
+    floors = _batch_floors(problem, split, seed, None if fixed else problem.W)
+    if floors is None:
+        return None
+    chain, train, samp, A = floors
+    W, K = chain.shape
+    d = max(1, int(problem.job.prefetch))
+    if fixed:
+        start, _ = _barrier_starts(problem, floors)
+        head = min(float((start[w, k - d] if k >= d else 0.0) + samp[w, k])
+                   for w in range(W) for k in range(K))
+    else:
+        head = float(samp[:, :d].min())
+    per = {tuple(parts): (float(chain[w, 0]), float(train[w].min()) + A)
+           for w, parts in enumerate(split)}
+    return head + float(train.min()), per
+
+
+def _offsets(dp: Problem, inst: AssignmentInstance, seed: int, fixed: bool
+             ) -> tuple[float, list[tuple[float, float]]] | None:
+    """:func:`fill_drain_offsets` of the model's bundles, per iteration, in its order."""
+    fo = fill_drain_offsets(dp, [tuple(b) for b in inst.bundles], seed, fixed=fixed)
+    if fo is None:
+        return None
+    K = dp.wl.iterations
+    return fo[0] / K, [(fo[1][tuple(b)][0] / K, fo[1][tuple(b)][1] / K) for b in inst.bundles]
 
 
 def simulated_lower_bound(problem: Problem, outcome: CpSatOutcome, plans: list[Plan], *,
@@ -301,11 +372,14 @@ def simulated_lower_bound(problem: Problem, outcome: CpSatOutcome, plans: list[P
     the mean-cost loads, which random draws can undercut. Every plan in `plans` is then
     checked: a plan whose own drawn load is below the bound gets its split solved, and a plan
     outside the model's space (samplers on several hosts, or on a host the model does not
-    offer) lowers the bound to its own floor (:func:`plan_floor`), so the bound holds for
-    every plan reported beside it.
+    offer) lowers the bound to its own floor (:func:`plan_floor`, or its per-plan bound with
+    fill and drain, :func:`gnnsched.bounds.per_plan_bound`), so the bound holds for every
+    plan reported beside it. Every solve adds the pipeline's fill and drain to the loads
+    (:func:`fill_drain_offsets`): with few iterations per epoch they are much of it.
     """
     t0 = time.perf_counter()
     dp = problem.drawn(seed)
+    K = dp.wl.iterations
     cache = outcome.drawn.setdefault(seed, {})
     todo: list[Any] = ["exact"] if outcome.exact_parts else list(outcome.bounds)
     refs = list(outcome.pool) + list(outcome.warm_starts)
@@ -318,11 +392,13 @@ def simulated_lower_bound(problem: Problem, outcome: CpSatOutcome, plans: list[P
         ref = [p for p in refs if key == "exact" or split_of(p) == key]
         upper = min((plan_floor(dp, p) for p in ref), default=None)
         hint = next((h for p in ref if (h := solution_from_plan(inst, p)) is not None), None)
-        res = solve(inst, time_limit=share, workers=2, seed=seed, hint=hint, upper_s=upper)
+        offs = _offsets(dp, inst, seed, key != "exact")
+        res = solve(inst, time_limit=share, workers=2, seed=seed, hint=hint, upper_s=upper,
+                    offsets=offs)
         b = res.bound_s
         if outcome.result.cpu_model == "exact" and not inst.aggregated:
             res2 = solve(inst, time_limit=share, workers=2, seed=seed, hint=hint,
-                         upper_s=upper, cpu_model="exact")
+                         upper_s=upper, cpu_model="exact", offsets=offs)
             b = max(b, res2.bound_s)  # both are valid bounds
         if key != "exact":  # the split is fixed: the barrier chain bounds it too
             b = max(b, barrier_chain_bound(dp, key, seed) / dp.wl.iterations)
@@ -334,7 +410,7 @@ def simulated_lower_bound(problem: Problem, outcome: CpSatOutcome, plans: list[P
         left = time_limit - (time.perf_counter() - t0)
         bound = min(bound, solve_split(key, max(0.5, left / (len(todo) - i)))[0])
     for p in plans:
-        own = plan_floor(dp, p)
+        own = max(plan_floor(dp, p), per_plan_bound(problem.wl, p, seed).epoch_s / K)
         if own >= bound:
             continue  # this plan's own drawn load is above the bound already
         if has_shares(p):  # outside the bundle model's space: only its own floor holds

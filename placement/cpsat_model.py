@@ -93,8 +93,14 @@ class _Pool(cp_model.CpSolverSolutionCallback):
 
 def solve(inst: AssignmentInstance, *, time_limit: float = 10.0, workers: int = 2, seed: int = 0,
           hint: Solution | None = None, upper_s: float | None = None, pool_size: int = 6,
-          cpu_model: str = "relaxed", log: bool = False) -> CpSatResult:
-    """Build and solve the model; `upper_s` (e.g. greedy's load) sets the integer unit."""
+          cpu_model: str = "relaxed", log: bool = False,
+          offsets: tuple[float, list[tuple[float, float]]] | None = None) -> CpSatResult:
+    """Build and solve the model; `upper_s` (e.g. greedy's load) sets the integer unit.
+
+    `offsets` (bounds only: ``simulated_lower_bound``): seconds per iteration added to every
+    NIC's load and, per bundle, to its device's and its samplers' (the pipeline's fill and
+    drain, :func:`gnnsched.placement.cpsat.fill_drain_offsets`), each counted only where the
+    bundle is used."""
     t0 = time.perf_counter()
     pb = inst.problem
     opts = inst.options
@@ -197,7 +203,7 @@ def solve(inst: AssignmentInstance, *, time_limit: float = 10.0, workers: int = 
             table = [0] + [q(inst.sample_s[b] / k) for k in range(1, MAX_SAMPLERS + 1)]
             z = m.NewIntVar(0, max(table), f"z{b}")
             m.AddElement(n, table, z)
-            m.Add(L >= z)
+            m.Add(L >= z + (q(offsets[1][b][1]) * picked[b] if offsets else 0))
     free = pb.free_memory()
     for k, terms in dev.items():
         if k[0] == "m":
@@ -289,18 +295,23 @@ def solve(inst: AssignmentInstance, *, time_limit: float = 10.0, workers: int = 
         nic.setdefault(k, []).extend(terms)
     for k, v in agg_const.items():
         const[k] = const.get(k, 0.0) + v
+    nic_off = q(offsets[0]) if offsets else 0
     for k in sorted(set(nic) | set(const)):  # the model's order must not follow hashing
         merged: dict[int, tuple[Any, float]] = {}
         for var, v in nic.get(k, []):
             i = id(var)
             merged[i] = (var, merged[i][1] + v) if i in merged else (var, v)
-        m.Add(q(const.get(k, 0.0)) + sum(q(v) * var for var, v in merged.values()) <= L)
+        m.Add(q(const.get(k, 0.0)) + sum(q(v) * var for var, v in merged.values()) + nic_off
+              <= L)
     # device time (+ all-reduce) and sampling per bundle
-    for os_ in inst.by_bundle:
-        m.Add(L >= sum(q(opts[o].device_s) * xs[o] for o in os_) + ar + lat)
+    for b, os_ in enumerate(inst.by_bundle):
+        dev_off, samp_off = (q(offsets[1][b][0]), q(offsets[1][b][1])) if offsets else (0, 0)
+        m.Add(L >= sum(q(opts[o].device_s) * xs[o] for o in os_) + ar + lat
+              + dev_off * picked[b])
         m.Add(L >= sum(q(opts[o].window_s) * xs[o] for o in os_))
         if cpu_model != "exact":
-            m.Add(L >= sum(q(opts[o].sample_lb_s) * xs[o] for o in os_))
+            m.Add(L >= sum(q(opts[o].sample_lb_s) * xs[o] for o in os_) + samp_off * picked[b])
+
     m.Minimize(L)
     if hint is not None:
         for o, x in enumerate(xs):

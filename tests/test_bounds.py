@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 from test_simulator import make_problem
 
-from gnnsched.bounds import exact_schedule, instance_bound, plan_bound, small_instance
+from gnnsched.bounds import (
+    exact_schedule,
+    flow_bound,
+    instance_bound,
+    one_machine_bound,
+    plan_bound,
+    resource_bound,
+    small_instance,
+)
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.profile import synthetic_profile
 from gnnsched.simulator import Instance, run, workload_for
@@ -25,8 +33,37 @@ def test_instance_bound_is_below_every_simulated_epoch(seed):
     inst = small_instance(seed, 6, max_trainers=3, uniform_nics=seed % 3 != 0)
     lb = instance_bound(inst)
     assert 0 < lb.chain_s <= lb.epoch_s
+    assert flow_bound(inst)[1] >= resource_bound(inst)[1] * (1 - 1e-12)  # fill/drain only add
     for policy in ("fifo", "gnnsched"):
         assert run(inst, policy).makespan_s >= lb.epoch_s * (1 - 1e-9)
+    # and on the runtime's windowed NICs, with one iteration (where fill and drain weigh most)
+    for its in (1, 2):
+        one = Instance(inst.workload, inst.plan, seed=seed, iterations=its, nic_window_s=0.15)
+        b = instance_bound(one).epoch_s
+        for policy in ("fifo", "gnnsched"):
+            assert run(one, policy).makespan_s >= b * (1 - 1e-9), (policy, its)
+
+
+def test_one_machine_bound_is_jacksons_preemptive_schedule():
+    # released at 0 and 1; the later one has the longer tail, so it preempts the first
+    assert one_machine_bound([(0.0, 3.0, 1.0), (1.0, 1.0, 5.0)]) == pytest.approx(7.0)
+    # nothing released before 2: the machine idles, then runs 1 + 1, the shorter tail last
+    assert one_machine_bound([(2.0, 1.0, 0.5), (2.0, 1.0, 0.0)]) == pytest.approx(4.0)
+    # one job: release + length + tail; none: zero
+    assert one_machine_bound([(1.0, 2.0, 3.0)]) == pytest.approx(6.0)
+    assert one_machine_bound([]) == 0.0
+
+
+def test_fill_and_drain_tighten_the_bound_of_a_short_epoch():
+    """One iteration: the busiest NIC waits for the first batch's sampling and is followed by
+    a training step, so the per-plan bound exceeds the NIC's work by at least both."""
+    inst = small_instance(3, 1, max_trainers=2)
+    name, work = resource_bound(inst)
+    fname, flow = flow_bound(inst)
+    if fname.startswith(("egress", "ingress")):
+        assert flow >= work + min(map(min, inst.sample_s)) + min(map(min, inst.train_s)) \
+            * (1 - 1e-9)
+    assert instance_bound(inst).epoch_s >= flow * (1 - 1e-12)
 
 
 def test_exact_optimum_against_policies():

@@ -124,7 +124,7 @@ def test_per_plan_bound_is_the_instance_bound_with_caches() -> None:
     for p in (plan, replace(plan, caches={t.fetch_at: 100_000 for t in plan.trainers})):
         b = per_plan_bound(pb.wl, p, seed=2)
         assert b.epoch_s == instance_bound(Instance(pb.wl, p, seed=2)).epoch_s
-        assert b.epoch_s == max(b.resource_s, b.chain_s) and b.seed == 2
+        assert b.epoch_s == max(b.resource_s, b.chain_s, b.flow_s) and b.seed == 2
         assert PerPlanBound.from_dict(b.to_dict()) == b
     plain = per_plan_bound(pb.wl, plan, seed=2)
     cached = per_plan_bound(pb.wl, replace(plan, caches={t.fetch_at: 100_000

@@ -484,7 +484,9 @@ def _result(inst: Instance, pol: Policy, pf: list[int], barrier: np.ndarray,
     for s in path:
         share[s.stage] = share.get(s.stage, 0.0) + (s.end - s.start)
     bound = instance_bound(inst)
-    lower = bound.epoch_s * (inst.full_iterations / K if extrapolated else 1.0)
+    # scaled up, fill and drain would count once per simulated stretch: scale the steady part
+    lower = max(bound.iteration_s * K, bound.chain_s) * inst.full_iterations / K \
+        if extrapolated else bound.epoch_s
     return SimResult(pol.name, epoch, it, K, lower, barrier, times, util, stages, path,
                      share, cap, spans, nevents, wall, extrapolated,
                      {"bottleneck": bound.bottleneck, "sharing": pol.sharing,
