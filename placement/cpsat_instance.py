@@ -251,24 +251,28 @@ def is_balanced(problem: Problem, split: tuple[tuple[int, ...], ...]) -> bool:
     return subs is not None and all(b in subs for b in split)
 
 
-def quick_bound(inst: AssignmentInstance) -> float:
+def quick_bound(inst: AssignmentInstance,
+                offsets: tuple[float, list[tuple[float, float]]] | None = None) -> float:
     """A weaker bound that needs no solver: every bundle (or part) on its own best option.
 
     Per bundle, the fastest of its options (device, window, sampling); per machine NIC, each
     bundle's smallest contribution summed — capacities and all-reduce ignored, so it is a
     relaxation of the model. A floor for the solver's bound when time is too short.
+    `offsets`: the model's fill and drain (:func:`~.cpsat_model.solve`), added the same way.
     """
     opts = inst.options
+    nic_off = offsets[0] if offsets else 0.0
     per: list[float] = []
-    for os_ in inst.by_bundle:
-        per.append(min((max(opts[o].device_s, opts[o].window_s, opts[o].sample_lb_s)
-                        for o in os_), default=0.0))
+    for b, os_ in enumerate(inst.by_bundle):
+        dev, samp = offsets[1][b] if offsets else (0.0, 0.0)
+        per.append(min((max(opts[o].device_s + dev, opts[o].window_s,
+                            opts[o].sample_lb_s + samp) for o in os_), default=0.0))
     if inst.exact_parts:
         best = 0.0
         for p in range(inst.problem.P):
             cands = [per[b] for b, parts in enumerate(inst.bundles) if p in parts]
             best = max(best, min(cands, default=0.0))
-        return best
+        return max(best, nic_off)
     best = max(per, default=0.0)
     nic: dict[tuple[str, int], float] = {}
     for b, os_ in enumerate(inst.by_bundle):
@@ -277,7 +281,7 @@ def quick_bound(inst: AssignmentInstance) -> float:
         for k in keys:
             v = inst.base[b].get(k, 0.0) + min(opts[o].terms.get(k, 0.0) for o in os_)
             nic[k] = nic.get(k, 0.0) + max(v, 0.0)
-    return max([best] + list(nic.values()))
+    return max([best, nic_off] + [v + nic_off for v in nic.values()])
 
 
 __all__ = ["AGGREGATE_OPTIONS", "BALANCE", "ENUM_SUBSETS", "EXACT_OPTIONS", "KB",

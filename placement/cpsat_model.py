@@ -338,7 +338,8 @@ def solve(inst: AssignmentInstance, *, time_limit: float = 10.0, workers: int = 
         best.objective_s = solver.ObjectiveValue() * unit
     raw = solver.BestObjectiveBound()
     bound = raw * unit if status != cp_model.INFEASIBLE and math.isfinite(raw) else 0.0
-    bound = max(bound, quick_bound(inst) * (1 - 1e-9))  # both valid; short runs prove little
+    # both valid; short runs prove little
+    bound = max(bound, quick_bound(inst, offsets) * (1 - 1e-9))
     nvars = len(m.Proto().variables)
     return CpSatResult(inst, name, best, list(pool.found), max(bound, 0.0),
                        time.perf_counter() - t0, unit, nvars, cpu_model)
