@@ -210,13 +210,18 @@ def plan_floor(problem: Problem, plan: Plan) -> float:
     return v
 
 
+# per batch [W, K]: chain to training, training, sampling; the all-reduce; bytes sent [W, M]
+Floors = tuple[np.ndarray, np.ndarray, np.ndarray, float, np.ndarray]
+
+
 def _batch_floors(problem: Problem, split: Sequence[tuple[int, ...]], seed: int,
                   trainers: int | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float] | None:
+                  ) -> Floors | None:
     """Per drawn batch of every bundle of `split`, what no placement avoids: its chain to
     training (sampling, remote hops, features; see :func:`barrier_chain_bound`), its training
-    on the fastest GPU that fits it and its sampling time, and the all-reduce's floor ``A``
-    for a ring of `trainers` (default one per bundle); None where some bundle fits no GPU."""
+    on the fastest GPU that fits it and its sampling time, the all-reduce's floor ``A`` for a
+    ring of `trainers` (default one per bundle), and the feature bytes every machine stores
+    for each bundle over the epoch; None where some bundle fits no GPU."""
     wl = problem.wl
     K = wl.iterations
     base = getattr(problem, "base", problem)
@@ -249,6 +254,7 @@ def _batch_floors(problem: Problem, split: Sequence[tuple[int, ...]], seed: int,
     chain = np.zeros((W, K))
     train = np.zeros((W, K))
     samp_s = np.zeros((W, K))
+    sent = np.zeros((W, problem.M))
     for w, parts in enumerate(split):
         c = base.size_cost(parts)
         need = base.trainer_gpu_bytes(c)
@@ -275,7 +281,8 @@ def _batch_floors(problem: Problem, split: Sequence[tuple[int, ...]], seed: int,
             chain[w, k] = samp + float(hops.min()) + float(fetch.min())
             train[w, k] = tr / speed
             samp_s[w, k] = samp
-    return chain, train, samp_s, A
+            sent[w] += v
+    return chain, train, samp_s, A, sent
 
 
 def barrier_chain_bound(problem: Problem, split: Sequence[tuple[int, ...]], seed: int) -> float:
@@ -299,11 +306,10 @@ def barrier_chain_bound(problem: Problem, split: Sequence[tuple[int, ...]], seed
     return float(_barrier_starts(problem, floors)[1])
 
 
-def _barrier_starts(problem: Problem, floors: tuple[np.ndarray, np.ndarray, np.ndarray, float]
-                    ) -> tuple[np.ndarray, float]:
+def _barrier_starts(problem: Problem, floors: Floors) -> tuple[np.ndarray, float]:
     """The recursion of :func:`barrier_chain_bound`: every batch's earliest training start
     and ``B_{K-1}``."""
-    chain, train, _, A = floors
+    chain, train, _, A, _ = floors
     W, K = chain.shape
     d = max(1, int(problem.job.prefetch))
     start = np.zeros((W, K))
@@ -336,7 +342,7 @@ def fill_drain_offsets(problem: Problem, split: Sequence[tuple[int, ...]], seed:
     floors = _batch_floors(problem, split, seed, None if fixed else problem.W)
     if floors is None:
         return None
-    chain, train, samp, A = floors
+    chain, train, samp, A, _ = floors
     W, K = chain.shape
     d = max(1, int(problem.job.prefetch))
     if fixed:
@@ -348,6 +354,32 @@ def fill_drain_offsets(problem: Problem, split: Sequence[tuple[int, ...]], seed:
     per = {tuple(parts): (float(chain[w, 0]), float(train[w].min()) + A)
            for w, parts in enumerate(split)}
     return head + float(train.min()), per
+
+
+def store_egress_floor(problem: Problem, split: Sequence[tuple[int, ...]], seed: int
+                       ) -> float:
+    """Epoch seconds of the busiest store's egress that no placement of `split` avoids, with
+    the NICs' fill and drain (:func:`fill_drain_offsets`).
+
+    A bundle's features stored on machine ``m`` leave ``m`` (to its trainer, or to its
+    gatherer, which relays them) unless its trainer runs on ``m`` too; ``m`` hosts at most as
+    many trainers as it has GPUs, so at least all but its largest such bundles leave. Exact
+    arithmetic where CP-SAT's proof runs out of time (256 hosts)."""
+    floors = _batch_floors(problem, split, seed)
+    offs = fill_drain_offsets(problem, split, seed)
+    if floors is None or offs is None:
+        return 0.0
+    sent = floors[4]
+    gpus = np.zeros(problem.M, dtype=int)
+    for sl in problem.slots:
+        gpus[sl.machine] += sl.count
+    eg = np.asarray(problem.wl.egress_bw, float)
+    best = 0.0
+    for m in range(problem.M):
+        col = np.sort(sent[:, m])
+        keep = col[len(col) - min(int(gpus[m]), len(col)):].sum() if gpus[m] else 0.0
+        best = max(best, float(col.sum() - keep) / eg[m])
+    return best + offs[0]
 
 
 def _offsets(dp: Problem, inst: AssignmentInstance, seed: int, fixed: bool
@@ -401,7 +433,8 @@ def simulated_lower_bound(problem: Problem, outcome: CpSatOutcome, plans: list[P
                          upper_s=upper, cpu_model="exact", offsets=offs)
             b = max(b, res2.bound_s)  # both are valid bounds
         if key != "exact":  # the split is fixed: the barrier chain bounds it too
-            b = max(b, barrier_chain_bound(dp, key, seed) / dp.wl.iterations)
+            b = max(b, barrier_chain_bound(dp, key, seed) / dp.wl.iterations,
+                    store_egress_floor(dp, key, seed) / dp.wl.iterations)
         cache[key] = (b, inst)
         return cache[key]
 
