@@ -4,11 +4,13 @@ The two bounds ``gnnsched plan`` and ``gnnsched simulate`` report, defined once 
 printed by both with the same words and numbers (:func:`bound_lines`, :func:`bound_fields`):
 
 * the **per-plan bound** (:func:`per_plan_bound`, :data:`PER_PLAN_MEANS`): no schedule of this
-  placement beats it — the larger of the most loaded resource's work and the longest
-  dependency chain over the epoch, on the mini-batches the simulator draws with the seed
-  (:func:`instance_bound` of the whole epoch's :class:`Instance`, feature caches included);
+  placement beats it — the larger of a resource's work with the pipeline's fill and drain
+  (:func:`flow_bound`) and the longest dependency chain over the epoch, on the mini-batches
+  the simulator draws with the seed (:func:`instance_bound` of the whole epoch's
+  :class:`Instance`, feature caches included);
 * the **any-placement bound** (:func:`any_placement_bound`, :data:`ANY_PLACEMENT_MEANS`): no
-  placement beats it — CP-SAT's proven bound on the same draws
+  placement beats it — CP-SAT's proven bound on the same draws, with the fill and drain no
+  placement avoids and the busiest store's unavoidable egress
   (:func:`gnnsched.placement.cpsat.simulated_lower_bound`, times the iterations), lowered to
   the per-plan bound of every plan compared. ``plan`` computes it and stores it in the plan;
   ``simulate`` prints it from there when its seed and draws are the plan's.
@@ -19,8 +21,9 @@ The parts:
   resource per iteration and the longest dependency chain. What placers optimise.
 * :func:`instance_bound` — the same two arguments on a drawn :class:`Instance` (the actual
   mini-batch sizes the simulator runs), so it is a true lower bound of every simulated epoch:
-  :func:`resource_bound` (the most loaded resource) and :func:`chain_bound` (the barrier and
-  prefetch-window chain of every trainer's batches).
+  :func:`resource_bound` (the most loaded resource), :func:`flow_bound` (each resource's work
+  with the pipeline's fill and drain, by :func:`one_machine_bound`) and :func:`chain_bound`
+  (the barrier and prefetch-window chain of every trainer's batches).
 * :func:`isolation_bound` — the per-iteration *upper* bound the ``gnnsched`` policy guarantees
   (see :mod:`gnnsched.policy`).
 * :func:`exact_schedule` — CP-SAT's optimal schedule of a small instance (<= 4 machines,
@@ -409,8 +412,8 @@ PER_PLAN_MEANS = ("no schedule of this placement beats it: the larger of a resou
                   "dependency chain, on the mini-batches the simulator draws with this seed")
 ANY_PLACEMENT_NAME = "any-placement bound"
 ANY_PLACEMENT_MEANS = ("no placement beats it: CP-SAT's proven bound on the most loaded "
-                       "resource, on the same mini-batches, lowered to the per-plan bound of "
-                       "every plan compared")
+                       "resource with the fill and drain no placement avoids, on the same "
+                       "mini-batches, lowered to the per-plan bound of every plan compared")
 
 
 def _close(a: float, b: float) -> bool:
