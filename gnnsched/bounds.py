@@ -48,6 +48,7 @@ it stops early.
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from collections.abc import Mapping
@@ -82,8 +83,8 @@ def instance_bound(inst: Instance, prefetch: int | None = None) -> Bound:
     name, res = resource_bound(inst)
     starts, chain = _chain(inst, prefetch)
     fname, flow = flow_bound(inst, prefetch, starts)
-    return Bound(res / inst.K, chain, max(flow, chain), fname if flow >= chain else
-                 "barrier chain")
+    return Bound(res / inst.K, chain, max(flow, res, chain),
+                 fname if max(flow, res) >= chain else "barrier chain")
 
 
 def resource_bound(inst: Instance) -> tuple[str, float]:
@@ -190,8 +191,6 @@ def one_machine_bound(jobs: list[tuple[float, float, float]]) -> float:
     (a NIC, a pool of cores at its total rate) is such a machine with preemption allowed,
     so this bounds any schedule whose job ``j`` needs ``p_j`` of the resource's time after
     ``r_j`` and leaves at least ``q_j`` of the epoch after it."""
-    import heapq
-
     if not jobs:
         return 0.0
     order = sorted(jobs)
@@ -241,9 +240,6 @@ def flow_bound(inst: Instance, prefetch: int | None = None,
     for k in range(K - 1, -1, -1):
         rest[k] = rest[k + 1] + slow[k]
     jobs: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
-    cap: dict[tuple[str, int], float] = {}
-    for m in range(inst.M):
-        cap[("egress", m)], cap[("ingress", m)] = inst.egress[m], inst.ingress[m]
 
     def add(key: tuple[str, int], work: float, r: float, q: float) -> None:
         if work > 0:
@@ -254,6 +250,10 @@ def flow_bound(inst: Instance, prefetch: int | None = None,
         for m, c in inst.samplers[w]:
             slots_on[m] += c
     usable = sum(min(inst.cores[m], slots_on[m]) for m in range(inst.M))
+    cap: dict[tuple[str, int], float] = {}  # work per second (keys absent: 1)
+    for m in range(inst.M):
+        cap[("egress", m)], cap[("ingress", m)] = inst.egress[m], inst.ingress[m]
+        cap[("cpu", m)] = float(max(min(inst.cores[m], slots_on[m]), 1))
     lat = inst.latency
     for w in range(W):
         S_all = [m for m, _ in inst.samplers[w]]
@@ -291,8 +291,6 @@ def flow_bound(inst: Instance, prefetch: int | None = None,
         for m, g in inst.grad_rate.items():
             add(("egress", m), g * A, r, rest[k + 1])
             add(("ingress", m), g * A, r, rest[k + 1])
-    for m in range(inst.M):
-        cap[("cpu", m)] = float(max(min(inst.cores[m], slots_on[m]), 1))
     best = ("nothing", 0.0)
     for key in sorted(jobs):
         kind, i = key
