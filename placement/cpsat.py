@@ -322,7 +322,7 @@ def _barrier_starts(problem: Problem, floors: Floors) -> tuple[np.ndarray, float
 
 
 def fill_drain_offsets(problem: Problem, split: Sequence[tuple[int, ...]], seed: int, *,
-                       fixed: bool = True
+                       fixed: bool = True, floors: Floors | None = None
                        ) -> tuple[float, dict[tuple[int, ...], tuple[float, float]]] | None:
     """Epoch seconds the pipeline's fill and drain add to a resource's work, whatever the
     placement of `split` (bundles' drawn batches, :func:`_batch_floors`).
@@ -338,8 +338,10 @@ def fill_drain_offsets(problem: Problem, split: Sequence[tuple[int, ...]], seed:
     times the iterations holds for the simulated epoch of every placement it expresses.
     `fixed` False: `split` is every bundle the model may choose from, not one split, so the
     head is the least sampling of a first window's batch (every later batch waits for one).
+    `floors`: :func:`_batch_floors` of `split`, where the caller has them already.
     """
-    floors = _batch_floors(problem, split, seed, None if fixed else problem.W)
+    if floors is None:
+        floors = _batch_floors(problem, split, seed, None if fixed else problem.W)
     if floors is None:
         return None
     chain, train, samp, A, _ = floors
@@ -356,17 +358,19 @@ def fill_drain_offsets(problem: Problem, split: Sequence[tuple[int, ...]], seed:
     return head + float(train.min()), per
 
 
-def store_egress_floor(problem: Problem, split: Sequence[tuple[int, ...]], seed: int
-                       ) -> float:
+def store_egress_floor(problem: Problem, split: Sequence[tuple[int, ...]], seed: int,
+                       floors: Floors | None = None) -> float:
     """Epoch seconds of the busiest store's egress that no placement of `split` avoids, with
     the NICs' fill and drain (:func:`fill_drain_offsets`).
 
     A bundle's features stored on machine ``m`` leave ``m`` (to its trainer, or to its
     gatherer, which relays them) unless its trainer runs on ``m`` too; ``m`` hosts at most as
     many trainers as it has GPUs, so at least all but its largest such bundles leave. Exact
-    arithmetic where CP-SAT's proof runs out of time (256 hosts)."""
-    floors = _batch_floors(problem, split, seed)
-    offs = fill_drain_offsets(problem, split, seed)
+    arithmetic where CP-SAT's proof runs out of time (256 hosts). `floors`: as
+    :func:`fill_drain_offsets` takes them."""
+    if floors is None:
+        floors = _batch_floors(problem, split, seed)
+    offs = fill_drain_offsets(problem, split, seed, floors=floors)
     if floors is None or offs is None:
         return 0.0
     sent = floors[4]
@@ -382,10 +386,11 @@ def store_egress_floor(problem: Problem, split: Sequence[tuple[int, ...]], seed:
     return best + offs[0]
 
 
-def _offsets(dp: Problem, inst: AssignmentInstance, seed: int, fixed: bool
-             ) -> tuple[float, list[tuple[float, float]]] | None:
+def _offsets(dp: Problem, inst: AssignmentInstance, seed: int, fixed: bool,
+             floors: Floors | None = None) -> tuple[float, list[tuple[float, float]]] | None:
     """:func:`fill_drain_offsets` of the model's bundles, per iteration, in its order."""
-    fo = fill_drain_offsets(dp, [tuple(b) for b in inst.bundles], seed, fixed=fixed)
+    fo = fill_drain_offsets(dp, [tuple(b) for b in inst.bundles], seed, fixed=fixed,
+                            floors=floors)
     if fo is None:
         return None
     K = dp.wl.iterations
@@ -424,7 +429,9 @@ def simulated_lower_bound(problem: Problem, outcome: CpSatOutcome, plans: list[P
         ref = [p for p in refs if key == "exact" or split_of(p) == key]
         upper = min((plan_floor(dp, p) for p in ref), default=None)
         hint = next((h for p in ref if (h := solution_from_plan(inst, p)) is not None), None)
-        offs = _offsets(dp, inst, seed, key != "exact")
+        # one split fixed: its drawn batches' floors serve the offsets and both floors below
+        floors = None if key == "exact" else _batch_floors(dp, [tuple(b) for b in key], seed)
+        offs = _offsets(dp, inst, seed, key != "exact", floors)
         res = solve(inst, time_limit=share, workers=2, seed=seed, hint=hint, upper_s=upper,
                     offsets=offs)
         b = res.bound_s
@@ -432,9 +439,9 @@ def simulated_lower_bound(problem: Problem, outcome: CpSatOutcome, plans: list[P
             res2 = solve(inst, time_limit=share, workers=2, seed=seed, hint=hint,
                          upper_s=upper, cpu_model="exact", offsets=offs)
             b = max(b, res2.bound_s)  # both are valid bounds
-        if key != "exact":  # the split is fixed: the barrier chain bounds it too
-            b = max(b, barrier_chain_bound(dp, key, seed) / dp.wl.iterations,
-                    store_egress_floor(dp, key, seed) / dp.wl.iterations)
+        if floors is not None:  # the split is fixed: the barrier chain bounds it too
+            b = max(b, _barrier_starts(dp, floors)[1] / dp.wl.iterations,
+                    store_egress_floor(dp, key, seed, floors) / dp.wl.iterations)
         cache[key] = (b, inst)
         return cache[key]
 
