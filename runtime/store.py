@@ -53,7 +53,7 @@ import itertools
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -438,11 +438,15 @@ class NicQueue:
     pipe is unacknowledged), so none is refused and retried.
     :meth:`hold` marks a machine whose trainer is all-reducing (:class:`Holds`: gradients go
     ahead of all other traffic in the cost model).
+    ``weights`` (per receiver machine, :func:`gnnsched.workload.window_weights`): what a byte
+    in flight to that machine counts against ``window``; below 1 where the receiver's ingress
+    is oversubscribed, so chunks stuck at it do not idle this NIC (the simulator's window
+    model counts the same).
     """
 
     def __init__(self, sharing: str = "fair", window: int = WINDOW_BYTES,
                  peer_window: int | None = None, peer_chunks: int | None = None,
-                 urgent: bool = False) -> None:
+                 urgent: bool = False, weights: Sequence[float] | None = None) -> None:
         if sharing not in ("fair", "priority"):
             raise ValueError(f"sharing must be 'fair' or 'priority', got {sharing!r}")
         self.sharing, self.window = sharing, window
@@ -460,8 +464,10 @@ class NicQueue:
         self.active: OrderedDict[int, OutTransfer] = OrderedDict()  # arrival order
         self.keys: dict[int, tuple] = {}
         self.ranks: OrderedDict[tuple[int, int, str], tuple] = OrderedDict()  # pre-ranked
-        self.in_flight: dict[tuple[bytes, int, int], tuple[int, int, bool, bool]] = {}
-        self.in_flight_bytes = 0
+        # (peer, req, chunk) -> (tid, bytes, local, urgent, bytes counted against the window)
+        self.in_flight: dict[tuple[bytes, int, int], tuple[int, int, bool, bool, int]] = {}
+        self.in_flight_bytes = 0  # counted: each chunk's bytes times its receiver's weight
+        self.weights = list(weights) if weights is not None else None
         self.peer_bytes: dict[bytes, int] = {}
         self.peer_chunks = peer_chunks
         self.peer_count: dict[bytes, int] = {}  # chunks in flight per receiver
@@ -504,6 +510,12 @@ class NicQueue:
     def sendable(self) -> bool:
         return any(t.pending for t in self.active.values())
 
+    def _counted(self, t: OutTransfer, size: int) -> int:
+        """What ``size`` bytes to ``t``'s receiver count against the total window."""
+        if self.weights is None or not 0 <= t.dst_machine < len(self.weights):
+            return size
+        return max(1, math.ceil(size * self.weights[t.dst_machine]))
+
     def _room(self, t: OutTransfer, size: int) -> bool:
         if self.peer_chunks and self.peer_count.get(t.peer, 0) >= self.peer_chunks:
             return False
@@ -512,7 +524,8 @@ class NicQueue:
         held = self.peer_bytes.get(t.peer, 0)
         if held and held + size > self.peer_window:
             return False
-        return not self.in_flight_bytes or self.in_flight_bytes + size <= self.window
+        return not self.in_flight_bytes or \
+            self.in_flight_bytes + self._counted(t, size) <= self.window
 
     def _order(self, t: OutTransfer) -> tuple:
         """The policy's order: ranked transfers by key, then the rest in arrival order."""
@@ -596,14 +609,15 @@ class NicQueue:
         i = t.next_chunk
         size = t.sizes[i]
         t.next_chunk += 1
-        self.in_flight[(t.peer, t.req, i)] = (t.tid, size, t.local, urgent)
+        counted = 0 if urgent or t.local else self._counted(t, size)
+        self.in_flight[(t.peer, t.req, i)] = (t.tid, size, t.local, urgent, counted)
         if urgent:
             self.urgent_count += 1
             self.urgent_bytes += size
         else:
             self.peer_count[t.peer] = self.peer_count.get(t.peer, 0) + 1
             if not t.local:
-                self.in_flight_bytes += size
+                self.in_flight_bytes += counted
                 self.peer_bytes[t.peer] = self.peer_bytes.get(t.peer, 0) + size
                 self.bulk_tids[t.tid] = self.bulk_tids.get(t.tid, 0) + 1
         msg = t.chunks[i]
@@ -622,8 +636,8 @@ class NicQueue:
         t.next_chunk -= 1
         i = t.next_chunk
         t.chunks[i] = msg
-        *_, urgent = self.in_flight.pop((t.peer, t.req, i))
-        self._release(t.tid, t.peer, size, t.local, urgent)
+        _, _, _, urgent, counted = self.in_flight.pop((t.peer, t.req, i))
+        self._release(t.tid, t.peer, size, t.local, urgent, counted)
         if unreachable:
             self.urgent_off[t.peer] = time.monotonic() + URGENT_RETRY_S
         else:
@@ -637,7 +651,8 @@ class NicQueue:
         """Retry ``peer`` (it acknowledged a chunk, so its pipe has drained)."""
         self.full.discard(peer)
 
-    def _release(self, tid: int, peer: bytes, size: int, local: bool, urgent: bool) -> None:
+    def _release(self, tid: int, peer: bytes, size: int, local: bool, urgent: bool,
+                 counted: int) -> None:
         if urgent:
             self.urgent_count -= 1
             self.urgent_bytes -= size
@@ -655,7 +670,7 @@ class NicQueue:
             self.peer_count.pop(peer, None)
         if local:
             return
-        self.in_flight_bytes -= size
+        self.in_flight_bytes -= counted
         left = self.peer_bytes.get(peer, 0) - size
         if left > 0:
             self.peer_bytes[peer] = left
@@ -667,8 +682,8 @@ class NicQueue:
         entry = self.in_flight.pop((peer, req, chunk), None)
         if entry is None:
             raise MessageError(f"ACK for unknown chunk {chunk} of request {req}")
-        tid, size, local, urgent = entry
-        self._release(tid, peer, size, local, urgent)
+        tid, size, local, urgent, counted = entry
+        self._release(tid, peer, size, local, urgent, counted)
         t = self.active[tid]
         t.acked += 1
         if t.acked == len(t.chunks):
@@ -698,8 +713,8 @@ class NicQueue:
             del self.active[tid]
             self.keys.pop(tid, None)
         for key in [k for k in self.in_flight if k[0] == peer]:
-            tid, size, local, urgent = self.in_flight.pop(key)
-            self._release(tid, peer, size, local, urgent)
+            tid, size, local, urgent, counted = self.in_flight.pop(key)
+            self._release(tid, peer, size, local, urgent, counted)
         self.full.discard(peer)
 
 
@@ -806,7 +821,8 @@ class Store(Role):
             cfg.get("window_bytes", WINDOW_BYTES), cfg.get("peer_window_bytes", PEER_WINDOW_BYTES)))
         self.nic = NicQueue(cfg["sharing"], int(window), int(peer),
                             peer_chunks=STORE_SOCKET.sndhwm,
-                            urgent=getattr(self, "urgent", None) is not None)
+                            urgent=getattr(self, "urgent", None) is not None,
+                            weights=cfg.get("window_weights"))
         self.chunk_bytes = int(cfg.get("nic_chunk_bytes", {}).get(
             self.args.machine, cfg.get("chunk_bytes", CHUNK_BYTES)))
         self.tids = itertools.count()

@@ -284,6 +284,17 @@ def test_window_net_is_the_runtimes_connections_behind_a_window():
     net = _WindowNet(cap, lambda t, g: None, None, 0.2, 3, True, 0.1)
     huge, small = _flows(net, [(0, 1, 50.0, (0,)), (0, 2, 0.5, (1,))], M=3)
     assert admitted(net) == {huge.fid, small.fid}
+    # receivers 1 and 2 take a tenth of what they are sent (window_weights 0.1): transfers
+    # stuck at them fill a tenth of the window, so the one to idle receiver 3 enters too
+    cap4 = [10.0] * 4 + [10.0, 1.0, 1.0, 10.0]  # M=4: egress 0..3, ingress 4..7
+    counted = _WindowNet(cap4, lambda t, g: None, None, 0.2, 4, True, 0.1,
+                         [1.0, 0.1, 0.1, 1.0])
+    a, b, c = _flows(counted, [(0, 1, 1.0, (0,)), (0, 2, 1.0, (1,)), (0, 3, 1.0, (2,))], M=4)
+    assert admitted(counted) == {a.fid, b.fid, c.fid}
+    assert sorted(g.rate for g in counted.inner.groups.values()) == pytest.approx([1, 1, 8])
+    full = _WindowNet(cap4, lambda t, g: None, None, 0.2, 4, True, 0.1)  # every byte counts
+    a, b, c = _flows(full, [(0, 1, 1.0, (0,)), (0, 2, 1.0, (1,)), (0, 3, 1.0, (2,))], M=4)
+    assert admitted(full) == {a.fid, b.fid}  # c waits while the NIC runs at 2 of its 10
     cluster, job, prof, plan = make_problem()
     with pytest.raises(ValueError, match="nic_window_s must be > 0"):
         simulate(cluster, job, plan, prof, "fifo", iterations=2, nic_window_s=0.0)

@@ -30,6 +30,7 @@ from gnnsched.runtime.transport import (
     encode,
     make_socket,
 )
+from gnnsched.workload import window_weights
 
 RUNTIME = Path(__file__).resolve().parents[1] / "runtime"
 
@@ -225,6 +226,33 @@ def test_nic_queue_priority_fair_windows() -> None:
     assert h.next_chunk() is None and h.stall() == "held" and 0 < h.hold_left() <= 0.05
     time.sleep(0.06)
     assert _drain(h) == [12] and h.held == {} and h.hold_left() is None
+
+
+def test_window_weights_count_an_oversubscribed_receivers_bytes_less() -> None:
+    """Chunks in flight to a receiver whose ingress is oversubscribed (weight 1/4) fill a
+    quarter of the store's total window, so the store keeps sending to its other receivers;
+    the per-receiver window is unchanged. Without weights every byte counts in full."""
+    def to(tid: int, peer: bytes, machine: int) -> OutTransfer:
+        t = _transfer(tid, 4, peer)
+        t.dst_machine = machine
+        return t
+
+    for weights, want in ((None, [1, 1]), ([1.0, 0.25, 0.25, 1.0], [1, 1, 2, 2, 3])):
+        q = NicQueue("priority", window=250, peer_window=200, weights=weights)
+        for t in (to(1, b"a", 1), to(2, b"b", 2), to(3, b"c", 3)):
+            q.add(t)
+        sent = []
+        while (nxt := q.next_chunk()) is not None:
+            sent.append(nxt[0].tid)
+        # unweighted: receiver 1's two chunks (its 200-byte window) leave no room in the
+        # 250 bytes for anyone else; weighted, they count 50 bytes, receiver 2's two as much,
+        # and receiver 3 gets a chunk too
+        assert sent == want, (weights, sent)
+        assert q.in_flight_bytes <= 250
+    assert window_weights([1, 1, 1, 1], [1, 1, 1, 1], [0, 1, 2]) == [0.5, 0.5, 0.5, 1 / 3]
+    # slow stores into a fast GPU host: the host takes both at line rate; the slower store
+    # drains the faster one's stream at half its rate
+    assert window_weights([0.05, 0.1, 0.2], [0.05, 0.1, 0.2], [0, 1]) == [0.5, 1.0, 1.0]
 
 
 def test_urgent_band_carries_the_head_transfer_past_the_windows() -> None:

@@ -548,12 +548,20 @@ class _WindowNet:
     window. The runtime counts chunks in flight, so a large transfer holds at most the
     per-receiver window of the total; the model counts each stream's queued bytes up to
     ``peer_s`` towards ``window_s`` the same way, so a congested receiver holds back only its
-    own stream while the sender's others keep its egress busy.
+    own stream while the sender's others keep its egress busy; and each of those bytes counts
+    the receiver's ``weights`` (:func:`gnnsched.workload.window_weights`: below 1 where the
+    receiver's ingress is oversubscribed), so streams stuck at such receivers do not fill the
+    window while the sender's NIC idles.
     """
 
     def __init__(self, cap: list[float], schedule: Any, record: Any, window_s: float,
-                 M: int, ordered: bool, peer_s: float | None = None) -> None:
+                 M: int, ordered: bool, peer_s: float | None = None,
+                 weights: list[float] | None = None) -> None:
         self.inner = _FairNet(cap, schedule, record, connections=True)
+        self.M = M
+        # per receiver machine: what a byte queued toward it counts against a sender's total
+        # window (gnnsched.workload.window_weights; the runtime's NicQueue counts the same)
+        self.weight = list(weights) if weights is not None else [1.0] * M
         self.window = [c * window_s for c in cap[:M]]  # bytes, per sender
         self.peer = [c * (peer_s if peer_s is not None else window_s) for c in cap[:M]]
         self.ordered = ordered  # policy keys (priority) or arrival order (fair sharing)
@@ -571,7 +579,7 @@ class _WindowNet:
         after = max(0.0, before + delta)
         self.queued[pair] = after
         cap = self.peer[s]
-        self.held[s] += min(after, cap) - min(before, cap)
+        self.held[s] += self.weight[pair[1] - self.M] * (min(after, cap) - min(before, cap))
 
     def _admit(self, s: int, now: float) -> None:
         q = self.waiting[s]
