@@ -115,7 +115,6 @@ class Instance:
             self.samplers.append(sorted(merged.items()))
         self.egress = [float(x) for x in wl.egress_bw]
         self.ingress = [float(x) for x in wl.ingress_bw]
-        self.stores = [i for i, m in enumerate(cl.machines) if m.partitions]  # data's senders
         self.cores = [int(x) for x in wl.cores]
         self.latency = float(cl.latency)
         self.names = list(wl.names)

@@ -52,8 +52,8 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -78,6 +78,7 @@ from gnnsched.runtime.transport import (
     ctrl_body,
     make_socket,
 )
+from gnnsched.workload import CONSERVE_BELOW, CONSERVE_EVERY
 
 CHUNK_BYTES = 256 << 10
 WINDOW_BYTES = 1 << 20  # total bytes in flight from one NIC
@@ -438,15 +439,20 @@ class NicQueue:
     pipe is unacknowledged), so none is refused and retried.
     :meth:`hold` marks a machine whose trainer is all-reducing (:class:`Holds`: gradients go
     ahead of all other traffic in the cost model).
-    ``weights`` (per receiver machine, :func:`gnnsched.workload.window_weights`): what a byte
-    in flight to that machine counts against ``window``; below 1 where the receiver's ingress
-    is oversubscribed, so chunks stuck at it do not idle this NIC (the simulator's window
-    model counts the same).
+    ``rate`` (this NIC's bytes per second, on the run's clock) makes the total window
+    work-conserving (:data:`gnnsched.workload.CONSERVE_BELOW` says why): when it blocks a
+    transfer while less than ``CONSERVE_BELOW`` of the NIC's rate was acknowledged over the
+    last ``CONSERVE_EVERY`` of the window's drain time (``window / rate``), and its oldest
+    chunk in flight left before that -- the bytes in flight wait at congested receivers, not at
+    this NIC -- the best blocked transfer goes past the total window (its receiver's window
+    still applies), at most one per that time. When the NIC is the bottleneck nothing changes
+    and the policy's order holds. The simulator's window model admits the same way
+    (:class:`gnnsched.simulator.network._WindowNet`).
     """
 
     def __init__(self, sharing: str = "fair", window: int = WINDOW_BYTES,
                  peer_window: int | None = None, peer_chunks: int | None = None,
-                 urgent: bool = False, weights: Sequence[float] | None = None) -> None:
+                 urgent: bool = False, rate: float | None = None) -> None:
         if sharing not in ("fair", "priority"):
             raise ValueError(f"sharing must be 'fair' or 'priority', got {sharing!r}")
         self.sharing, self.window = sharing, window
@@ -464,10 +470,18 @@ class NicQueue:
         self.active: OrderedDict[int, OutTransfer] = OrderedDict()  # arrival order
         self.keys: dict[int, tuple] = {}
         self.ranks: OrderedDict[tuple[int, int, str], tuple] = OrderedDict()  # pre-ranked
-        # (peer, req, chunk) -> (tid, bytes, local, urgent, bytes counted against the window)
-        self.in_flight: dict[tuple[bytes, int, int], tuple[int, int, bool, bool, int]] = {}
-        self.in_flight_bytes = 0  # counted: each chunk's bytes times its receiver's weight
-        self.weights = list(weights) if weights is not None else None
+        self.in_flight: dict[tuple[bytes, int, int], tuple[int, int, bool, bool]] = {}
+        self.in_flight_bytes = 0
+        # work conservation (see above): the NIC's rate, acknowledged bulk bytes over the
+        # last drain time, when each bulk chunk in flight left, and the transfers let past
+        self.rate = float(rate) if rate else None
+        self.every = CONSERVE_EVERY * window / self.rate if self.rate else math.inf
+        self.acked: deque[tuple[float, int]] = deque()
+        self.acked_bytes = 0
+        self.sent_at: dict[tuple[bytes, int, int], float] = {}
+        self.past: set[int] = set()
+        self.next_past = 0.0
+        self.passed = 0  # transfers let past the total window (stats)
         self.peer_bytes: dict[bytes, int] = {}
         self.peer_chunks = peer_chunks
         self.peer_count: dict[bytes, int] = {}  # chunks in flight per receiver
@@ -510,22 +524,34 @@ class NicQueue:
     def sendable(self) -> bool:
         return any(t.pending for t in self.active.values())
 
-    def _counted(self, t: OutTransfer, size: int) -> int:
-        """What ``size`` bytes to ``t``'s receiver count against the total window."""
-        if self.weights is None or not 0 <= t.dst_machine < len(self.weights):
-            return size
-        return max(1, math.ceil(size * self.weights[t.dst_machine]))
-
-    def _room(self, t: OutTransfer, size: int) -> bool:
+    def _peer_room(self, t: OutTransfer, size: int) -> bool:
+        """Room in ``t``'s receiver's window (and pipe budget)."""
         if self.peer_chunks and self.peer_count.get(t.peer, 0) >= self.peer_chunks:
             return False
         if t.local:
             return True
         held = self.peer_bytes.get(t.peer, 0)
-        if held and held + size > self.peer_window:
+        return not held or held + size <= self.peer_window
+
+    def _room(self, t: OutTransfer, size: int) -> bool:
+        if not self._peer_room(t, size):
             return False
-        return not self.in_flight_bytes or \
-            self.in_flight_bytes + self._counted(t, size) <= self.window
+        if t.local:
+            return True
+        return not self.in_flight_bytes or self.in_flight_bytes + size <= self.window or \
+            t.tid in self.past
+
+    def _idle(self, now: float) -> bool:
+        """The bytes in flight wait at their receivers while this NIC idles: less than
+        ``CONSERVE_BELOW`` of its rate acknowledged over the last ``every`` seconds, and its
+        oldest bulk chunk in flight handed over longer ago than that."""
+        if self.rate is None or now < self.next_past or not self.sent_at:
+            return False
+        if next(iter(self.sent_at.values())) > now - self.every:
+            return False
+        while self.acked and self.acked[0][0] < now - self.every:
+            self.acked_bytes -= self.acked.popleft()[1]
+        return self.acked_bytes < CONSERVE_BELOW * self.rate * self.every
 
     def _order(self, t: OutTransfer) -> tuple:
         """The policy's order: ranked transfers by key, then the rest in arrival order."""
@@ -572,10 +598,18 @@ class NicQueue:
                 if self._urgent_room(head.sizes[head.next_chunk]):
                     return head, True
                 ready = [t for t in ready if t is not head]
-        ready = [t for t in ready
-                 if t.peer not in self.full and self._room(t, t.sizes[t.next_chunk])]
+        open_ = [t for t in ready if t.peer not in self.full]
+        ready = [t for t in open_ if self._room(t, t.sizes[t.next_chunk])]
         if not ready:
-            return None
+            # only the total window blocks them, and the NIC idles: let the best one past
+            blocked = [t for t in open_ if self._peer_room(t, t.sizes[t.next_chunk])]
+            if not blocked or not self._idle(now):
+                return None
+            t = min(blocked, key=self._order) if self.sharing == "priority" else blocked[0]
+            self.past.add(t.tid)
+            self.next_past = now + self.every
+            self.passed += 1
+            return t, False
         if self.sharing == "priority":
             return min(ready, key=self._order), False
         self._rr = (self._rr + 1) % len(ready)
@@ -609,15 +643,16 @@ class NicQueue:
         i = t.next_chunk
         size = t.sizes[i]
         t.next_chunk += 1
-        counted = 0 if urgent or t.local else self._counted(t, size)
-        self.in_flight[(t.peer, t.req, i)] = (t.tid, size, t.local, urgent, counted)
+        self.in_flight[(t.peer, t.req, i)] = (t.tid, size, t.local, urgent)
         if urgent:
             self.urgent_count += 1
             self.urgent_bytes += size
         else:
             self.peer_count[t.peer] = self.peer_count.get(t.peer, 0) + 1
             if not t.local:
-                self.in_flight_bytes += counted
+                self.in_flight_bytes += size
+                if self.rate is not None:
+                    self.sent_at[(t.peer, t.req, i)] = time.monotonic()
                 self.peer_bytes[t.peer] = self.peer_bytes.get(t.peer, 0) + size
                 self.bulk_tids[t.tid] = self.bulk_tids.get(t.tid, 0) + 1
         msg = t.chunks[i]
@@ -636,8 +671,9 @@ class NicQueue:
         t.next_chunk -= 1
         i = t.next_chunk
         t.chunks[i] = msg
-        _, _, _, urgent, counted = self.in_flight.pop((t.peer, t.req, i))
-        self._release(t.tid, t.peer, size, t.local, urgent, counted)
+        *_, urgent = self.in_flight.pop((t.peer, t.req, i))
+        self.sent_at.pop((t.peer, t.req, i), None)
+        self._release(t.tid, t.peer, size, t.local, urgent)
         if unreachable:
             self.urgent_off[t.peer] = time.monotonic() + URGENT_RETRY_S
         else:
@@ -651,8 +687,7 @@ class NicQueue:
         """Retry ``peer`` (it acknowledged a chunk, so its pipe has drained)."""
         self.full.discard(peer)
 
-    def _release(self, tid: int, peer: bytes, size: int, local: bool, urgent: bool,
-                 counted: int) -> None:
+    def _release(self, tid: int, peer: bytes, size: int, local: bool, urgent: bool) -> None:
         if urgent:
             self.urgent_count -= 1
             self.urgent_bytes -= size
@@ -670,7 +705,7 @@ class NicQueue:
             self.peer_count.pop(peer, None)
         if local:
             return
-        self.in_flight_bytes -= counted
+        self.in_flight_bytes -= size
         left = self.peer_bytes.get(peer, 0) - size
         if left > 0:
             self.peer_bytes[peer] = left
@@ -682,13 +717,18 @@ class NicQueue:
         entry = self.in_flight.pop((peer, req, chunk), None)
         if entry is None:
             raise MessageError(f"ACK for unknown chunk {chunk} of request {req}")
-        tid, size, local, urgent, counted = entry
-        self._release(tid, peer, size, local, urgent, counted)
+        tid, size, local, urgent = entry
+        if self.sent_at.pop((peer, req, chunk), None) is not None:
+            now = time.monotonic()
+            self.acked.append((now, size))
+            self.acked_bytes += size
+        self._release(tid, peer, size, local, urgent)
         t = self.active[tid]
         t.acked += 1
         if t.acked == len(t.chunks):
             del self.active[tid]
             self.keys.pop(tid, None)
+            self.past.discard(tid)
             return t
         return None
 
@@ -699,6 +739,8 @@ class NicQueue:
         self.ranks.clear()
         self.in_flight.clear()
         self.in_flight_bytes = 0
+        self.sent_at.clear()
+        self.past.clear()
         self.peer_bytes.clear()
         self.peer_count.clear()
         self.urgent_count = self.urgent_bytes = 0
@@ -712,9 +754,11 @@ class NicQueue:
         for tid in [t.tid for t in self.active.values() if t.peer == peer]:
             del self.active[tid]
             self.keys.pop(tid, None)
+            self.past.discard(tid)
         for key in [k for k in self.in_flight if k[0] == peer]:
-            tid, size, local, urgent, counted = self.in_flight.pop(key)
-            self._release(tid, peer, size, local, urgent, counted)
+            tid, size, local, urgent = self.in_flight.pop(key)
+            self.sent_at.pop(key, None)
+            self._release(tid, peer, size, local, urgent)
         self.full.discard(peer)
 
 
@@ -822,7 +866,7 @@ class Store(Role):
         self.nic = NicQueue(cfg["sharing"], int(window), int(peer),
                             peer_chunks=STORE_SOCKET.sndhwm,
                             urgent=getattr(self, "urgent", None) is not None,
-                            weights=cfg.get("window_weights"))
+                            rate=cfg.get("nic_rates", {}).get(self.args.machine))
         self.chunk_bytes = int(cfg.get("nic_chunk_bytes", {}).get(
             self.args.machine, cfg.get("chunk_bytes", CHUNK_BYTES)))
         self.tids = itertools.count()

@@ -284,17 +284,24 @@ def test_window_net_is_the_runtimes_connections_behind_a_window():
     net = _WindowNet(cap, lambda t, g: None, None, 0.2, 3, True, 0.1)
     huge, small = _flows(net, [(0, 1, 50.0, (0,)), (0, 2, 0.5, (1,))], M=3)
     assert admitted(net) == {huge.fid, small.fid}
-    # receivers 1 and 2 take a tenth of what they are sent (window_weights 0.1): transfers
-    # stuck at them fill a tenth of the window, so the one to idle receiver 3 enters too
+    # work conservation: receivers 1 and 2 take 1 of the sender's 10 each, so the transfers
+    # filling its window wait at them; the one to idle receiver 3 goes past the window ...
     cap4 = [10.0] * 4 + [10.0, 1.0, 1.0, 10.0]  # M=4: egress 0..3, ingress 4..7
-    counted = _WindowNet(cap4, lambda t, g: None, None, 0.2, 4, True, 0.1,
-                         [1.0, 0.1, 0.1, 1.0])
-    a, b, c = _flows(counted, [(0, 1, 1.0, (0,)), (0, 2, 1.0, (1,)), (0, 3, 1.0, (2,))], M=4)
-    assert admitted(counted) == {a.fid, b.fid, c.fid}
-    assert sorted(g.rate for g in counted.inner.groups.values()) == pytest.approx([1, 1, 8])
-    full = _WindowNet(cap4, lambda t, g: None, None, 0.2, 4, True, 0.1)  # every byte counts
-    a, b, c = _flows(full, [(0, 1, 1.0, (0,)), (0, 2, 1.0, (1,)), (0, 3, 1.0, (2,))], M=4)
-    assert admitted(full) == {a.fid, b.fid}  # c waits while the NIC runs at 2 of its 10
+    specs = [(0, 1, 1.0, (0,)), (0, 2, 1.0, (1,)), (0, 3, 1.0, (2,)), (0, 3, 1.0, (3,))]
+    net = _WindowNet(cap4, lambda t, g: None, None, 0.2, 4, True, 0.1)
+    a, b, c, d = _flows(net, specs, M=4)
+    assert admitted(net) == {a.fid, b.fid, c.fid} and net.passed == 1
+    assert sorted(g.rate for g in net.inner.groups.values()) == pytest.approx([1, 1, 8])
+    # ... and the next (its stream full, the NIC busy) waits for the window
+    net.commit(1.0)
+    assert d.fid not in admitted(net)
+    off = _WindowNet(cap4, lambda t, g: None, None, 0.2, 4, True, 0.1, conserve=False)
+    a, b, c, d = _flows(off, specs, M=4)
+    assert admitted(off) == {a.fid, b.fid}  # c waits while the NIC runs at 2 of its 10
+    # a NIC that is itself the bottleneck lets nothing past: the policy's order holds
+    busy = _WindowNet([10.0] * 8, lambda t, g: None, None, 0.2, 4, True, 0.1)
+    a, b, c, d = _flows(busy, specs, M=4)
+    assert admitted(busy) == {a.fid, b.fid} and busy.passed == 0
     cluster, job, prof, plan = make_problem()
     with pytest.raises(ValueError, match="nic_window_s must be > 0"):
         simulate(cluster, job, plan, prof, "fifo", iterations=2, nic_window_s=0.0)

@@ -32,7 +32,7 @@ from gnnsched.policy import (
 from gnnsched.profile import CostProfile
 from gnnsched.simulator.network import _FairNet, _Flow, _PriorityNet, _WindowNet
 from gnnsched.spec import ClusterSpec, JobSpec
-from gnnsched.workload import NIC_WINDOW_S, PEER_WINDOW_S, Workload, window_weights
+from gnnsched.workload import NIC_WINDOW_S, PEER_WINDOW_S, Workload
 
 KINDS = ("struct", "block", "feat", "relay")
 _STRUCT, _BLOCK, _FEAT, _RELAY = range(4)
@@ -182,8 +182,7 @@ def run(inst: Instance, policy: str | Policy = "gnnsched", *, record: bool = Fal
         # nic_window_s is a sender's window in all; each receiver's stream gets the
         # runtime's per-receiver share of it (PEER_WINDOW_S of NIC_WINDOW_S)
         net = _WindowNet(caps, schedule, rec_flow, inst.nic_window_s, M, priority,
-                         inst.nic_window_s * PEER_WINDOW_S / NIC_WINDOW_S,
-                         window_weights(inst.egress, inst.ingress, inst.stores))
+                         inst.nic_window_s * PEER_WINDOW_S / NIC_WINDOW_S)
     else:
         net = (_PriorityNet if pol.sharing == "priority" else _FairNet)(caps, schedule,
                                                                         rec_flow)

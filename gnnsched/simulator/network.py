@@ -10,7 +10,7 @@ Resources are numbered egress ``m`` = ``m`` and ingress ``m`` = ``M + m``.
 * :class:`_WindowNet` (``nic_window_s``): the gnnsched runtime's NICs — one TCP connection
   per (sender, receiver), connections sharing the NICs fairly; a sender hands over its most
   urgent transfer whose connection has room under the runtime's per-receiver and total send
-  windows.
+  windows (bytes toward an oversubscribed receiver counting its drain share of the total).
 
 Speed: rates are recomputed only around the NICs whose flow set changed. Priority mode keeps,
 per NIC direction, only the most urgent flow of each (sender, receiver) pair (the only one that
@@ -34,6 +34,7 @@ from collections import deque
 from typing import Any
 
 from gnnsched.policy import Transfer
+from gnnsched.workload import CONSERVE_BELOW, CONSERVE_EVERY
 
 
 class _Flow:
@@ -548,20 +549,23 @@ class _WindowNet:
     window. The runtime counts chunks in flight, so a large transfer holds at most the
     per-receiver window of the total; the model counts each stream's queued bytes up to
     ``peer_s`` towards ``window_s`` the same way, so a congested receiver holds back only its
-    own stream while the sender's others keep its egress busy; and each of those bytes counts
-    the receiver's ``weights`` (:func:`gnnsched.workload.window_weights`: below 1 where the
-    receiver's ingress is oversubscribed), so streams stuck at such receivers do not fill the
-    window while the sender's NIC idles.
+    own stream while the sender's others keep its egress busy. The total window is
+    work-conserving (``conserve``, as the runtime's): while a sender's streams carry less than
+    :data:`~gnnsched.workload.CONSERVE_BELOW` of its egress (they wait at congested receivers)
+    its best waiting transfer whose stream has room goes in past the window, at most one per
+    :data:`~gnnsched.workload.CONSERVE_EVERY` of the window's drain time (checked whenever
+    rates change).
     """
 
     def __init__(self, cap: list[float], schedule: Any, record: Any, window_s: float,
                  M: int, ordered: bool, peer_s: float | None = None,
-                 weights: list[float] | None = None) -> None:
+                 conserve: bool = True) -> None:
         self.inner = _FairNet(cap, schedule, record, connections=True)
-        self.M = M
-        # per receiver machine: what a byte queued toward it counts against a sender's total
-        # window (gnnsched.workload.window_weights; the runtime's NicQueue counts the same)
-        self.weight = list(weights) if weights is not None else [1.0] * M
+        self.every = window_s * CONSERVE_EVERY  # of the total window's drain time
+        self.conserve = conserve
+        self.next_past = [0.0] * M  # per sender: when it may next let a transfer past
+        self.blocked: set[int] = set()  # senders with transfers waiting behind a full window
+        self.passed = 0
         self.window = [c * window_s for c in cap[:M]]  # bytes, per sender
         self.peer = [c * (peer_s if peer_s is not None else window_s) for c in cap[:M]]
         self.ordered = ordered  # policy keys (priority) or arrival order (fair sharing)
@@ -579,12 +583,13 @@ class _WindowNet:
         after = max(0.0, before + delta)
         self.queued[pair] = after
         cap = self.peer[s]
-        self.held[s] += self.weight[pair[1] - self.M] * (min(after, cap) - min(before, cap))
+        self.held[s] += min(after, cap) - min(before, cap)
 
-    def _admit(self, s: int, now: float) -> None:
+    def _admit(self, s: int, now: float, force: bool = False) -> bool:
         q = self.waiting[s]
         skipped = []
-        while q and self.held[s] < self.window[s]:
+        took = False
+        while q and (self.held[s] < self.window[s] or (force and not took)):
             item = heapq.heappop(q)
             f = item[-1]
             pair = (f.s, f.d, f.conn)
@@ -594,8 +599,14 @@ class _WindowNet:
             f.skey = ()  # one class: the streams share fairly
             self._charge(s, pair, f.nbytes)
             self.inner.add(f, now)
+            took = True
         for item in skipped:
             heapq.heappush(q, item)
+        if q and self.held[s] >= self.window[s]:
+            self.blocked.add(s)
+        else:
+            self.blocked.discard(s)
+        return took
 
     def done(self, g: _Group, ver: int, now: float) -> _Flow | None:
         f = self.inner.done(g, ver, now)
@@ -613,6 +624,21 @@ class _WindowNet:
 
     def commit(self, now: float) -> None:
         self.inner.commit(now)
+        if not self.conserve:
+            return
+        inner, nxt = self.inner, self.next_past
+        took = False
+        for s in sorted(self.blocked):
+            if now < nxt[s]:
+                continue
+            if sum(g.rate * g.wt for g in inner.on[s].values()) >= CONSERVE_BELOW * inner.cap[s]:
+                continue
+            if self._admit(s, now, force=True):
+                nxt[s] = now + self.every
+                self.passed += 1
+                took = True
+        if took:
+            inner.commit(now)
 
 
 __all__ = ["_FairNet", "_Flow", "_Group", "_PriorityNet", "_WindowNet"]

@@ -53,7 +53,7 @@ from gnnsched.runtime.role import seeds_hash
 from gnnsched.runtime.store import CHUNK_BYTES, PEER_WINDOW_BYTES, WINDOW_BYTES
 from gnnsched.runtime.transport import Kind, Message, MessageError, ctrl
 from gnnsched.spec import ClusterSpec, JobSpec
-from gnnsched.workload import ring_wire_s, window_weights
+from gnnsched.workload import ring_wire_s
 
 if TYPE_CHECKING:
     from gnnsched.runtime.coordinator.advisor import Advisor
@@ -143,12 +143,10 @@ class PolicyDriver:
                          max(out["peer_window_bytes"], 2 * chunks.get(m.name, chunk),
                              int(m.egress * PEER_WINDOW_S))]
                 for m in self.cluster.machines if m.partitions}
-            # bytes in flight to an oversubscribed receiver count less against the total
-            # window, as in the simulator's window model (window_weights says why)
-            ms = self.cluster.machines
-            out["window_weights"] = window_weights(
-                [m.egress for m in ms], [m.ingress for m in ms],
-                [i for i, m in enumerate(ms) if m.partitions])
+            # each store's NIC rate on the run's clock (the scale model's dilated one): its
+            # total window lets a transfer past while the NIC idles (CONSERVE_BELOW)
+            out["nic_rates"] = {m.name: float(m.egress) for m in self.net.machines
+                                if m.partitions}
         return out
 
     def _context(self) -> PolicyContext:
