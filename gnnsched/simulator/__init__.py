@@ -23,9 +23,9 @@ Semantics (the costs themselves come from :class:`gnnsched.workload.Workload`):
   ``nic_window_s`` the NICs are the gnnsched runtime's instead: one TCP connection per
   (sender, receiver), each handed its next transfer in the policy's order while less than the
   runtime's per-receiver share of that window (``PEER_WINDOW_S`` of ``NIC_WINDOW_S``) is
-  queued in it, connections sharing the NICs fairly (:class:`_WindowNet`); bytes queued
-  toward a receiver whose ingress is oversubscribed count only its drain share against the
-  sender's window (:func:`gnnsched.workload.window_weights`).
+  queued in it, connections sharing the NICs fairly (:class:`_WindowNet`); a transfer waiting
+  behind a full window goes past it while the sender's NIC idles behind congested receivers
+  (:data:`gnnsched.workload.CONSERVE_BELOW`).
 * **Network model** of the user-facing prediction (:func:`gnnsched.api.simulate`, ``gnnsched
   simulate``): ``windowed`` by default, the runtime's NICs with the runtime's window
   (:data:`gnnsched.workload.NIC_WINDOW_S`); ``ideal`` is the policy's ``sharing`` above
@@ -73,8 +73,8 @@ from gnnsched.workload import NIC_WINDOW_S
 NETWORKS = {
     "windowed": "the runtime's NICs: one TCP connection per store and receiver, "
                 "each handed the store's next transfer for it, in the policy's order, while "
-                "less than its send window of the store's egress is queued in it (bytes "
-                "toward an oversubscribed receiver counting its drain share), connections "
+                "less than its send window of the store's egress is queued in it (past it "
+                "while the store's NIC idles behind congested receivers), connections "
                 "sharing the NICs fairly",
     "ideal": "ideal NICs that serve their queue as the policy's sharing says (strict priority "
              "or max-min fair), with no send window",

@@ -10,7 +10,7 @@ Resources are numbered egress ``m`` = ``m`` and ingress ``m`` = ``M + m``.
 * :class:`_WindowNet` (``nic_window_s``): the gnnsched runtime's NICs — one TCP connection
   per (sender, receiver), connections sharing the NICs fairly; a sender hands over its most
   urgent transfer whose connection has room under the runtime's per-receiver and total send
-  windows (bytes toward an oversubscribed receiver counting its drain share of the total).
+  windows, or past the total one while the sender's NIC idles (work conservation).
 
 Speed: rates are recomputed only around the NICs whose flow set changed. Priority mode keeps,
 per NIC direction, only the most urgent flow of each (sender, receiver) pair (the only one that
