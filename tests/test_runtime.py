@@ -504,8 +504,13 @@ def test_shaped_links_chunk_each_store_by_its_own_nic() -> None:
     assert all(w >= 8 << 20 for w, _ in sizes("netns", window_bytes=8 << 20)["nic_windows"]
                .values())
     # the scale model (NICs / D): the real cluster's bytes per chunk and window, so a window
-    # is 150 ms of the cluster the model stands for
+    # is 150 ms of the cluster the model stands for; the NIC rate each store measures its
+    # acknowledgements against (work conservation) is the model's own, D times slower
     c = Coordinator.__new__(Coordinator)
     c.cluster, c.net, c.opts = cl, cl.dilated(6.0), RuntimeOptions()
     c.launcher = SimpleNamespace(name="netns")
-    assert c._sizes() == out
+    dilated = c._sizes()
+    assert dilated.pop("nic_rates") == pytest.approx({k: v / 6 for k, v in
+                                                      out.pop("nic_rates").items()})
+    assert dilated == out
+    assert "nic_rates" not in sizes("local")
