@@ -211,7 +211,7 @@ def plan_floor(problem: Problem, plan: Plan) -> float:
 
 
 # per batch [W, K]: chain to training, training, sampling; the all-reduce; bytes sent [W, M]
-Floors = tuple[np.ndarray, np.ndarray, np.ndarray, float, np.ndarray]
+Floors = tuple[np.ndarray, np.ndarray, np.ndarray, float, np.ndarray, np.ndarray]
 
 
 def _batch_floors(problem: Problem, split: Sequence[tuple[int, ...]], seed: int,
@@ -220,8 +220,10 @@ def _batch_floors(problem: Problem, split: Sequence[tuple[int, ...]], seed: int,
     """Per drawn batch of every bundle of `split`, what no placement avoids: its chain to
     training (sampling, remote hops, features; see :func:`barrier_chain_bound`), its training
     on the fastest GPU that fits it and its sampling time, the all-reduce's floor ``A`` for a
-    ring of `trainers` (default one per bundle), and the feature bytes every machine stores
-    for each bundle over the epoch; None where some bundle fits no GPU."""
+    ring of `trainers` (default one per bundle), the feature bytes every machine stores
+    for each bundle over the epoch, and per iteration the slowest training any one-trainer-
+    per-GPU assignment must contain (:func:`_matching_floor`); None where some bundle fits no
+    GPU."""
     wl = problem.wl
     K = wl.iterations
     base = getattr(problem, "base", problem)
@@ -253,6 +255,7 @@ def _batch_floors(problem: Problem, split: Sequence[tuple[int, ...]], seed: int,
     sown[Ss, np.arange(len(Ss))] = True
     chain = np.zeros((W, K))
     train = np.zeros((W, K))
+    ref = np.zeros((W, K))  # training on a speed-1 device
     samp_s = np.zeros((W, K))
     sent = np.zeros((W, problem.M))
     for w, parts in enumerate(split):
@@ -280,9 +283,27 @@ def _batch_floors(problem: Problem, split: Sequence[tuple[int, ...]], seed: int,
             hops = np.maximum(sper.max(axis=0), sremote / igS) + np.where(sremote > 0, lat, 0.0)
             chain[w, k] = samp + float(hops.min()) + float(fetch.min())
             train[w, k] = tr / speed
+            ref[w, k] = tr
             samp_s[w, k] = samp
             sent[w] += v
-    return chain, train, samp_s, A, sent
+    speeds = [s.speed for s in problem.slots for _ in range(s.count)]
+    return chain, train, samp_s, A, sent, _matching_floor(ref, speeds)
+
+
+def _matching_floor(ref: np.ndarray, speeds: Sequence[float]) -> np.ndarray:
+    """Per iteration, training seconds that some trainer needs whatever GPUs the bundles get,
+    one trainer per GPU: the ``j`` slowest GPUs in use hold ``j`` distinct bundles, the
+    largest of which is at least the ``j``-th lightest, and no ``W`` GPUs have a ``j``-th
+    slowest faster than the ``W`` fastest GPUs' ``j``-th slowest. So
+    ``max_j L_(j) / s_(j)``, with ``L`` the bundles' batches on a speed-1 GPU sorted up and
+    ``s`` the ``W`` fastest speeds sorted up. Where the GPUs are as many as the bundles the
+    slowest GPU trains a whole bundle, which the per-bundle floor (each on its fastest GPU)
+    misses. Zeros where there are fewer GPUs than bundles (no plan)."""
+    W, K = ref.shape
+    if len(speeds) < W or W == 0:
+        return np.zeros(K)
+    s = np.sort(np.asarray(speeds, float))[-W:]  # the W fastest, slowest first
+    return (np.sort(ref, axis=0) / s[:, None]).max(axis=0)
 
 
 def barrier_chain_bound(problem: Problem, split: Sequence[tuple[int, ...]], seed: int) -> float:
@@ -309,7 +330,7 @@ def barrier_chain_bound(problem: Problem, split: Sequence[tuple[int, ...]], seed
 def _barrier_starts(problem: Problem, floors: Floors) -> tuple[np.ndarray, float]:
     """The recursion of :func:`barrier_chain_bound`: every batch's earliest training start
     and ``B_{K-1}``."""
-    chain, train, _, A, _ = floors
+    chain, train, _, A, _, match = floors
     W, K = chain.shape
     d = max(1, int(problem.job.prefetch))
     start = np.zeros((W, K))
@@ -317,7 +338,9 @@ def _barrier_starts(problem: Problem, floors: Floors) -> tuple[np.ndarray, float
     for k in range(K):
         prev = start[:, k - d] if k >= d else 0.0
         start[:, k] = np.maximum(B, prev + chain[:, k])
-        B = float((start[:, k] + train[:, k]).max()) + A
+        # every trainer starts batch k at its floor or later; one of them trains match[k]
+        B = max(float((start[:, k] + train[:, k]).max()),
+                float(start[:, k].min()) + float(match[k])) + A
     return start, B
 
 
@@ -344,7 +367,7 @@ def fill_drain_offsets(problem: Problem, split: Sequence[tuple[int, ...]], seed:
         floors = _batch_floors(problem, split, seed, None if fixed else problem.W)
     if floors is None:
         return None
-    chain, train, samp, A, _ = floors
+    chain, train, samp, A, *_ = floors
     W, K = chain.shape
     d = max(1, int(problem.job.prefetch))
     if fixed:
