@@ -321,6 +321,49 @@ def test_reported_bound_holds_for_every_simulated_plan() -> None:
     assert undercut > 0  # the mean-cost floor alone would have been reported as a bound
 
 
+def test_the_chain_bound_sees_the_slow_gpus_one_trainer_per_gpu_must_use() -> None:
+    """Four trainers on four GPUs, two of them a quarter as fast: whatever the placement, a
+    slow GPU trains a whole bundle, which the per-bundle floor (each bundle on its fastest
+    GPU) misses. The chain bound with the matching floor is above that floor and below every
+    simulated epoch of every plan."""
+    import numpy as np
+
+    from gnnsched.placement.cpsat import (
+        _barrier_starts,
+        _batch_floors,
+        _matching_floor,
+        barrier_chain_bound,
+    )
+    from gnnsched.placement.placer import simulator_scorer, split_of
+
+    # the arithmetic: the W fastest speeds sorted up against the bundles sorted up
+    assert _matching_floor(np.array([[3.0], [1.0], [2.0]]), [4, 1, 2, 4]).tolist() == [0.75]
+    assert _matching_floor(np.array([[3.0], [1.0], [2.0]]), [1, 1, 4]).tolist() == [2.0]
+    assert _matching_floor(np.array([[3.0], [1.0]]), [4]).tolist() == [0.0]  # no plan
+    ms = [{"name": f"h{i}", "cpus": 8, "memory_gb": 32, "nic_gbps": 100, "partitions": [i],
+           "gpus": [{"kind": "t4" if i < 2 else "a100", "speed": 1.0 if i < 2 else 4.0,
+                     "memory_gb": 16, "count": 1}]} for i in range(4)]
+    pb = Problem(cluster_from_dict({"name": "speeds", "machines": ms}),
+                 job_from_dict({"num_parts": 4, "trainers": 4, "dataset": "synthetic",
+                                "batch_size": 256}),
+                 synthetic_profile(4, seeds_per_part=2000, batch_size=256, seed=1,
+                                   train_s_per_edge=2e-6))  # training-bound
+    plans = [get_placer("random").place_problem(pb, seed=s) for s in range(6)]
+    plans += [get_placer(n).place_problem(pb) for n in ("colocation", "greedy")]
+    sc = simulator_scorer(pb, seed=0)
+    dp = pb.drawn(0)
+    raised = 0
+    for p in plans:
+        split = split_of(p)
+        chain = barrier_chain_bound(dp, split, 0)
+        floors = _batch_floors(dp, split, 0)
+        assert floors is not None
+        without = _barrier_starts(dp, (*floors[:5], np.zeros_like(floors[5])))[1]
+        assert sc(p) >= chain * (1 - 1e-9) and chain >= without
+        raised += chain > 1.2 * without
+    assert raised == len(plans)  # the slow GPUs bind on every split
+
+
 def test_mini_batches_do_not_depend_on_trainer_numbering() -> None:
     """Renumbering trainers changes neither the draws nor the simulated epoch."""
     from dataclasses import replace
