@@ -473,7 +473,7 @@ class NicQueue:
         self.in_flight: dict[tuple[bytes, int, int], tuple[int, int, bool, bool]] = {}
         self.in_flight_bytes = 0
         # work conservation (see above): the NIC's rate, acknowledged bulk bytes over the
-        # last drain time, when each bulk chunk in flight left, and the transfers let past
+        # last `every` seconds, when each bulk chunk in flight left, and the transfers let past
         self.rate = float(rate) if rate else None
         self.every = CONSERVE_EVERY * window / self.rate if self.rate else math.inf
         self.acked: deque[tuple[float, int]] = deque()
