@@ -26,7 +26,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -210,8 +210,17 @@ def plan_floor(problem: Problem, plan: Plan) -> float:
     return v
 
 
-# per batch [W, K]: chain to training, training, sampling; the all-reduce; bytes sent [W, M]
-Floors = tuple[np.ndarray, np.ndarray, np.ndarray, float, np.ndarray, np.ndarray]
+class Floors(NamedTuple):
+    """What no placement of a split avoids (:func:`_batch_floors`)."""
+
+    chain: np.ndarray  # [W, K] per batch: sampling, hops and features before training
+    train: np.ndarray  # [W, K] its training on the fastest GPU that fits the bundle
+    samp: np.ndarray  # [W, K] its sampling CPU seconds
+    A: float  # the all-reduce's floor
+    sent: np.ndarray  # [W, M] bytes each machine stores for each bundle over the epoch
+    match: np.ndarray  # [K] the slowest training a one-trainer-per-GPU assignment contains
+    ref: np.ndarray  # [W, K] training on a speed-1 GPU
+    gpu_bytes: np.ndarray  # [W] GPU memory a bundle's trainer needs
 
 
 def _batch_floors(problem: Problem, split: Sequence[tuple[int, ...]], seed: int,
@@ -220,10 +229,11 @@ def _batch_floors(problem: Problem, split: Sequence[tuple[int, ...]], seed: int,
     """Per drawn batch of every bundle of `split`, what no placement avoids: its chain to
     training (sampling, remote hops, features; see :func:`barrier_chain_bound`), its training
     on the fastest GPU that fits it and its sampling time, the all-reduce's floor ``A`` for a
-    ring of `trainers` (default one per bundle), the feature bytes every machine stores
-    for each bundle over the epoch, and per iteration the slowest training any one-trainer-
-    per-GPU assignment must contain (:func:`_matching_floor`); None where some bundle fits no
-    GPU."""
+    ring of `trainers` (default one per bundle), the bytes every machine stores for each
+    bundle over the epoch (features, and edges at most its block), per iteration the slowest
+    training any one-trainer-per-GPU assignment must contain (:func:`_matching_floor`), each
+    batch's training on a speed-1 GPU and the GPU memory each bundle's trainer needs; None
+    where some bundle fits no GPU."""
     wl = problem.wl
     K = wl.iterations
     base = getattr(problem, "base", problem)
@@ -258,9 +268,10 @@ def _batch_floors(problem: Problem, split: Sequence[tuple[int, ...]], seed: int,
     ref = np.zeros((W, K))  # training on a speed-1 device
     samp_s = np.zeros((W, K))
     sent = np.zeros((W, problem.M))
+    gpu_bytes = np.zeros(W)
     for w, parts in enumerate(split):
         c = base.size_cost(parts)
-        need = base.trainer_gpu_bytes(c)
+        need = gpu_bytes[w] = base.trainer_gpu_bytes(c)
         speed = max((s.speed for s in problem.slots if s.gpu_memory >= need), default=0.0)
         if speed <= 0:
             return None
@@ -268,11 +279,12 @@ def _batch_floors(problem: Problem, split: Sequence[tuple[int, ...]], seed: int,
         for k, mix in enumerate(wl.draws(parts, seed, K)):
             v = np.zeros(problem.M)
             e = np.zeros(problem.M)
-            samp = tr = 0.0
+            samp = tr = blk = 0.0
             for q, i, f in mix:  # the batch mixes the parts by their seeds, times the load
                 pp = problem.profile.part(q)
                 np.add.at(v, store[pp.input_parts[i]], ld * f * pp.input_nodes[i] * fb)
                 np.add.at(e, store[pp.edge_parts[i]], ld * f * pp.edge_counts[i] * EDGE_BYTES)
+                blk += ld * f * float(pp.edges[i]) * EDGE_BYTES
                 samp += ld * f * float(pp.sample_s[i])
                 tr += ld * f * float(pp.train_s[i])
             per = np.where(own, 0.0, v[:, None] / rate)
@@ -285,9 +297,11 @@ def _batch_floors(problem: Problem, split: Sequence[tuple[int, ...]], seed: int,
             train[w, k] = tr / speed
             ref[w, k] = tr
             samp_s[w, k] = samp
-            sent[w] += v
+            # the batch's edges stored on m leave m unless its sampler runs there too, and
+            # then its block leaves m unless its trainer does (at least the smaller of both)
+            sent[w] += v + np.minimum(e, blk)
     speeds = [s.speed for s in problem.slots for _ in range(s.count)]
-    return chain, train, samp_s, A, sent, _matching_floor(ref, speeds)
+    return Floors(chain, train, samp_s, A, sent, _matching_floor(ref, speeds), ref, gpu_bytes)
 
 
 def _matching_floor(ref: np.ndarray, speeds: Sequence[float]) -> np.ndarray:
@@ -330,7 +344,7 @@ def barrier_chain_bound(problem: Problem, split: Sequence[tuple[int, ...]], seed
 def _barrier_starts(problem: Problem, floors: Floors) -> tuple[np.ndarray, float]:
     """The recursion of :func:`barrier_chain_bound`: every batch's earliest training start
     and ``B_{K-1}``."""
-    chain, train, _, A, _, match = floors
+    chain, train, _, A, _, match = floors[:6]
     W, K = chain.shape
     d = max(1, int(problem.job.prefetch))
     start = np.zeros((W, K))
@@ -386,27 +400,59 @@ def store_egress_floor(problem: Problem, split: Sequence[tuple[int, ...]], seed:
     """Epoch seconds of the busiest store's egress that no placement of `split` avoids, with
     the NICs' fill and drain (:func:`fill_drain_offsets`).
 
-    A bundle's features stored on machine ``m`` leave ``m`` (to its trainer, or to its
-    gatherer, which relays them) unless its trainer runs on ``m`` too; ``m`` hosts at most as
-    many trainers as it has GPUs, so at least all but its largest such bundles leave. Exact
-    arithmetic where CP-SAT's proof runs out of time (256 hosts). `floors`: as
-    :func:`fill_drain_offsets` takes them."""
+    A bundle's bytes stored on machine ``m`` (its features, and its sampled edges there or
+    the block they make) leave ``m`` unless its trainer runs on ``m`` too. ``m`` hosts at
+    most as many trainers as it has GPUs, and only a bundle its GPUs train within the
+    epoch: its first batch's chain, all its batches at the fastest of ``m``'s GPUs that fits
+    it, each followed by the iteration's all-reduce. So in an epoch of ``T`` at least all but ``m``'s largest such
+    bundles leave it: ``f(T)``, which falls as ``T`` grows, and every simulated epoch ``E``
+    has ``E >= f(E)``. The bound is the least such ``T`` (bisection: it returns a ``T`` with
+    ``T < f(T)``, below every epoch). Exact arithmetic where CP-SAT's proof runs out of time
+    (256 hosts). `floors`: as :func:`fill_drain_offsets` takes them."""
     if floors is None:
         floors = _batch_floors(problem, split, seed)
     offs = fill_drain_offsets(problem, split, seed, floors=floors)
     if floors is None or offs is None:
         return 0.0
-    sent = floors[4]
-    gpus = np.zeros(problem.M, dtype=int)
-    for sl in problem.slots:
-        gpus[sl.machine] += sl.count
+    sent = floors.sent
     eg = np.asarray(problem.wl.egress_bw, float)
-    best = 0.0
-    for m in range(problem.M):
-        col = np.sort(sent[:, m])
-        keep = col[len(col) - min(int(gpus[m]), len(col)):].sum() if gpus[m] else 0.0
-        best = max(best, float(col.sum() - keep) / eg[m])
-    return best + offs[0]
+    # per machine with GPUs: when each bundle would end trained there (inf: it fits no GPU)
+    fastest: dict[int, list[tuple[float, float]]] = {}
+    for sl in problem.slots:
+        fastest.setdefault(sl.machine, []).extend([(sl.speed, sl.gpu_memory)] * sl.count)
+    busy = [m for m in range(problem.M) if sent[:, m].sum() > 0]
+    cols = {m: sent[:, m] for m in busy}
+    ends: dict[int, np.ndarray] = {}
+    tot = floors.ref.sum(axis=1)
+    K = floors.ref.shape[1]
+    for m in busy:
+        g = fastest.get(m, [])
+        sp = np.array([max((s for s, mem in g if mem >= b), default=0.0)
+                       for b in floors.gpu_bytes])
+        with np.errstate(divide="ignore"):
+            ends[m] = np.where(sp > 0, floors.chain[:, 0] + tot / np.where(sp > 0, sp, 1.0)
+                               + floors.A * K, np.inf)
+
+    def f(T: float) -> float:
+        worst = 0.0
+        for m in busy:
+            col = cols[m]
+            n = len(fastest.get(m, []))
+            kept = np.sort(col[ends[m] <= T])[::-1][:n].sum() if n else 0.0
+            worst = max(worst, float(col.sum() - kept) / eg[m])
+        return worst + offs[0]
+
+    lo = f(math.inf)  # every bundle may stay: the floor without the epoch's length
+    if lo >= f(lo):
+        return lo
+    hi = f(0.0)  # nothing stays: f(hi) <= hi
+    for _ in range(40):  # invariant: lo < f(lo), hi >= f(hi)
+        mid = 0.5 * (lo + hi)
+        if mid < f(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def _offsets(dp: Problem, inst: AssignmentInstance, seed: int, fixed: bool,

@@ -55,6 +55,7 @@ MOVES = ("move", "swap", "samplers", "sampler_host", "fetch", "part", "share")
 SEARCH_SEEDS = 3  # seeded draws every candidate is scored on
 SEED_STRIDE = 1000  # draw k of seed s is s + k * SEED_STRIDE: runs with nearby seeds differ
 REHEATS = 2  # restarts from the best plan found, once the starts are used up
+RACE = 0.15  # a start this much slower than the best on the first draw is scored on no other
 KEEP = 4  # finalists re-scored with the full simulation when the search scores a shorter one
 _SHARES = "shares" in {f.name for f in fields(TrainerPlan)}  # seed shares in this model
 SeedScorer = Callable[[int, "int | None"], Scorer]  # (seed, iterations or None) -> scorer
@@ -585,11 +586,13 @@ def search(problem: Problem, starts: Sequence[Plan], scorer: Scorer | SeedEvalua
 # ---------------------------------------------------------------------- the placer
 
 
-def _starts(problem: Problem, out: Any, *, seed: int = 0, budget: float = 2.0
-            ) -> list[tuple[str, Plan]]:
+def _starts(problem: Problem, out: Any, *, seed: int = 0, budget: float = 2.0,
+            score: Scorer | None = None, balance_s: float = 0.0) -> list[tuple[str, Plan]]:
     """(name, plan) of the starts: CP-SAT's plan and pool, greedy's plan of every part split
     solved, colocation (whole and even), the seed-share model's plan where it is installed
-    (``shares``) and CP-SAT's plan with the seed split best for it
+    (``shares``), CP-SAT's plan with the seed split best for it and, given a `score`, the
+    even colocation's placement with its seeds balanced by it for up to `balance_s` seconds
+    (:func:`~gnnsched.placement.balance.balance_seeds`: ``balanced``)
     — each placement once (a plan found under several names is named by all of them,
     joined by " = "), only plans with every trainer of the job."""
     from gnnsched.placement.placer import placers
@@ -606,12 +609,23 @@ def _starts(problem: Problem, out: Any, *, seed: int = 0, budget: float = 2.0
                                                                 budget=budget)))
         except SpecError:  # it cannot place this job (e.g. colocation: trainers > groups)
             pass
-    if "shares" in placers():  # CP-SAT's own placement with the seed split best for it
+    split_already = {p.key() for name, p in named if name in ("colocation", "colocation-even",
+                                                                  "greedy")}
+    # CP-SAT's own placement with the seed split best for it (unless the seed-share stage
+    # split it already: it splits colocation's and greedy's placements)
+    if "shares" in placers() and out.plan.key() not in split_already:
         from gnnsched.placement.shares import rebalance
 
         r = rebalance(problem, out.plan, time_limit=budget, seed=seed)
         if r is not None:
             named.append(("cpsat+shares", r))
+    even = next((p for name, p in named if name == "colocation-even"), None)
+    if score is not None and even is not None and balance_s > 0:
+        from gnnsched.placement.balance import balance_seeds
+
+        b = balance_seeds(problem, even, score, budget=balance_s)
+        if b is not None:
+            named.append(("balanced", b[0]))
     seen: dict[tuple, int] = {}  # a plan's key: its index in starts
     starts: list[tuple[str, Plan]] = []
     for name, p in named:
@@ -624,6 +638,23 @@ def _starts(problem: Problem, out: Any, *, seed: int = 0, budget: float = 2.0
         seen[p.key()] = len(starts)
         starts.append((name, replace(p, placer="gnnsched", predicted={}, notes=())))
     return starts
+
+
+def _race(named: list[tuple[str, Plan]], ev: SeedEvaluator
+          ) -> tuple[list[tuple[str, Plan]], dict[str, float]]:
+    """The starts worth scoring on every draw, and the others' first-draw scores: a start
+    more than ``RACE`` slower than the best on the first draw is dropped there (at 256 hosts
+    every draw of a start costs a second), except colocation's, whose margin
+    (``keep_colocation``) needs every draw."""
+    firsts = [ev.first(p) for _, p in named]
+    lead = min(firsts)
+    keep, raced = [], {}
+    for (name, p), f in zip(named, firsts):
+        if f <= lead * (1 + RACE) or "colocation" in name.split(" = "):
+            keep.append((name, p))
+        else:
+            raced[name] = f
+    return keep, raced
 
 
 @register("gnnsched")
@@ -699,10 +730,12 @@ class GnnschedPlacer(Placer):
                         placer="gnnsched")
         # the seed-share model gets a quarter of the budget: solved for less, its split
         # was up to 6% slower than the shares placer's own (bench_planning, mixed/products)
-        named = _starts(problem, out, seed=seed, budget=max(1.0, 0.25 * budget))
+        named = _starts(problem, out, seed=seed, budget=max(1.0, 0.25 * budget),
+                        score=quick.first, balance_s=0.2 * budget)
         if not named:
             raise SpecError(problem.job.source, "trainers", "no placement to start from "
                             f"has the job's {problem.W} trainers", "another placer")
+        named, raced = _race(named, quick)
         starts = [p for _, p in named]
         left = budget - (time.perf_counter() - t0)
         # keep time to re-score the finalists with the full simulation
@@ -750,7 +783,7 @@ class GnnschedPlacer(Placer):
                  "gain": [b / a for a, b in zip(vec, ref)], "noise": noise,
                  "won_on_every_draw": won, "kept": stats.kept,
                  "regret": regret(vec, ref),
-                 "starts": [name for name, _ in named],
+                 "starts": [name for name, _ in named], "raced_out_s": raced,
                  "start_epochs_s": {name: list(full.vector(p)) for name, p in named}}
         return replace(final, notes=tuple(out.plan.notes) + tuple(final.notes)).with_prediction(
             epoch_time_s=vec[0], scored_by=how, noise=noise,

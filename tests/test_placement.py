@@ -449,3 +449,36 @@ def test_fill_and_drain_raise_the_any_placement_bound_and_it_still_holds() -> No
                     floor = cpsat.store_egress_floor(dp, split_of(p), sim_seed)
                     assert sim >= floor * (1 - 1e-9), (p.placer, window, sim, floor)
     assert max(gains) > 1.01, gains  # the offsets lift the proven bound
+
+
+def test_the_store_egress_floor_knows_a_slow_gpu_cannot_keep_a_big_bundle() -> None:
+    """Stores with a slow GPU beside hosts with fast ones, two iterations: keeping a bundle
+    on its store saves its egress only if the slow GPU trains it within the epoch. The floor
+    that knows it is well above the one that lets every store keep its largest bundles, and
+    below every plan's simulated epoch, on both network models."""
+    import numpy as np
+    from test_balance import mini_scale
+
+    from gnnsched.placement import cpsat
+    from gnnsched.placement.placer import split_of
+    from gnnsched.simulator import simulate
+
+    pb = mini_scale()
+    plans = [get_placer("random").place_problem(pb, seed=s) for s in range(6)]
+    plans += [get_placer(n).place_problem(pb) for n in ("colocation", "greedy", "cpsat")]
+    for sim_seed in (0, 1):
+        dp = pb.drawn(sim_seed)
+        for p in plans:
+            split = split_of(p)
+            fl = cpsat._batch_floors(dp, split, sim_seed)
+            offs = cpsat.fill_drain_offsets(dp, split, sim_seed, floors=fl)
+            eg = np.asarray(dp.wl.egress_bw, float)
+            gpus = [m.num_gpus for m in dp.cluster.machines]
+            keep_largest = max((np.sort(fl.sent[:, m])[::-1][gpus[m]:].sum()) / eg[m]
+                               for m in range(dp.M)) + offs[0]
+            floor = cpsat.store_egress_floor(dp, split, sim_seed)
+            assert floor > 1.1 * keep_largest, (p.placer, floor, keep_largest)
+            for window in (None, 0.15):
+                sim = simulate(pb.wl, p, policy="gnnsched", seed=sim_seed, validate=False,
+                               nic_window_s=window).epoch_time_s
+                assert sim >= floor * (1 - 1e-9), (p.placer, window, sim, floor)

@@ -1,0 +1,164 @@
+"""Seed balancing: recut a placement's training seeds so its trainers finish together.
+
+DistDGL splits the seeds evenly. Behind GPUs of three speeds and NICs of two rates that
+makes the slowest trainer every iteration's straggler, and with few iterations per epoch
+(256 hosts: one or two) the epoch is one pipeline fill, one batch and one drain, where a
+load model (:mod:`.shares`: the most loaded resource per iteration) does not see what
+binds. Here the placement (devices, samplers, gathering) is kept and only the seeds move,
+scored by the simulator:
+
+* **classes** (:func:`trainer_classes`): trainers alike for the epoch — the same GPU speed,
+  the same NIC rates, on a store or not — share one weight, so the search is over a few
+  numbers (three at 256 hosts), not one per trainer;
+* **cut** (:func:`cut_seeds`): a trainer on a store takes its weight's seeds from that
+  store's partitions (they never cross a NIC); the other stores' seeds, laid end to end in
+  store order, go to the other trainers in an order that interleaves the classes, so every
+  store feeds a like mix of them and no store's egress is the straggler's;
+* **search** (:func:`balance_seeds`): coordinate descent on the class weights, each up or
+  down by a step, the step halved when no move helps, scored by the caller's scorer (the
+  planner's simulation). Even weights are the first point: the result is never scored
+  worse than the even cut of the same placement.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from gnnsched.placement.placer import Problem, fill_samplers, seeds_of, usage
+from gnnsched.plan import Plan
+
+STEP = 0.3  # the first step of a weight: x (1 + STEP) or / (1 + STEP)
+MIN_STEP = 0.04  # the search stops when the step is below this
+MAX_EVALS = 40  # scored cuts per call
+
+
+def trainer_classes(problem: Problem, plan: Plan) -> list[Hashable]:
+    """Per trainer, what the epoch sees of its place: GPU speed, NIC rates, on a store."""
+    cl = problem.cluster
+    out: list[Hashable] = []
+    for t in plan.trainers:
+        m = cl.machine(t.machine)
+        out.append((m.gpus[t.device].speed, m.ingress, m.egress, bool(m.partitions)))
+    return out
+
+
+def cut_seeds(problem: Problem, plan: Plan, weights: Sequence[float]) -> Plan | None:
+    """`plan`'s placement with trainer ``w`` owning ``weights[w] / sum(weights)`` of the
+    training seeds (see the module's docstring); None where some trainer would own none or
+    no trainer runs off the stores (then the cut has nothing to move)."""
+    ts = plan.trainers
+    idx = problem.cluster.machine_index
+    total = seeds_of(problem, range(problem.P))
+    want = np.asarray(weights, float)
+    want = want / want.sum() * total
+    eps = 1e-9 * total
+    stores = sorted({problem.store_of[p] for p in range(problem.P)})
+    on_store = {s: [w for w, t in enumerate(ts) if idx(t.machine) == s] for s in stores}
+    local = {w for ws in on_store.values() for w in ws}
+    remote = [w for w in range(len(ts)) if w not in local]
+    if not remote:
+        return None
+    owned: list[dict[int, float]] = [{} for _ in ts]
+
+    def take(w: int, segs: list[list], need: float, i: int = 0) -> int:
+        """Trainer `w` takes `need` seeds from `segs` (``[part, seeds]``) from index `i` on;
+        returns the index of the first segment left."""
+        while need > eps and i < len(segs):
+            p, a = segs[i]
+            got = min(a, need)
+            owned[w][p] = owned[w].get(p, 0.0) + got
+            need -= got
+            segs[i][1] = a - got
+            if segs[i][1] <= eps:
+                i += 1
+        return i
+
+    line: list[list] = []
+    for s in stores:
+        segs = [[p, seeds_of(problem, [p])] for p in sorted(problem.cluster.machines[s].partitions)]
+        i = 0
+        for w in on_store[s]:
+            i = take(w, segs, want[w], i)
+        line += [sg for sg in segs[i:] if sg[1] > eps]
+    # the other trainers: each class spread evenly along the line, in trainer order
+    cls = trainer_classes(problem, plan)
+    pos: list[tuple[float, int]] = []
+    for c in dict.fromkeys(cls[w] for w in remote):
+        mine = [w for w in remote if cls[w] == c]
+        pos += [((k + 0.5) / len(mine), w) for k, w in enumerate(mine)]
+    order = [w for _, w in sorted(pos)]
+    left = sum(a for _, a in line)
+    scale = left / sum(want[w] for w in order)
+    i = 0
+    for w in order:
+        i = take(w, line, want[w] * scale, i)
+    for p, a in line[i:]:  # rounding: what is left goes to the last one
+        if a > eps:
+            owned[order[-1]][p] = owned[order[-1]].get(p, 0.0) + a
+    if not all(owned):
+        return None
+    share = [{p: a / seeds_of(problem, [p]) for p, a in o.items()} for o in owned]
+    last: dict[int, int] = {}  # exact sums: a part's last owner gets 1 minus the others
+    summed: dict[int, float] = {}
+    for w in sorted(range(len(ts)), key=lambda w: ts[w].id):
+        for p, v in share[w].items():
+            last[p] = w
+            summed[p] = summed.get(p, 0.0) + v
+    for p, w in last.items():
+        share[w][p] = 1.0 - (summed[p] - share[w][p])
+    trainers = []
+    for w, t in enumerate(ts):
+        ps = sorted(owned[w])
+        sh = tuple(min(1.0, share[w][p]) for p in ps)
+        whole = all(x >= 1 - 1e-9 for x in sh)
+        host = t.samplers[0][0]
+        if w not in local:  # sample on the store of most of its seeds, where it may
+            s = problem.store_of[max(ps, key=lambda p: owned[w][p])]
+            host = problem.names[s] if problem.can_sample[s] else host
+        trainers.append(replace(t, parts=tuple(ps), shares=() if whole else sh,
+                                samplers=((host, 1),)))
+    # one sampler each where it samples, then every machine's spare cores to them
+    return fill_samplers(problem, replace(plan, trainers=tuple(trainers)))
+
+
+def balance_seeds(problem: Problem, plan: Plan, score: Callable[[Plan], float], *,
+                  budget: float = 10.0, max_evals: int = MAX_EVALS
+                  ) -> tuple[Plan, float] | None:
+    """The best cut of `plan`'s placement the coordinate descent finds, and its score; None
+    where the placement has nothing to cut (:func:`cut_seeds`). `budget` caps seconds."""
+    t0 = time.perf_counter()
+    cls = trainer_classes(problem, plan)
+    keys = list(dict.fromkeys(cls))
+    wts = dict.fromkeys(keys, 1.0)
+
+    def cut(w: dict) -> Plan | None:
+        p = cut_seeds(problem, plan, [w[c] for c in cls])
+        return None if p is None or usage(problem, p).problems else p
+
+    best_plan = cut(wts)
+    if best_plan is None:
+        return None
+    best = score(best_plan)
+    step, evals = STEP, 1
+    while step >= MIN_STEP and evals < max_evals and time.perf_counter() - t0 < budget:
+        moved = False
+        for c in keys:
+            for f in (1 + step, 1 / (1 + step)):
+                if evals >= max_evals or time.perf_counter() - t0 >= budget:
+                    break
+                trial = {**wts, c: wts[c] * f}
+                p = cut(trial)
+                if p is None:
+                    continue
+                v = score(p)
+                evals += 1
+                if v < best * (1 - 1e-4):
+                    best, best_plan, wts, moved = v, p, trial, True
+                    break
+        if not moved:
+            step /= 2
+    return best_plan, best
