@@ -129,10 +129,13 @@ def balance_seeds(problem: Problem, plan: Plan, score: Callable[[Plan], float], 
                   budget: float = 10.0, max_evals: int = MAX_EVALS
                   ) -> tuple[Plan, float] | None:
     """The best cut of `plan`'s placement the coordinate descent finds, and its score; None
-    where the placement has nothing to cut (:func:`cut_seeds`). `budget` caps seconds."""
+    where the placement has nothing to cut (:func:`cut_seeds`) or one class of trainers
+    (nothing to weigh). `budget` caps seconds."""
     t0 = time.perf_counter()
     cls = trainer_classes(problem, plan)
     keys = list(dict.fromkeys(cls))
+    if len(keys) < 2:
+        return None
     wts = dict.fromkeys(keys, 1.0)
 
     def cut(w: dict) -> Plan | None:
