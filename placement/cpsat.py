@@ -249,9 +249,9 @@ def _batch_floors(problem: Problem, split: Sequence[tuple[int, ...]], seed: int,
         gpus_on[sl.machine] = gpus_on.get(sl.machine, 0) + sl.count
     if R <= 1 or max(gpus_on.values()) >= R:
         A = 0.0
-    else:  # some two trainers sit on different machines: a ring through the best NICs
+    else:  # some two trainers sit on different machines: a ring through shared NICs
         vol = 2.0 * (R - 1) / R * problem.profile.grad_bytes
-        A = (vol / float(max(min(eg[m], ig[m]) for m in Ts)) + 2 * (R - 1) * lat
+        A = (vol / _ring_share(gpus_on, np.minimum(eg, ig), R) + 2 * (R - 1) * lat
              + problem.profile.allreduce_overhead_s)
     fb = problem.profile.feature_bytes
     store = wl.store
@@ -302,6 +302,17 @@ def _batch_floors(problem: Problem, split: Sequence[tuple[int, ...]], seed: int,
             sent[w] += v + np.minimum(e, blk)
     speeds = [s.speed for s in problem.slots for _ in range(s.count)]
     return Floors(chain, train, samp_s, A, sent, _matching_floor(ref, speeds), ref, gpu_bytes)
+
+
+def _ring_share(gpus_on: dict[int, int], bw: np.ndarray, R: int) -> float:
+    """The most NIC rate the slowest trainer of a ring of `R` can have: the ring runs at
+    the least ``bw[m] / n_m`` over its machines (``n_m`` trainers on ``m`` split its NIC,
+    :func:`gnnsched.workload.ring_wire_s`), and a machine gives ``n`` trainers at least ``x``
+    each only if ``bw[m] / n >= x``, so the best any placement of one trainer per GPU gets
+    is the ``R``-th largest ``bw[m] / n`` (``n`` up to ``m``'s GPUs)."""
+    shares = sorted((float(bw[m]) / n for m, g in gpus_on.items() for n in range(1, g + 1)),
+                    reverse=True)
+    return shares[min(R, len(shares)) - 1]
 
 
 def _matching_floor(ref: np.ndarray, speeds: Sequence[float]) -> np.ndarray:
@@ -405,7 +416,8 @@ def store_egress_floor(problem: Problem, split: Sequence[tuple[int, ...]], seed:
     most as many trainers as it has GPUs, and only a bundle its GPUs train within the
     epoch: its first batch's chain, all its batches at the fastest of ``m``'s GPUs that fits
     it, each followed by the iteration's all-reduce. So in an epoch of ``T`` at least all but ``m``'s largest such
-    bundles leave it: ``f(T)``, which falls as ``T`` grows, and every simulated epoch ``E``
+    bundles leave it, and after its last byte that batch trains and the final all-reduce
+    runs: ``f(T)``, which falls as ``T`` grows, and every simulated epoch ``E``
     has ``E >= f(E)``. The bound is the least such ``T`` (bisection: it returns a ``T`` with
     ``T < f(T)``, below every epoch). Exact arithmetic where CP-SAT's proof runs out of time
     (256 hosts). `floors`: as :func:`fill_drain_offsets` takes them."""
@@ -440,7 +452,7 @@ def store_egress_floor(problem: Problem, split: Sequence[tuple[int, ...]], seed:
             n = len(fastest.get(m, []))
             kept = np.sort(col[ends[m] <= T])[::-1][:n].sum() if n else 0.0
             worst = max(worst, float(col.sum() - kept) / eg[m])
-        return worst + offs[0]
+        return worst + offs[0] + floors.A  # the last byte's batch trains, then all-reduces
 
     lo = f(math.inf)  # every bundle may stay: the floor without the epoch's length
     if lo >= f(lo):

@@ -482,3 +482,32 @@ def test_the_store_egress_floor_knows_a_slow_gpu_cannot_keep_a_big_bundle() -> N
                 sim = simulate(pb.wl, p, policy="gnnsched", seed=sim_seed, validate=False,
                                nic_window_s=window).epoch_time_s
                 assert sim >= floor * (1 - 1e-9), (p.placer, window, sim, floor)
+
+
+def test_the_all_reduce_floor_is_the_best_ring_any_placement_gets() -> None:
+    """A ring runs at its slowest machine's NIC share (trainers on a machine split it): the
+    best any placement of R trainers on distinct GPUs gets is the R-th largest bw / n. With
+    every GPU in use (256 hosts) that is the plan's own all-reduce."""
+    import numpy as np
+
+    from gnnsched.placement.cpsat import _ring_share
+
+    bw = np.array([4.0, 8.0])
+    assert [_ring_share({0: 2, 1: 4}, bw, R) for R in (1, 3, 6)] == [8.0, 4.0, 2.0]
+    pb = _plentiful_like()
+    plan = get_placer("colocation").place_problem(pb)
+    assert len({t.machine for t in plan.trainers}) > 1
+    from gnnsched.placement.cpsat import _batch_floors
+
+    A = _batch_floors(pb.drawn(0), [(p,) for p in range(pb.P)], 0, trainers=8).A
+    assert A == pytest.approx(pb.wl.allreduce_s(plan), rel=1e-9)  # every GPU trains
+
+
+def _plentiful_like() -> Problem:
+    """Two hosts of 2 GPUs and one of 4 on slower NICs: 8 trainers use every GPU."""
+    ms = [{"name": f"h{i}", "cpus": 16, "memory_gb": 64, "nic_gbps": 10 if i < 2 else 4,
+           "partitions": [2 * i, 2 * i + 1], "gpus": 2 if i < 2 else 4} for i in range(3)]
+    return Problem(cluster_from_dict({"name": "ring", "machines": ms}),
+                   job_from_dict({"num_parts": 6, "trainers": 8, "dataset": "synthetic",
+                                  "batch_size": 256}),
+                   synthetic_profile(6, seeds_per_part=400, batch_size=256, seed=1))
