@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated seeds (default 0,1,2; quick 0,1)")
     ap.add_argument("--budget", type=float, default=None,
                     help="gnnsched planning seconds per plan (default 8, quick 1; the "
-                         "256-host shape gets 3.5x)")
+                         "256-host shape gets 2.5x)")
     ap.add_argument("--only", default=None, help="comma-separated shape names")
     ap.add_argument("--sizes", default=None, help="comma-separated: products,papers")
     ap.add_argument("--profile", default="auto", choices=planning.PROFILE_SOURCES,

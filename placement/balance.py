@@ -14,10 +14,11 @@ scored by the simulator:
   store's partitions (they never cross a NIC); the other stores' seeds, laid end to end in
   store order, go to the other trainers in an order that interleaves the classes, so every
   store feeds a like mix of them and no store's egress is the straggler's;
-* **search** (:func:`balance_seeds`): coordinate descent on the class weights, each up or
-  down by a step, the step halved when no move helps, scored by the caller's scorer (the
-  planner's simulation). Even weights are the first point: the result is never scored
-  worse than the even cut of the same placement.
+* **search** (:func:`balance_seeds`): coordinate descent on the class weights (relative:
+  the first class's stays 1), each up or down by a step, the direction that helped first,
+  the step halved when no move helps, scored by the caller's scorer (the
+  planner's simulation), from weights in inverse proportion to a rough time per mini-batch
+  where each class runs (:func:`unit_seconds`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 from gnnsched.placement.placer import Problem, fill_samplers, seeds_of, usage
 from gnnsched.plan import Plan
 
-STEP = 0.3  # the first step of a weight: x (1 + STEP) or / (1 + STEP)
+STEP = 0.15  # the first step of a weight: x (1 + STEP) or / (1 + STEP)
 MIN_STEP = 0.04  # the search stops when the step is below this
 MAX_EVALS = 40  # scored cuts per call
 
@@ -43,6 +44,29 @@ def trainer_classes(problem: Problem, plan: Plan) -> list[Hashable]:
     for t in plan.trainers:
         m = cl.machine(t.machine)
         out.append((m.gpus[t.device].speed, m.ingress, m.egress, bool(m.partitions)))
+    return out
+
+
+def unit_seconds(problem: Problem, plan: Plan) -> list[float]:
+    """Per trainer, a rough time for one full mini-batch where it runs: sampling on one
+    core, the bytes its machine does not hold at its share of that machine's ingress, and
+    training at its GPU's speed. Equal finishing wants seeds in inverse proportion: the
+    search starts there."""
+    cl, wl = problem.cluster, problem.wl
+    idx = cl.machine_index
+    on: dict[int, int] = {}
+    for t in plan.trainers:
+        on[idx(t.machine)] = on.get(idx(t.machine), 0) + 1
+    out = []
+    for t in plan.trainers:
+        m = idx(t.machine)
+        ld = wl.load(t.parts, t.shares)
+        c = problem.cost(t.parts, t.shares)
+        far = c.feat_bytes - c.feat_from.get(m, 0.0)
+        if t.samplers[0][0] != t.machine:
+            far += c.block_bytes
+        share = float(wl.ingress_bw[m]) / on[m]
+        out.append((c.sample_s + far / share + c.train_s / wl.speed(t)) / max(ld, 1e-12))
     return out
 
 
@@ -136,7 +160,9 @@ def balance_seeds(problem: Problem, plan: Plan, score: Callable[[Plan], float], 
     keys = list(dict.fromkeys(cls))
     if len(keys) < 2:
         return None
-    wts = dict.fromkeys(keys, 1.0)
+    unit = unit_seconds(problem, plan)
+    mean = {c: float(np.mean([1.0 / u for u, k in zip(unit, cls) if k == c])) for c in keys}
+    wts = {c: mean[c] / mean[keys[0]] for c in keys}
 
     def cut(w: dict) -> Plan | None:
         p = cut_seeds(problem, plan, [w[c] for c in cls])
@@ -147,12 +173,16 @@ def balance_seeds(problem: Problem, plan: Plan, score: Callable[[Plan], float], 
         return None
     best = score(best_plan)
     step, evals = STEP, 1
+    # the weights are relative: the first class stays at 1. Each class tries first the
+    # direction that helped it last
+    up = dict.fromkeys(keys[1:], True)
     while step >= MIN_STEP and evals < max_evals and time.perf_counter() - t0 < budget:
         moved = False
-        for c in keys:
-            for f in (1 + step, 1 / (1 + step)):
+        for c in keys[1:]:
+            for go_up in (up[c], not up[c]):
                 if evals >= max_evals or time.perf_counter() - t0 >= budget:
                     break
+                f = 1 + step if go_up else 1 / (1 + step)
                 trial = {**wts, c: wts[c] * f}
                 p = cut(trial)
                 if p is None:
@@ -160,7 +190,7 @@ def balance_seeds(problem: Problem, plan: Plan, score: Callable[[Plan], float], 
                 v = score(p)
                 evals += 1
                 if v < best * (1 - 1e-4):
-                    best, best_plan, wts, moved = v, p, trial, True
+                    best, best_plan, wts, moved, up[c] = v, p, trial, True, go_up
                     break
         if not moved:
             step /= 2

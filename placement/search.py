@@ -731,7 +731,7 @@ class GnnschedPlacer(Placer):
         # the seed-share model gets a quarter of the budget: solved for less, its split
         # was up to 6% slower than the shares placer's own (bench_planning, mixed/products)
         named = _starts(problem, out, seed=seed, budget=max(1.0, 0.25 * budget),
-                        score=quick.first, balance_s=0.2 * budget)
+                        score=quick.first, balance_s=0.3 * budget)
         if not named:
             raise SpecError(problem.job.source, "trainers", "no placement to start from "
                             f"has the job's {problem.W} trainers", "another placer")

@@ -265,7 +265,7 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
           "seeds in 3 parts (Zipf skew 0.65)", _skewed, 16, 16, skew=0.65),
     Shape("scale256", "256 hosts, 768 GPUs: 128 stores with 2 T4s (1024 parts, 25 Gbit/s), "
           "128 hosts with 4 A100s (100 Gbit/s) or 4 V100s (25 Gbit/s)", _scale256, 1024, 768,
-          budget_scale=3.5),
+          budget_scale=2.5),
     Shape("plentiful", "8 hosts, one part and 4 V100s each (32 GPUs, 8 parts), 25 Gbit/s",
           _plentiful, 8, 32),
 )}
