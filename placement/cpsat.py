@@ -415,12 +415,12 @@ def store_egress_floor(problem: Problem, split: Sequence[tuple[int, ...]], seed:
     the block they make) leave ``m`` unless its trainer runs on ``m`` too. ``m`` hosts at
     most as many trainers as it has GPUs, and only a bundle its GPUs train within the
     epoch: its first batch's chain, all its batches at the fastest of ``m``'s GPUs that fits
-    it, each followed by the iteration's all-reduce. So in an epoch of ``T`` at least all but ``m``'s largest such
-    bundles leave it, and after its last byte that batch trains and the final all-reduce
-    runs: ``f(T)``, which falls as ``T`` grows, and every simulated epoch ``E``
-    has ``E >= f(E)``. The bound is the least such ``T`` (bisection: it returns a ``T`` with
-    ``T < f(T)``, below every epoch). Exact arithmetic where CP-SAT's proof runs out of time
-    (256 hosts). `floors`: as :func:`fill_drain_offsets` takes them."""
+    it, each followed by the iteration's all-reduce. So in an epoch of ``T`` at least all
+    but ``m``'s largest such bundles leave it, and after its last byte that batch trains and
+    the final all-reduce runs: ``f(T)``, which falls as ``T`` grows, and every simulated
+    epoch ``E`` has ``E >= f(E)``. The bound is the least such ``T`` (bisection: it returns
+    a ``T`` with ``T < f(T)``, below every epoch). Exact arithmetic where CP-SAT's proof runs
+    out of time (256 hosts). `floors`: as :func:`fill_drain_offsets` takes them."""
     if floors is None:
         floors = _batch_floors(problem, split, seed)
     offs = fill_drain_offsets(problem, split, seed, floors=floors)
