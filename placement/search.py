@@ -3,7 +3,9 @@
 The bottleneck model sees per-iteration loads; it misses barrier waits, pipeline fill and the
 timing of contention, which only the simulator (running the ``gnnsched`` policy) sees. The
 search starts from several good plans — CP-SAT's plan and pool, greedy's plan of every part
-split, colocation — proposes local moves (move a trainer, swap two, change sampler counts or
+split, colocation, the seed-share model's plans and the even split's placement with its seeds
+balanced by simulation (:mod:`.balance`); starts more than ``RACE`` slower on the first draw
+are dropped there — proposes local moves (move a trainer, swap two, change sampler counts or
 hosts, change where gathering runs, reassign a part or a share of its seeds) and accepts them
 by simulated annealing on the simulated epoch time.
 
