@@ -27,6 +27,12 @@ on the most loaded resource of every share split of this placement over the cand
 mean-cost model of :meth:`Workload.loads`; prefetch windows and barriers are the
 simulator's). The placement's own split is one of them, so the result never loads its
 bottleneck more than the plan it started from.
+
+**Reproducible.** Many splits load the bottleneck alike, and which of them the solver
+returns moves the simulated epoch by a few percent. So the work is bounded, not the time:
+one worker and a deterministic-time limit (:func:`effort`) give the same split whatever the
+machine's load or the caller's budget, and the ``shares`` placer's plan is then exactly the
+search's ``shares`` start. A wall-clock limit is only a safety cap.
 """
 
 from __future__ import annotations
@@ -52,7 +58,9 @@ UNITS = 24  # a partition's seeds in this many units: shares are multiples of 1/
 CANDIDATES = 8  # trainers that may take a partition's seeds (beyond ALL_TRAINERS)
 ALL_TRAINERS = 4096  # every trainer is a candidate for every part while P x W is this small
 SCALE = 200_000  # the plan's bottleneck is about this many model units
-ONE_WORKER_VARS = 2000  # models this small are solved by one worker: reproducible
+EFFORT = 0.5  # CP-SAT deterministic seconds per phase, for models up to EFFORT_VARS variables
+EFFORT_VARS = 2000  # larger models get EFFORT x EFFORT_VARS / variables (presolve grows too)
+WALL_CAP = 20.0  # seconds: a safety cap on one solve when the caller gives none
 
 
 @dataclass
@@ -175,8 +183,16 @@ class ShareSolution:
     wall_s: float
 
 
-def solve(inst: ShareInstance, *, time_limit: float = 5.0, seed: int = 0) -> ShareSolution:
-    """Minimise the most loaded resource over integer unit splits (see the module doc)."""
+def effort(variables: int) -> float:
+    """CP-SAT deterministic seconds per phase for a model of `variables` share variables."""
+    return EFFORT * min(1.0, EFFORT_VARS / max(variables, 1))
+
+
+def solve(inst: ShareInstance, *, time_limit: float | None = None, seed: int = 0
+          ) -> ShareSolution:
+    """Minimise the most loaded resource over integer unit splits (see the module doc), each
+    phase for :func:`effort` deterministic seconds on one worker; `time_limit` caps the wall
+    time of both phases together (a safety: where it binds, the split depends on the load)."""
     t0 = time.perf_counter()
     pb, unit = inst.problem, inst.unit_s
 
@@ -211,10 +227,11 @@ def solve(inst: ShareInstance, *, time_limit: float = 5.0, seed: int = 0) -> Sha
                  for p, s in zip(t.parts, t.seed_shares)}
     for k, v in x.items():  # hint: the plan's own split (rounded to units)
         md.AddHint(v, int(round(shares_of.get(k, 0.0) * UNITS)))
+    cap = WALL_CAP if time_limit is None else time_limit
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit
-    # small models on one worker: the same optimum every run (several are often optimal)
-    solver.parameters.num_workers = 1 if len(x) <= ONE_WORKER_VARS else 2
+    solver.parameters.max_time_in_seconds = cap
+    solver.parameters.max_deterministic_time = effort(len(x))
+    solver.parameters.num_workers = 1  # one worker: the same split every run
     solver.parameters.random_seed = seed
     st = solver.Solve(md)
     name = solver.StatusName(st)
@@ -225,7 +242,7 @@ def solve(inst: ShareInstance, *, time_limit: float = 5.0, seed: int = 0) -> Sha
     best_L, bound = solver.Value(L), solver.BestObjectiveBound() * unit
     units = {k: int(solver.Value(v)) for k, v in x.items() if solver.Value(v) > 0}
     # phase 2: the bottleneck held, the slowest device (the barrier's straggler) minimised
-    left = time_limit - (time.perf_counter() - t0)
+    left = cap - (time.perf_counter() - t0)
     if left > 0.2:
         md.Add(L <= best_L)
         D = md.NewIntVar(0, 1 << 50, "D")
@@ -262,7 +279,7 @@ def to_plan(inst: ShareInstance, sol: ShareSolution, placer: str = "shares") -> 
     return fill_samplers(inst.problem, plan)
 
 
-def rebalance(problem: Problem, plan: Plan, *, time_limit: float = 5.0, seed: int = 0
+def rebalance(problem: Problem, plan: Plan, *, time_limit: float | None = None, seed: int = 0
               ) -> Plan | None:
     """`plan`'s placement with the seed split that loads its bottleneck least, or None when
     that split does not fit (memory, cores) or loads it no less than the plan does."""
@@ -305,13 +322,16 @@ def starting_plans(problem: Problem, *, seed: int = 0) -> list[Plan]:
     return out
 
 
-def share_plans(problem: Problem, starts: Sequence[Plan], *, time_limit: float = 10.0,
+def share_plans(problem: Problem, starts: Sequence[Plan], *, time_limit: float | None = None,
                 seed: int = 0) -> list[Plan]:
-    """Every start rebalanced (those that improve), best model load first."""
+    """Every start rebalanced (those that improve), best model load first; `time_limit`
+    (a safety cap on them all) is shared out over the starts left."""
     out = []
+    t0 = time.perf_counter()
     for i, p in enumerate(starts):
-        r = rebalance(problem, p, time_limit=max(0.5, time_limit / (len(starts) - i)),
-                      seed=seed)
+        cap = None if time_limit is None else max(
+            0.5, (time_limit - (time.perf_counter() - t0)) / (len(starts) - i))
+        r = rebalance(problem, p, time_limit=cap, seed=seed)
         if r is not None:
             out.append(r)
     return sorted(out, key=lambda p: problem.wl.loads(p).bottleneck()[1])
