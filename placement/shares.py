@@ -219,7 +219,8 @@ def solve(inst: ShareInstance, *, time_limit: float | None = None, seed: int = 0
         md.Add(sum(x[k] for k in keys) >= 1)  # every trainer trains something
         md.Add(sum(int(inst.gpu_per_unit[k]) * x[k] for k in keys) <= int(inst.gpu_room[w]))
     L = md.NewIntVar(0, 1 << 50, "L")
-    for key in set(loads) | set(inst.fixed):
+    for key in dict.fromkeys([*loads, *inst.fixed]):  # ordered: a set's order of strings
+        # changes with the process's hash seed, and with it which of several optima is found
         md.Add(sum(c * x[k] for c, k in loads.get(key, []) if c) + q(inst.fixed.get(key, 0.0))
                <= L)
     md.Minimize(L)
