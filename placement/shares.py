@@ -32,7 +32,8 @@ bottleneck more than the plan it started from.
 returns moves the simulated epoch by a few percent. So the work is bounded, not the time:
 one worker and a deterministic-time limit (:func:`effort`) give the same split whatever the
 machine's load or the caller's budget, and the ``shares`` placer's plan is then exactly the
-search's ``shares`` start. A wall-clock limit is only a safety cap.
+search's ``shares`` start. A wall-clock limit is only a safety cap. At 256 hosts (about
+6,000 variables) that effort ends in presolve with no split, and each placement keeps its own.
 """
 
 from __future__ import annotations
