@@ -573,14 +573,14 @@ def judge(cases: list[dict[str, Any]], *, seeds: Sequence[int], quick: bool) -> 
             "exclude gnnsched's own seed-share stage, which this line compares against"})
     # 3. never below any baseline on any seed beyond the reported noise
     losses = [(c, lo) for c in cases for lo in c["losses_beyond_noise"]]
-    strict = [(c, lo) for c in cases for lo in c.get("losses_beyond_gnnsched_noise", [])]
-    worst_loss = max((lo["ratio"] / (1 + lo.get("noise", c["noise"])) for c, lo in losses),
+    strict = [(c, lo) for c in cases for lo in c["losses_beyond_gnnsched_noise"]]
+    worst_loss = max((lo["ratio"] / (1 + lo["noise"]) for c, lo in losses),
                      default=None)
 
     def said(pairs: list) -> str:
         return "; ".join(f"{c['shape']}/{c['size']} seed {lo['seed']}: {lo['ratio']:.3f}x "
                          f"{lo['baseline']}'s epoch (gnnsched's noise {c['noise']:.3f}, the "
-                         f"pair's {lo.get('noise', c['noise']):.3f})" for c, lo in pairs)
+                         f"pair's {lo['noise']:.3f})" for c, lo in pairs)
 
     why = said(losses) if losses else "none beyond the noisier plan of each pair"
     if strict and not losses:
