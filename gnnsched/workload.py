@@ -48,6 +48,11 @@ from gnnsched.spec import ClusterSpec, JobSpec
 # product of *its* NIC), and the simulator's window model (``nic_window_s``) uses the first to
 # queue what the runtime would, so both sides read the same numbers from here.
 NIC_WINDOW_S, PEER_WINDOW_S = 0.15, 0.12
+# A store's chunk on shaped links, as seconds of its own egress: the runtime's stores send
+# chunks of this (at most ``CHUNK_BYTES``, 256 KiB), the next one always from the most urgent
+# transfer with window room; the simulator's window model moves bytes in pieces of this size
+# (on NICs too fast for 256 KiB to be 8 ms, a coarser step of the same rule).
+NIC_CHUNK_S = 0.008
 
 # A store's total send window is work-conserving: a transfer it blocks goes past it anyway
 # when the store's NIC carried less than ``CONSERVE_BELOW`` of its rate over the last

@@ -32,7 +32,7 @@ from gnnsched.policy import (
 from gnnsched.profile import CostProfile
 from gnnsched.simulator.network import _FairNet, _Flow, _PriorityNet, _WindowNet
 from gnnsched.spec import ClusterSpec, JobSpec
-from gnnsched.workload import NIC_WINDOW_S, PEER_WINDOW_S, Workload
+from gnnsched.workload import NIC_CHUNK_S, NIC_WINDOW_S, PEER_WINDOW_S, Workload
 
 KINDS = ("struct", "block", "feat", "relay")
 _STRUCT, _BLOCK, _FEAT, _RELAY = range(4)
@@ -182,7 +182,7 @@ def run(inst: Instance, policy: str | Policy = "gnnsched", *, record: bool = Fal
         # nic_window_s is a sender's window in all; each receiver's stream gets the
         # runtime's per-receiver share of it (PEER_WINDOW_S of NIC_WINDOW_S)
         net = _WindowNet(caps, schedule, rec_flow, inst.nic_window_s, M, priority,
-                         inst.nic_window_s * PEER_WINDOW_S / NIC_WINDOW_S)
+                         inst.nic_window_s * PEER_WINDOW_S / NIC_WINDOW_S, piece_s=NIC_CHUNK_S)
     else:
         net = (_PriorityNet if pol.sharing == "priority" else _FairNet)(caps, schedule,
                                                                         rec_flow)
@@ -329,7 +329,11 @@ def run(inst: Instance, policy: str | Policy = "gnnsched", *, record: bool = Fal
         t, _, code, a, b = hpop(heap)
         if code == _FLOW_DONE:
             f = net.done(a, b, t)
-            if f is None:
+            if f is None:  # invalidated, or a piece of a transfer that goes on
+                # the instant's changes still need their rates (a stale completion at the
+                # same time as the event that made them must not postpone them)
+                if net.dirty and (not heap or heap[0][0] > t):
+                    net.commit(t)
                 continue
             now = t
             nevents += 1

@@ -28,6 +28,7 @@ None when it was invalidated), ``set_cap(resource, bytes_per_s)``, ``dirty`` and
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
@@ -41,7 +42,8 @@ class _Flow:
     """One transfer on the network; slotted because there are hundreds of thousands."""
 
     __slots__ = ("fid", "s", "d", "skey", "rem", "rate", "t0", "ver", "kind", "w", "k", "tr",
-                 "nbytes", "tag", "t_arr", "src", "dst", "seen", "conn")
+                 "nbytes", "tag", "t_arr", "src", "dst", "seen", "conn", "left", "out", "past",
+                 "parent")
 
     def __init__(self, fid: int, src: int, dst: int, M: int, nbytes: float, kind: int,
                  w: int, k: int) -> None:
@@ -58,6 +60,10 @@ class _Flow:
         self.seen = -1
         self.conn = 0  # which connection of its (sender, receiver) pair (_WindowNet: the
         # receiving process -- sampler, gatherer or trainer -- as in the runtime)
+        # _WindowNet with pieces: bytes not yet handed to the stream, pieces in it, whether
+        # it goes past the total window; a piece's transfer
+        self.left, self.out, self.past = nbytes, 0, False
+        self.parent: _Flow | None = None
 
 
 class _PriorityNet:
@@ -549,7 +555,12 @@ class _WindowNet:
     window. The runtime counts chunks in flight, so a large transfer holds at most the
     per-receiver window of the total; the model counts each stream's queued bytes up to
     ``peer_s`` towards ``window_s`` the same way, so a congested receiver holds back only its
-    own stream while the sender's others keep its egress busy. The total window is
+    own stream while the sender's others keep its egress busy. With ``piece_s`` (the engine
+    passes :data:`~gnnsched.workload.NIC_CHUNK_S`) bytes go in pieces of that much of the
+    sender's egress, as the runtime's chunks do, the next piece always from the most urgent
+    transfer with room: an urgent transfer overtakes a large one after at most one window,
+    where whole transfers (``piece_s`` None) made it wait for all of the large one. The total
+    window is
     work-conserving (``conserve``, as the runtime's): while a sender's streams carry less than
     :data:`~gnnsched.workload.CONSERVE_BELOW` of its egress (they wait at congested receivers)
     its best waiting transfer whose stream has room goes in past the window, at most one per
@@ -559,8 +570,9 @@ class _WindowNet:
 
     def __init__(self, cap: list[float], schedule: Any, record: Any, window_s: float,
                  M: int, ordered: bool, peer_s: float | None = None,
-                 conserve: bool = True) -> None:
+                 conserve: bool = True, piece_s: float | None = None) -> None:
         self.inner = _FairNet(cap, schedule, record, connections=True)
+        self.M = M
         self.every = window_s * CONSERVE_EVERY  # of the total window's drain time
         self.conserve = conserve
         self.next_past = [0.0] * M  # per sender: when it may next let a transfer past
@@ -568,6 +580,10 @@ class _WindowNet:
         self.passed = 0
         self.window = [c * window_s for c in cap[:M]]  # bytes, per sender
         self.peer = [c * (peer_s if peer_s is not None else window_s) for c in cap[:M]]
+        # bytes per piece (None: whole transfers), per sender
+        self.piece = None if piece_s is None else [c * piece_s for c in cap[:M]]
+        self.pids = itertools.count(-1, -1)  # pieces' flow ids (transfers' are >= 0)
+        self.pastq: list[dict[int, tuple]] = [{} for _ in range(M)]  # let past, bytes left
         self.ordered = ordered  # policy keys (priority) or arrival order (fair sharing)
         self.waiting: list[list[tuple]] = [[] for _ in range(M)]  # per sender, by key
         self.queued: dict[tuple[int, int, int], float] = {}  # stream: bytes admitted, unfinished
@@ -575,6 +591,7 @@ class _WindowNet:
 
     def add(self, f: _Flow, now: float) -> None:
         f.conn = _RECEIVER[f.kind]
+        f.left, f.out, f.past = f.nbytes, 0, False
         heapq.heappush(self.waiting[f.s], (f.skey if self.ordered else (f.fid,), f.fid, f))
         self._admit(f.s, now)
 
@@ -586,6 +603,8 @@ class _WindowNet:
         self.held[s] += min(after, cap) - min(before, cap)
 
     def _admit(self, s: int, now: float, force: bool = False) -> bool:
+        if self.piece is not None:
+            return self._admit_pieces(s, now, force)
         q = self.waiting[s]
         skipped = []
         took = False
@@ -608,11 +627,88 @@ class _WindowNet:
             self.blocked.discard(s)
         return took
 
+    def _size(self, f: _Flow) -> float:
+        p = self.piece[f.s]  # type: ignore[index]
+        return f.left if f.left <= p * (1 + 1e-9) else p
+
+    def _stream_room(self, f: _Flow, size: float) -> bool:
+        qd = self.queued.get((f.s, f.d, f.conn), 0.0)
+        return qd <= 0.0 or qd + size <= self.peer[f.s] * (1 + 1e-9)
+
+    def _hand(self, f: _Flow, size: float, now: float) -> None:
+        """One piece of `f` into its stream."""
+        p = _Flow(next(self.pids), f.src, f.dst, self.M, size, f.kind, f.w, f.k)
+        p.conn, p.parent, p.tr = f.conn, f, f.tr
+        f.left -= size
+        if f.left <= f.nbytes * 1e-12:
+            f.left = 0.0
+        f.out += 1
+        self._charge(f.s, (f.s, f.d, f.conn), size)
+        self.inner.add(p, now)
+
+    def _feed_past(self, s: int, now: float) -> bool:
+        """Pieces of the transfers let past the total window: only their stream's room."""
+        took = False
+        past = self.pastq[s]
+        for fid in list(past):
+            f = past[fid][-1]
+            while f.left > 0 and self._stream_room(f, size := self._size(f)):
+                self._hand(f, size, now)
+                took = True
+            if f.left <= 0:
+                del past[fid]
+        return took
+
+    def _admit_pieces(self, s: int, now: float, force: bool) -> bool:
+        """The runtime's NicQueue chunk by chunk: the next piece always comes from the most
+        urgent transfer whose stream has room, within the total window (or past it)."""
+        took = self._feed_past(s, now)
+        past = self.pastq[s]
+        q = self.waiting[s]
+        skipped = []
+        blocked = False
+        while q:
+            item = q[0]
+            f = item[-1]
+            if f.left <= 0 or f.past:
+                heapq.heappop(q)  # handed over in full, or fed above
+                continue
+            size = self._size(f)
+            if not self._stream_room(f, size):
+                skipped.append(heapq.heappop(q))  # its stream is full: the next may go
+                continue
+            if self.held[s] > 0 and self.held[s] + size > self.window[s] * (1 + 1e-9):
+                if not force or took:
+                    blocked = True
+                    break
+                f.past = True  # the NIC idles behind the total window: this one goes past
+                past[f.fid] = item
+            self._hand(f, size, now)
+            took = True
+            if f.left <= 0:
+                heapq.heappop(q)
+                past.pop(f.fid, None)
+        for item in skipped:
+            heapq.heappush(q, item)
+        if past:
+            took = self._feed_past(s, now) or took
+        if blocked:
+            self.blocked.add(s)
+        else:
+            self.blocked.discard(s)
+        return took
+
     def done(self, g: _Group, ver: int, now: float) -> _Flow | None:
         f = self.inner.done(g, ver, now)
-        if f is not None:
-            self._charge(f.s, (f.s, f.d, f.conn), -f.nbytes)
+        if f is None:
+            return None
+        self._charge(f.s, (f.s, f.d, f.conn), -f.nbytes)
+        if f.parent is not None:  # a piece: its transfer is done with its last piece
+            t = f.parent
+            t.out -= 1
             self._admit(f.s, now)
+            return t if t.left <= 0 and t.out == 0 else None
+        self._admit(f.s, now)
         return f
 
     def set_cap(self, r: int, c: float) -> None:

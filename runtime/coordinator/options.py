@@ -10,9 +10,8 @@ import signal
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gnnsched.workload import NIC_WINDOW_S, PEER_WINDOW_S
+from gnnsched.workload import NIC_CHUNK_S, NIC_WINDOW_S, PEER_WINDOW_S
 
-NIC_CHUNK_S = 0.008  # shaped links: a store's chunk, as seconds of its own egress
 STAGES = ("sample_s", "fetch_s", "wait_s", "train_s", "allreduce_s")
 ROLE_ORDER = (("trainer",), ("sampler", "fetcher"), ("store",))  # shutdown order
 SIGNALS = {"KILL": signal.SIGKILL, "STOP": signal.SIGSTOP, "TERM": signal.SIGTERM}
