@@ -21,9 +21,10 @@ Semantics (the costs themselves come from :class:`gnnsched.workload.Workload`):
   the policy's order, each taking what is left of min(egress, ingress) — work-conserving;
   ``classes`` is strict priority between classes and max-min fair within one. With
   ``nic_window_s`` the NICs are the gnnsched runtime's instead: one TCP connection per
-  (sender, receiver), each handed its next transfer in the policy's order while less than the
-  runtime's per-receiver share of that window (``PEER_WINDOW_S`` of ``NIC_WINDOW_S``) is
-  queued in it, connections sharing the NICs fairly (:class:`_WindowNet`); a transfer waiting
+  (sender, receiver), each handed its next chunk (``NIC_CHUNK_S`` of the sender's egress) from
+  the most urgent transfer in the policy's order while less than the runtime's per-receiver
+  share of that window (``PEER_WINDOW_S`` of ``NIC_WINDOW_S``) is queued in it, connections
+  sharing the NICs fairly (:class:`_WindowNet`); a transfer waiting
   behind a full window goes past it while the sender's NIC idles behind congested receivers
   (:data:`gnnsched.workload.CONSERVE_BELOW`).
 * **Network model** of the user-facing prediction (:func:`gnnsched.api.simulate`, ``gnnsched

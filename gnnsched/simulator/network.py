@@ -35,7 +35,7 @@ from collections import deque
 from typing import Any
 
 from gnnsched.policy import Transfer
-from gnnsched.workload import CONSERVE_BELOW, CONSERVE_EVERY
+from gnnsched.workload import CONSERVE_BELOW, CONSERVE_EVERY, NIC_CHUNK_S
 
 
 class _Flow:
@@ -583,7 +583,12 @@ class _WindowNet:
         # bytes per piece (None: whole transfers), per sender
         self.piece = None if piece_s is None else [c * piece_s for c in cap[:M]]
         self.pids = itertools.count(-1, -1)  # pieces' flow ids (transfers' are >= 0)
-        self.pastq: list[dict[int, tuple]] = [{} for _ in range(M)]  # let past, bytes left
+        # transfers let past the total window with bytes left, per stream
+        self.pastq: dict[tuple[int, int, int], dict[int, tuple]] = {}
+        # with pieces the idle check runs once per chunk time at most, as the runtime's does
+        # once per chunk it picks (at every rate change: the same passes, many more sums)
+        self.check_s = 0.0 if piece_s is None else NIC_CHUNK_S
+        self.next_check = [0.0] * M
         self.ordered = ordered  # policy keys (priority) or arrival order (fair sharing)
         self.waiting: list[list[tuple]] = [[] for _ in range(M)]  # per sender, by key
         self.queued: dict[tuple[int, int, int], float] = {}  # stream: bytes admitted, unfinished
@@ -602,9 +607,10 @@ class _WindowNet:
         cap = self.peer[s]
         self.held[s] += min(after, cap) - min(before, cap)
 
-    def _admit(self, s: int, now: float, force: bool = False) -> bool:
+    def _admit(self, s: int, now: float, force: bool = False,
+               pair: tuple[int, int, int] | None = None) -> bool:
         if self.piece is not None:
-            return self._admit_pieces(s, now, force)
+            return self._admit_pieces(s, now, force, pair)
         q = self.waiting[s]
         skipped = []
         took = False
@@ -646,24 +652,30 @@ class _WindowNet:
         self._charge(f.s, (f.s, f.d, f.conn), size)
         self.inner.add(p, now)
 
-    def _feed_past(self, s: int, now: float) -> bool:
-        """Pieces of the transfers let past the total window: only their stream's room."""
+    def _feed(self, f: _Flow, now: float) -> bool:
+        """Pieces of `f`, let past the total window, while its stream has room."""
         took = False
-        past = self.pastq[s]
-        for fid in list(past):
-            f = past[fid][-1]
-            while f.left > 0 and self._stream_room(f, size := self._size(f)):
-                self._hand(f, size, now)
-                took = True
-            if f.left <= 0:
-                del past[fid]
+        while f.left > 0 and self._stream_room(f, size := self._size(f)):
+            self._hand(f, size, now)
+            took = True
+        if f.left <= 0:
+            pair = (f.s, f.d, f.conn)
+            mine = self.pastq.get(pair)
+            if mine is not None:
+                mine.pop(f.fid, None)
+                if not mine:
+                    del self.pastq[pair]
         return took
 
-    def _admit_pieces(self, s: int, now: float, force: bool) -> bool:
+    def _admit_pieces(self, s: int, now: float, force: bool,
+                      pair: tuple[int, int, int] | None = None) -> bool:
         """The runtime's NicQueue chunk by chunk: the next piece always comes from the most
-        urgent transfer whose stream has room, within the total window (or past it)."""
-        took = self._feed_past(s, now)
-        past = self.pastq[s]
+        urgent transfer whose stream has room, within the total window (or past it). `pair`:
+        the stream a piece just left (the transfers let past wait only for their stream)."""
+        took = False
+        if pair is not None and pair in self.pastq:
+            for item in sorted(self.pastq[pair].values()):  # by key: the stream's best first
+                took = self._feed(item[-1], now) or took
         q = self.waiting[s]
         skipped = []
         blocked = False
@@ -671,7 +683,7 @@ class _WindowNet:
             item = q[0]
             f = item[-1]
             if f.left <= 0 or f.past:
-                heapq.heappop(q)  # handed over in full, or fed above
+                heapq.heappop(q)  # handed over in full, or fed as its stream drains
                 continue
             size = self._size(f)
             if not self._stream_room(f, size):
@@ -681,17 +693,18 @@ class _WindowNet:
                 if not force or took:
                     blocked = True
                     break
-                f.past = True  # the NIC idles behind the total window: this one goes past
-                past[f.fid] = item
+                # the NIC idles behind the total window: this one goes past it
+                f.past = True
+                heapq.heappop(q)
+                self.pastq.setdefault((f.s, f.d, f.conn), {})[f.fid] = item
+                took = self._feed(f, now)
+                continue
             self._hand(f, size, now)
             took = True
             if f.left <= 0:
                 heapq.heappop(q)
-                past.pop(f.fid, None)
         for item in skipped:
             heapq.heappush(q, item)
-        if past:
-            took = self._feed_past(s, now) or took
         if blocked:
             self.blocked.add(s)
         else:
@@ -706,7 +719,7 @@ class _WindowNet:
         if f.parent is not None:  # a piece: its transfer is done with its last piece
             t = f.parent
             t.out -= 1
-            self._admit(f.s, now)
+            self._admit(f.s, now, pair=(f.s, f.d, f.conn))
             return t if t.left <= 0 and t.out == 0 else None
         self._admit(f.s, now)
         return f
@@ -722,11 +735,12 @@ class _WindowNet:
         self.inner.commit(now)
         if not self.conserve:
             return
-        inner, nxt = self.inner, self.next_past
+        inner, nxt, chk = self.inner, self.next_past, self.next_check
         took = False
         for s in sorted(self.blocked):
-            if now < nxt[s]:
+            if now < nxt[s] or now < chk[s]:
                 continue
+            chk[s] = now + self.check_s  # the runtime looks when it picks a chunk
             if sum(g.rate * g.wt for g in inner.on[s].values()) >= CONSERVE_BELOW * inner.cap[s]:
                 continue
             if self._admit(s, now, force=True):
