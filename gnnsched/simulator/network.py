@@ -596,7 +596,6 @@ class _WindowNet:
 
     def add(self, f: _Flow, now: float) -> None:
         f.conn = _RECEIVER[f.kind]
-        f.left, f.out, f.past = f.nbytes, 0, False
         heapq.heappush(self.waiting[f.s], (f.skey if self.ordered else (f.fid,), f.fid, f))
         self._admit(f.s, now)
 
