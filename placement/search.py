@@ -676,6 +676,10 @@ class GnnschedPlacer(Placer):
     so accurate: two of them each within a of the measured epoch can misjudge a speed-up by
     up to (1 + a) / (1 - a) (:func:`margin_for`), and a plan from a model that unsure could
     lose to colocation.
+
+    ``max_evals``: the search's work, in proposals scored on every draw. The search stops
+    there (or on a stall), so that the same inputs give the same plan on any machine; the
+    time budget is only a safety cap, and a search it stops depends on the machine's speed.
     """
 
     max_evals: int = 150
@@ -684,9 +688,14 @@ class GnnschedPlacer(Placer):
 
     def __init__(self, scorer: Scorer | None = None, search_scorer: Scorer | None = None,
                  seed_scorer: SeedScorer | None = None, seeds: int | None = None,
-                 keep_colocation: float | None = None) -> None:
+                 keep_colocation: float | None = None, max_evals: int | None = None) -> None:
         super().__init__(scorer, search_scorer)
         self.seed_scorer = seed_scorer
+        if max_evals is not None:
+            if max_evals < 0:
+                raise SpecError("max_evals", "", f"{max_evals!r} is negative",
+                                "a count of search evaluations, e.g. 150")
+            self.max_evals = int(max_evals)
         if seeds is not None:
             self.seeds = seeds
         if keep_colocation is not None:
