@@ -323,6 +323,9 @@ class _FairNet:
         cls = f.skey[0] if f.skey else 0
         key = (cls, f.s, f.d, f.conn)
         g = self.groups.get(key)
+        # a stream that already holds a flow keeps its one share: no level moves, only the
+        # group is rescheduled (pieces join busy streams by the hundred thousand)
+        same_share = False
         if g is None:
             g = self.groups[key] = _Group(f.s, f.d, now, cls, f.conn)
             self.on[f.s][key] = g
@@ -331,6 +334,7 @@ class _FairNet:
                 self.classes = True
         else:
             self._settle(g, now)
+            same_share = self.connections and g.n > 0
         if self.connections:  # one byte stream per pair: first come, first served
             f.tag = g.tail = max(g.V, g.tail) + f.nbytes
         else:
@@ -340,8 +344,9 @@ class _FairNet:
         g.n += 1
         g.wt = 1 if self.connections else g.n
         self.resched.add(key)
-        self.touched.add(f.s)
-        self.touched.add(f.d)
+        if not same_share:
+            self.touched.add(f.s)
+            self.touched.add(f.d)
         self.dirty = True
 
     def done(self, g: _Group, ver: int, now: float) -> _Flow | None:
@@ -367,10 +372,13 @@ class _FairNet:
             del self.on[g.d][key]
             self.resched.discard(key)
             g.rate = 0.0
+            self.touched.add(g.s)
+            self.touched.add(g.d)
         else:
             self.resched.add(key)
-        self.touched.add(g.s)
-        self.touched.add(g.d)
+            if not self.connections:  # a stream's next flow takes over its share
+                self.touched.add(g.s)
+                self.touched.add(g.d)
         self.dirty = True
         return f
 
