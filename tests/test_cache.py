@@ -217,4 +217,11 @@ def test_plan_with_caches_is_compared_with_colocation_and_the_same_caches() -> N
     assert base["colocation+cache"]["epoch_time_s"] <= base["colocation"]["epoch_time_s"] * 1.001
     plain = plan_and_compare(pb, "gnnsched", seed=0, budget=2.0)
     assert not plain.caches and "colocation+cache" not in plain.predicted["baselines"]
-    assert plan.predicted["epoch_time_s"] <= plain.predicted["epoch_time_s"] * 1.001
+    # the same placement without its caches (the two searches stop on the clock, so under
+    # load they need not reach the same placement)
+    from dataclasses import replace
+
+    from gnnsched.placement.placer import default_scorer
+
+    score = default_scorer(pb, 0)[0]
+    assert plan.predicted["epoch_time_s"] <= score(replace(plan, caches=())) * 1.001
