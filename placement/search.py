@@ -85,6 +85,7 @@ class SearchStats:
     winners: int = 0  # plans that beat the best start on every draw
     restarts: int = 0
     wall_s: float = 0.0
+    scoring_s: float = 0.0  # of wall_s: scoring the starts on every draw, before any move
     stopped: str = ""
     improving_moves: dict[str, int] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=list)
@@ -470,6 +471,7 @@ def search_many(problem: Problem, starts: Sequence[Plan], scorer: Scorer | SeedE
     moves = _Moves(problem, rng)
     sims_start = ev.simulations
     vecs = [ev.vector(p) for p in starts]
+    scoring_s = time.perf_counter() - wall0
     sims0 = ev.simulations  # the starts' scores do not count against max_evals
     ref = tuple(min(v[k] for v in vecs) for k in range(n))
     order = sorted(range(len(starts)), key=lambda i: (sum(vecs[i]) / n, i))
@@ -477,7 +479,8 @@ def search_many(problem: Problem, starts: Sequence[Plan], scorer: Scorer | SeedE
     cur_v = vecs[order[0]]
     cur_s = sum(cur_v) / n
     best_s = cur_s
-    stats = SearchStats(cur_s, cur_s, seeds=list(getattr(ev, "seeds", [])))
+    stats = SearchStats(cur_s, cur_s, seeds=list(getattr(ev, "seeds", [])),
+                        scoring_s=scoring_s)
     queue = [starts[i] for i in order[1:]]
     start_keys = {p.key() for p in starts}
     found: dict[tuple, tuple[tuple[float, ...], Plan]] = {}  # non-start plans scored fully
@@ -739,6 +742,7 @@ class GnnschedPlacer(Placer):
         full, quick, how = self._evaluators(problem, seed)
         out = run_cpsat(problem, time_limit=min(20.0, max(0.5, 0.3 * budget)), seed=seed,
                         placer="gnnsched")
+        phases = {"cpsat": time.perf_counter() - t0}
         # the seed-share model's work is bounded (deterministic effort: the same split as
         # the shares placer's own); half the budget is only its safety cap
         named = _starts(problem, out, seed=seed, budget=max(1.0, 0.5 * budget),
@@ -746,7 +750,9 @@ class GnnschedPlacer(Placer):
         if not named:
             raise SpecError(problem.job.source, "trainers", "no placement to start from "
                             f"has the job's {problem.W} trainers", "another placer")
+        phases["starts"] = time.perf_counter() - t0 - sum(phases.values())
         named, raced = _race(named, quick)
+        phases["race"] = time.perf_counter() - t0 - sum(phases.values())
         starts = [p for _, p in named]
         left = budget - (time.perf_counter() - t0)
         # keep time to re-score the finalists with the full simulation
@@ -754,6 +760,8 @@ class GnnschedPlacer(Placer):
         res = search_many(problem, starts, quick, seed=seed, max_evals=self.max_evals,
                           time_budget=max(0.0, left - reserve))
         stats = res.stats
+        phases["scoring the starts"] = stats.scoring_s
+        phases["search"] = stats.wall_s - stats.scoring_s
         if quick is full:
             final, vec, ref, won = res.plan, res.vector, res.reference, res.won
         else:  # the search scored shortened epochs: judge the starts and finalists in full
@@ -783,9 +791,11 @@ class GnnschedPlacer(Placer):
                        "(keep_colocation)")
                 final, vec, won = replace(colo, notes=(why,)), cvec, False
                 stats.kept = "colocation (margin)"
+        phases["final scoring"] = time.perf_counter() - t0 - sum(phases.values())
         lb = simulated_lower_bound(problem, out, [final] + starts, seed=seed,
                                    time_limit=max(1.0, min(5.0, budget - (time.perf_counter()
                                                                           - t0))))
+        phases["bound"] = time.perf_counter() - t0 - sum(phases.values())
         self.outcome = out
         it = problem.wl.iterations
         r = out.result
@@ -806,7 +816,7 @@ class GnnschedPlacer(Placer):
                    "variables": r.variables, "exact_parts": r.instance.exact_parts,
                    "aggregated": r.instance.aggregated, "cpu_model": r.cpu_model},
             search={**stats.to_dict(), "draws": draws},
-            planning_s=time.perf_counter() - t0)
+            planning_s=time.perf_counter() - t0, budget_s=budget, planning_phases_s=phases)
 
 
 def margin_for(accuracy: float) -> float:

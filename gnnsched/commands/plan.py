@@ -54,8 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--placer", default="gnnsched", choices=sorted(placers()),
                    help="placement algorithm: the built-ins and any installed as a plug-in "
                         "(entry point group gnnsched.placers)")
-    p.add_argument("--budget", type=seconds, default=30.0, help="planning seconds (gnnsched, "
-                   "cpsat)")
+    p.add_argument("--budget", type=seconds, default=30.0,
+                   help="planning seconds: CP-SAT's limit (cpsat), the search's (gnnsched). "
+                   "gnnsched first simulates each of its starts on every draw, which a large "
+                   "epoch can make longer than this; the report says where the time went")
     p.add_argument("--cache-share", type=share, default=0.0, metavar="X",
                    help="give feature caches X (0..1) of the memory the plan leaves free on "
                    "every host that gathers features: each replicates the hottest rows (by "
@@ -140,7 +142,7 @@ def table(problem: Any, plan: Any, runtime: dict[str, Any] | None = None) -> str
     lines = [f"plan: {plan.placer} for job {job.name!r} ({job.trainers} trainers, "
              f"{job.num_parts} partitions) on cluster {cl.name!r} ({len(cl.machines)} machines)",
              f"scored by: {pr.get('scored_by', '?')}, {pr.get('iterations', '?')} iterations "
-             "per epoch", ""]
+             "per epoch"] + planning_lines(pr) + [""]
     rows = [("trainer", "machine", "gpu", "parts", "samplers", "gathers at")]
     shown = plan.trainers if len(plan.trainers) <= 64 else plan.trainers[:32]
     for t in shown:
@@ -212,6 +214,29 @@ def table(problem: Any, plan: Any, runtime: dict[str, Any] | None = None) -> str
         lines.append("notes:")
         lines.extend(f"  - {n}" for n in notes)
     return "\n".join(lines)
+
+
+def planning_lines(pr: dict[str, Any]) -> list[str]:
+    """Where the planning seconds went, and why they passed ``--budget`` when they did: the
+    budget bounds the search, but the starts are scored on every draw before it, in full
+    simulations a large epoch makes slow."""
+    took, budget = pr.get("planning_s"), pr.get("budget_s")
+    if took is None or budget is None:
+        return []
+    phases = pr.get("planning_phases_s") or {}
+    parts = ", ".join(f"{name} {s:.1f} s" for name, s in phases.items() if s >= 0.05)
+    out = [f"planned in {took:.1f} s with --budget {budget:g} s"
+           + (f" ({parts})" if parts else "")]
+    if took > 1.2 * budget + 1.0:
+        search = pr.get("search") or {}
+        draws = len((search.get("draws") or {}).get("seeds") or []) or 1
+        starts = len((search.get("draws") or {}).get("starts") or [])
+        out.append(f"  over the budget: the {starts} starts are each simulated on {draws} "
+                   "draw(s) before the search, and simulating this epoch is slow; the budget "
+                   "bounds the search, which had "
+                   f"{max(0.0, phases.get('search', 0.0)):.1f} s (stopped by: "
+                   f"{search.get('stopped') or '?'})")
+    return out
 
 
 def bound_report(pr: dict[str, Any], epoch_s: float) -> list[str]:
@@ -302,7 +327,8 @@ def run(args: argparse.Namespace) -> int:
         keys = ("placer", "epoch_time_s", "per_plan_bound_s", "any_placement_bound_s",
                 "bounds", "lower_bound_s", "baselines", "bottleneck",
                 "bottleneck_iteration_s", "chain_iteration_s", "iteration_s", "iterations",
-                "speedup_vs_colocation", "scored_by", "planning_s")
+                "speedup_vs_colocation", "scored_by", "planning_s", "budget_s",
+                "planning_phases_s")
         out = {k: pr[k] for k in keys if k in pr}
         out["network"] = scored_network(pr)
         if runtime is not None:
