@@ -19,6 +19,13 @@ scored by the simulator:
   the step halved when no move helps, scored by the caller's scorer (the
   planner's simulation), from weights in inverse proportion to a rough time per mini-batch
   where each class runs (:func:`unit_seconds`).
+
+A second recut keeps every trainer's parts and staggers alike trainers instead
+(:func:`stagger_seeds`): trainers that own the same seeds of the same parts (four GPUs of a
+host splitting its partition) ask the same NICs for the same bytes at the same time, and on
+the runtime's network, where each receiver's connection gets a fair share, they finish
+fetching together and then all train while those NICs idle. Spreading their shares a little
+around the mean (:func:`stagger`) lets one train while another still fetches.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from gnnsched.plan import Plan
 STEP = 0.15  # the first step of a weight: x (1 + STEP) or / (1 + STEP)
 MIN_STEP = 0.04  # the search stops when the step is below this
 MAX_EVALS = 40  # scored cuts per call
+SPREADS = (0.1, 0.2)  # stagger spreads tried: shares from (1 - x/2) to (1 + x/2) of the mean
 
 
 def trainer_classes(problem: Problem, plan: Plan) -> list[Hashable]:
@@ -195,3 +203,54 @@ def balance_seeds(problem: Problem, plan: Plan, score: Callable[[Plan], float], 
         if not moved:
             step /= 2
     return best_plan, best
+
+
+def alike_groups(plan: Plan) -> list[list[int]]:
+    """Trainers (by index) that own the same shares of the same parts, two or more to a
+    group, each group in trainer order."""
+    groups: dict[tuple, list[int]] = {}
+    for w, t in enumerate(plan.trainers):
+        if t.shares:
+            groups.setdefault(t.owned, []).append(w)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def stagger(plan: Plan, spread: float) -> Plan | None:
+    """`plan` with each group of alike trainers (:func:`alike_groups`) owning shares spread
+    evenly from ``1 - spread / 2`` to ``1 + spread / 2`` of their common share, in trainer
+    order (the group's last takes what the others leave, so every part's shares still sum
+    to 1); None where there is no such group."""
+    groups = alike_groups(plan)
+    if not groups or not 0 < spread < 2:
+        return None
+    ts = list(plan.trainers)
+    for g in groups:
+        n = len(g)
+        total = [len(g) * x for x in ts[g[0]].shares]
+        given = [0.0] * len(total)
+        for i, w in enumerate(g):
+            t = ts[w]
+            if i < n - 1:
+                f = 1 + spread * (i / (n - 1) - 0.5)
+                sh = tuple(x * f for x in t.shares)
+                given = [a + b for a, b in zip(given, sh)]
+            else:
+                sh = tuple(a - b for a, b in zip(total, given))
+            ts[w] = replace(t, shares=sh)
+    return replace(plan, trainers=tuple(ts))
+
+
+def stagger_seeds(problem: Problem, plan: Plan, score: Callable[[Plan], float], *,
+                  spreads: Sequence[float] = SPREADS) -> tuple[Plan, float] | None:
+    """The best of `plan` staggered by each of `spreads` (:func:`stagger`) by `score`, and
+    its score; None where `plan` has no alike trainers. The caller compares it with `plan`
+    (the placer's race and search: it is one start among others)."""
+    best: tuple[Plan, float] | None = None
+    for x in spreads:
+        p = stagger(plan, x)
+        if p is None or usage(problem, p).problems:
+            continue
+        v = score(p)
+        if best is None or v < best[1]:
+            best = (p, v)
+    return best

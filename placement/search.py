@@ -4,7 +4,8 @@ The bottleneck model sees per-iteration loads; it misses barrier waits, pipeline
 timing of contention, which only the simulator (running the ``gnnsched`` policy) sees. The
 search starts from several good plans — CP-SAT's plan and pool, greedy's plan of every part
 split, colocation, the seed-share model's plans and the even split's placement with its seeds
-balanced by simulation (:mod:`.balance`); starts more than ``RACE`` slower on the first draw
+balanced by simulation, or staggered where several trainers split a partition
+(:mod:`.balance`); starts more than ``RACE`` slower on the first draw
 are dropped there — proposes local moves (move a trainer, swap two, change sampler counts or
 hosts, change where gathering runs, reassign a part or a share of its seeds) and accepts them
 by simulated annealing on the simulated epoch time.
@@ -631,6 +632,12 @@ def _starts(problem: Problem, out: Any, *, seed: int = 0, budget: float = 2.0,
         b = balance_seeds(problem, even, score, budget=balance_s)
         if b is not None:
             named.append(("balanced", b[0]))
+    if score is not None and even is not None:
+        from gnnsched.placement.balance import stagger_seeds
+
+        st = stagger_seeds(problem, even, score)  # only where trainers split a partition
+        if st is not None:
+            named.append(("staggered", st[0]))
     seen: dict[tuple, int] = {}  # a plan's key: its index in starts
     starts: list[tuple[str, Plan]] = []
     for name, p in named:

@@ -115,3 +115,65 @@ def test_gnnsched_starts_from_the_balanced_cut(mini: Problem) -> None:
     sc = simulator_scorer(mini, seed=0)
     assert plan.predicted["epoch_time_s"] == pytest.approx(sc(plan))
     assert sc(plan) < 0.95 * sc(even)
+
+
+def mini_plentiful(nic_gbps: float, train_s_per_edge: float) -> Problem:
+    """Four hosts with one partition and four GPUs each: 16 trainers, four to a partition,
+    20 iterations."""
+    ms = [{"name": f"h{i}", "cpus": 16, "memory_gb": 64, "nic_gbps": nic_gbps, "partitions": [i],
+           "gpus": [{"kind": "v100", "speed": 2.0, "memory_gb": 32, "count": 4}]}
+          for i in range(4)]
+    return Problem(cluster_from_dict({"name": "mini-plentiful", "machines": ms}),
+                   job_from_dict({"num_parts": 4, "trainers": 16, "dataset": "synthetic",
+                                  "batch_size": 256, "feature_dim": 128}),
+                   synthetic_profile(4, seeds_per_part=20000, batch_size=256, seed=1,
+                                     feature_dim=128, train_s_per_edge=train_s_per_edge))
+
+
+def test_stagger_spreads_alike_trainers_and_keeps_every_part_whole() -> None:
+    from gnnsched.placement.balance import alike_groups, stagger
+    from gnnsched.plan import SHARE_TOL
+
+    pb = mini_plentiful(1, 2e-6)
+    even = get_placer("colocation-even").place_problem(pb, seed=0)
+    assert [len(g) for g in alike_groups(even)] == [4] * 4
+    plan = stagger(even, 0.2)
+    assert plan is not None
+    check_resources(pb, plan)
+    assert [(t.machine, t.device, t.parts) for t in plan.trainers] == \
+        [(t.machine, t.device, t.parts) for t in even.trainers]
+    total: dict[int, float] = defaultdict(float)
+    for t in plan.trainers:
+        for p, s in zip(t.parts, t.seed_shares):
+            total[p] += s
+    assert all(abs(v - 1) < SHARE_TOL for v in total.values())
+    # from 0.9 to 1.1 of the even share, in trainer order, on every host
+    for g in alike_groups(even):
+        got = [plan.trainers[w].shares[0] / even.trainers[w].shares[0] for w in g]
+        assert got == pytest.approx([0.9, 0.9 + 0.2 / 3, 1.1 - 0.2 / 3, 1.1])
+    assert alike_groups(plan) == [] and stagger(plan, 0.2) is None  # nothing alike left
+
+
+def test_staggered_shares_win_where_the_nics_bind_and_lose_where_compute_does() -> None:
+    """On the runtime's network each receiver's connection gets a fair share, so four alike
+    trainers finish fetching together and then all train while the NICs idle: staggered
+    shares beat the even split on 1 Gbit/s NICs. Where training binds, the largest share
+    is every iteration's straggler and the even split wins. The placer scores both as starts
+    and keeps the faster."""
+    from gnnsched.placement.balance import stagger_seeds
+    from gnnsched.placement.search import GnnschedPlacer
+
+    for nic, tspe, wins in ((1, 2e-6, True), (10, 1e-5, False)):
+        pb = mini_plentiful(nic, tspe)
+        sc = simulator_scorer(pb, seed=0)
+        even = get_placer("colocation-even").place_problem(pb, seed=0)
+        best = stagger_seeds(pb, even, sc)
+        assert best is not None and best[1] == pytest.approx(sc(best[0]))
+        assert (best[1] < 0.95 * sc(even)) is wins
+        assert (best[1] > 1.05 * sc(even)) is not wins
+        if wins:
+            placer = GnnschedPlacer()
+            placer.max_evals = 4
+            plan = placer.place_problem(pb, seed=0, budget=6.0)
+            assert "staggered" in plan.predicted["search"]["draws"]["starts"]
+            assert plan.predicted["epoch_time_s"] < 0.95 * sc(even)
