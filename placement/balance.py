@@ -42,7 +42,7 @@ from gnnsched.plan import Plan
 STEP = 0.15  # the first step of a weight: x (1 + STEP) or / (1 + STEP)
 MIN_STEP = 0.04  # the search stops when the step is below this
 MAX_EVALS = 40  # scored cuts per call
-SPREADS = (0.1, 0.2)  # stagger spreads tried: shares from (1 - x/2) to (1 + x/2) of the mean
+SPREADS = (0.05, 0.1, 0.2)  # stagger spreads tried: shares from (1 - x/2) to (1 + x/2) of the mean
 
 
 def trainer_classes(problem: Problem, plan: Plan) -> list[Hashable]:
