@@ -373,6 +373,8 @@ def run_seed(pb: Problem, seed: int, budget: float, setup_s: float = 0.0) -> dic
         rows[name]["gpus_used"] = gpus_used(plan)
         if "search" in plan.predicted:  # which start the search kept (or "search")
             rows[name]["kept"] = plan.predicted["search"].get("kept")
+        if "planning_phases_s" in plan.predicted:  # where gnnsched's seconds went
+            rows[name]["planning_phases_s"] = plan.predicted["planning_phases_s"]
         if "colocation_feasible" in plan.predicted:
             rows[name]["colocation_feasible"] = plan.predicted["colocation_feasible"]
     if "gnnsched" not in plans:
