@@ -226,7 +226,7 @@ def stagger(plan: Plan, spread: float) -> Plan | None:
     ts = list(plan.trainers)
     for g in groups:
         n = len(g)
-        total = [len(g) * x for x in ts[g[0]].shares]
+        total = [n * x for x in ts[g[0]].shares]
         given = [0.0] * len(total)
         for i, w in enumerate(g):
             t = ts[w]
