@@ -237,7 +237,9 @@ def test_plan_report_says_why_planning_passed_the_budget() -> None:
     assert "the 3 starts are each simulated on 3 draw(s)" in lines[1]
     assert "had 0.0 s (stopped by: time)" in lines[1]
     assert planning_lines({**pr, "planning_s": 8.5}) == [lines[0].replace("88.0 s", "8.5 s")]
-    assert planning_lines({"planning_s": 1.0}) == []  # a plug-in placer that records no budget
+    # a placer that records no budget (greedy, a plug-in): the time alone
+    assert planning_lines({"planning_s": 1.04}) == ["planned in 1.0 s"]
+    assert planning_lines({}) == []
 
 
 def test_cli_plan_json_plot(tmp_path: Path, examples: Path,

@@ -221,13 +221,13 @@ def planning_lines(pr: dict[str, Any]) -> list[str]:
     budget bounds the search, but the starts are scored on every draw before it, in full
     simulations a large epoch makes slow."""
     took, budget = pr.get("planning_s"), pr.get("budget_s")
-    if took is None or budget is None:
+    if took is None:
         return []
     phases = pr.get("planning_phases_s") or {}
     parts = ", ".join(f"{name} {s:.1f} s" for name, s in phases.items() if s >= 0.05)
-    out = [f"planned in {took:.1f} s with --budget {budget:g} s"
+    out = [f"planned in {took:.1f} s" + ("" if budget is None else f" with --budget {budget:g} s")
            + (f" ({parts})" if parts else "")]
-    if took > 1.2 * budget + 1.0:
+    if budget is not None and took > 1.2 * budget + 1.0:
         search = pr.get("search") or {}
         draws = len((search.get("draws") or {}).get("seeds") or []) or 1
         starts = len((search.get("draws") or {}).get("starts") or [])
