@@ -749,7 +749,12 @@ class GnnschedPlacer(Placer):
         full, quick, how = self._evaluators(problem, seed)
         out = run_cpsat(problem, time_limit=min(20.0, max(0.5, 0.3 * budget)), seed=seed,
                         placer="gnnsched")
-        phases = {"cpsat": time.perf_counter() - t0}
+        phases: dict[str, float] = {}
+
+        def lap(name: str) -> None:  # the seconds since the last phase ended
+            phases[name] = time.perf_counter() - t0 - sum(phases.values())
+
+        lap("cpsat")
         # the seed-share model's work is bounded (deterministic effort: the same split as
         # the shares placer's own); half the budget is only its safety cap
         named = _starts(problem, out, seed=seed, budget=max(1.0, 0.5 * budget),
@@ -757,9 +762,9 @@ class GnnschedPlacer(Placer):
         if not named:
             raise SpecError(problem.job.source, "trainers", "no placement to start from "
                             f"has the job's {problem.W} trainers", "another placer")
-        phases["starts"] = time.perf_counter() - t0 - sum(phases.values())
+        lap("starts")
         named, raced = _race(named, quick)
-        phases["race"] = time.perf_counter() - t0 - sum(phases.values())
+        lap("race")
         starts = [p for _, p in named]
         left = budget - (time.perf_counter() - t0)
         # keep time to re-score the finalists with the full simulation
@@ -798,11 +803,11 @@ class GnnschedPlacer(Placer):
                        "(keep_colocation)")
                 final, vec, won = replace(colo, notes=(why,)), cvec, False
                 stats.kept = "colocation (margin)"
-        phases["final scoring"] = time.perf_counter() - t0 - sum(phases.values())
+        lap("final scoring")
         lb = simulated_lower_bound(problem, out, [final] + starts, seed=seed,
                                    time_limit=max(1.0, min(5.0, budget - (time.perf_counter()
                                                                           - t0))))
-        phases["bound"] = time.perf_counter() - t0 - sum(phases.values())
+        lap("bound")
         self.outcome = out
         it = problem.wl.iterations
         r = out.result
