@@ -26,6 +26,8 @@ Trainers are numbered ``0..W-1`` in the order of ``plan.trainers``; machines by 
    what is left of min(sender egress, receiver ingress) after the ones before it
    (work-conserving strict priority); ``"classes"`` — strict priority between classes given
    by the first element of the priority key, max-min fair within a class (DSCP-like queues).
+   ``wire_levels`` (with ``"priority"``): the first element of the priority key is a level
+   that windowed senders keep on the wire ("Wire levels" in :mod:`gnnsched.workload`).
 6. Events, as they happen: ``on_sampled(batch, info, now)`` when a mini-batch's sampling
    finished (its sizes are now known; called before its transfers are queued),
    ``on_transfer_done(transfer, now)``, ``on_trained(batch, now)`` when a trainer finished
@@ -145,6 +147,9 @@ class Policy:
 
     name: ClassVar[str] = "base"
     sharing: ClassVar[str] = "fair"  # "fair" | "priority" | "classes" (see the contract)
+    # whether priority keys start with a level the runtime's stores keep on the wire: no
+    # chunk of a higher level while one of a lower level is unacknowledged (gnnsched.workload)
+    wire_levels: ClassVar[bool] = False
 
     def reset(self, ctx: PolicyContext) -> None:
         self.ctx = ctx
@@ -270,6 +275,7 @@ class GnnSched(Policy):
     """Lowest iteration first; within it the largest tail first; NICs send in priority order."""
 
     sharing = "priority"
+    wire_levels = True  # the key's first element is the iteration (rule 1), on every NIC
 
     def reset(self, ctx: PolicyContext) -> None:
         super().reset(ctx)

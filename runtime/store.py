@@ -446,16 +446,23 @@ class NicQueue:
     chunk in flight left before that -- the bytes in flight wait at congested receivers, not at
     this NIC -- the best blocked transfer goes past the total window (its receiver's window
     still applies), at most one per that time. When the NIC is the bottleneck nothing changes
-    and the policy's order holds. The simulator's window model admits the same way
-    (:class:`gnnsched.simulator.network._WindowNet`).
+    and the policy's order holds. ``levels`` (priority only; the policy's ``wire_levels``):
+    a transfer whose key starts with a higher level than a bulk chunk in flight waits as
+    behind a full total window, so the next iteration's bytes do not share the NIC with the
+    current one's (the wire levels of :mod:`gnnsched.workload`). The simulator's window model
+    admits the same way (:class:`gnnsched.simulator.network._WindowNet`).
     """
 
     def __init__(self, sharing: str = "fair", window: int = WINDOW_BYTES,
                  peer_window: int | None = None, peer_chunks: int | None = None,
-                 urgent: bool = False, rate: float | None = None) -> None:
+                 urgent: bool = False, rate: float | None = None, levels: bool = False
+                 ) -> None:
         if sharing not in ("fair", "priority"):
             raise ValueError(f"sharing must be 'fair' or 'priority', got {sharing!r}")
         self.sharing, self.window = sharing, window
+        self.levels = levels and sharing == "priority"
+        self.level_bytes: dict[Any, int] = {}  # level -> remote bulk bytes in flight
+        self.chunk_level: dict[tuple[bytes, int, int], Any] = {}  # in flight, by chunk
         # the urgent band (priority only): the head transfer's chunks, outside the windows
         # below, within one receiver's window (and ``peer_chunks``) of its own
         self.urgent = urgent and sharing == "priority"
@@ -553,6 +560,13 @@ class NicQueue:
             self.acked_bytes -= self.acked.popleft()[1]
         return self.acked_bytes < CONSERVE_BELOW * self.rate * self.every
 
+    def _behind(self, t: OutTransfer) -> bool:
+        """``levels``: a lower level than ``t``'s has bulk chunks in flight."""
+        if not self.level_bytes or t.tid in self.past:
+            return False
+        key = self.keys.get(t.tid)
+        return key is not None and min(self.level_bytes) < key[0]
+
     def _order(self, t: OutTransfer) -> tuple:
         """The policy's order: ranked transfers by key, then the rest in arrival order."""
         return (0, self.keys[t.tid], t.tid) if t.tid in self.keys else (1, (), t.tid)
@@ -599,9 +613,11 @@ class NicQueue:
                     return head, True
                 ready = [t for t in ready if t is not head]
         open_ = [t for t in ready if t.peer not in self.full]
-        ready = [t for t in open_ if self._room(t, t.sizes[t.next_chunk])]
+        ready = [t for t in open_ if self._room(t, t.sizes[t.next_chunk])
+                 and not self._behind(t)]
         if not ready:
-            # only the total window blocks them, and the NIC idles: let the best one past
+            # only the total window (or a lower level in flight) blocks them, and the NIC
+            # idles: let the best one past
             blocked = [t for t in open_ if self._peer_room(t, t.sizes[t.next_chunk])]
             if not blocked or not self._idle(now):
                 return None
@@ -655,6 +671,10 @@ class NicQueue:
                     self.sent_at[(t.peer, t.req, i)] = time.monotonic()
                 self.peer_bytes[t.peer] = self.peer_bytes.get(t.peer, 0) + size
                 self.bulk_tids[t.tid] = self.bulk_tids.get(t.tid, 0) + 1
+                key = self.keys.get(t.tid) if self.levels else None
+                if key is not None:
+                    self.chunk_level[(t.peer, t.req, i)] = key[0]
+                    self.level_bytes[key[0]] = self.level_bytes.get(key[0], 0) + size
         msg = t.chunks[i]
         t.chunks[i] = None  # freed once sent
         assert msg is not None
@@ -673,6 +693,7 @@ class NicQueue:
         t.chunks[i] = msg
         *_, urgent = self.in_flight.pop((t.peer, t.req, i))
         self.sent_at.pop((t.peer, t.req, i), None)
+        self._unlevel((t.peer, t.req, i), size)
         self._release(t.tid, t.peer, size, t.local, urgent)
         if unreachable:
             self.urgent_off[t.peer] = time.monotonic() + URGENT_RETRY_S
@@ -712,12 +733,23 @@ class NicQueue:
         else:
             self.peer_bytes.pop(peer, None)
 
+    def _unlevel(self, chunk: tuple[bytes, int, int], size: int) -> None:
+        level = self.chunk_level.pop(chunk, None)
+        if level is None:
+            return
+        left = self.level_bytes[level] - size
+        if left > 0:
+            self.level_bytes[level] = left
+        else:
+            del self.level_bytes[level]
+
     def ack(self, peer: bytes, req: int, chunk: int) -> OutTransfer | None:
         """Record an acknowledged chunk; returns the transfer if that completed it."""
         entry = self.in_flight.pop((peer, req, chunk), None)
         if entry is None:
             raise MessageError(f"ACK for unknown chunk {chunk} of request {req}")
         tid, size, local, urgent = entry
+        self._unlevel((peer, req, chunk), size)
         if self.sent_at.pop((peer, req, chunk), None) is not None:
             now = time.monotonic()
             self.acked.append((now, size))
@@ -739,6 +771,8 @@ class NicQueue:
         self.ranks.clear()
         self.in_flight.clear()
         self.in_flight_bytes = 0
+        self.level_bytes.clear()
+        self.chunk_level.clear()
         self.sent_at.clear()
         self.past.clear()
         self.peer_bytes.clear()
@@ -758,6 +792,7 @@ class NicQueue:
         for key in [k for k in self.in_flight if k[0] == peer]:
             tid, size, local, urgent = self.in_flight.pop(key)
             self.sent_at.pop(key, None)
+            self._unlevel(key, size)
             self._release(tid, peer, size, local, urgent)
         self.full.discard(peer)
 
@@ -866,7 +901,8 @@ class Store(Role):
         self.nic = NicQueue(cfg["sharing"], int(window), int(peer),
                             peer_chunks=STORE_SOCKET.sndhwm,
                             urgent=getattr(self, "urgent", None) is not None,
-                            rate=cfg.get("nic_rates", {}).get(self.args.machine))
+                            rate=cfg.get("nic_rates", {}).get(self.args.machine),
+                            levels=bool(cfg.get("wire_levels")))
         self.chunk_bytes = int(cfg.get("nic_chunk_bytes", {}).get(
             self.args.machine, cfg.get("chunk_bytes", CHUNK_BYTES)))
         self.tids = itertools.count()

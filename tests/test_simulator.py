@@ -527,6 +527,34 @@ def _drive(net, arrivals, until=100.0):
     return out, most
 
 
+def test_window_net_levels_keep_the_current_iteration_ahead_on_the_wire():
+    """As the runtime's NicQueue with ``levels``: a sender hands no connection a later
+    iteration's piece while an earlier one's are in its streams, though both receivers'
+    windows have room, so the current iteration gets the whole NIC where the streams alone
+    share it fairly; and when the earlier iteration's receiver is congested and the NIC
+    idles, the later transfer goes past (work conservation)."""
+
+    def run(levels, slow_receiver=False):
+        cap = [10.0] * 6  # M=3: egress 0..2, ingress 3..5, 10 bytes/s
+        if slow_receiver:
+            cap[4] = 2.0  # ingress of machine 1
+        now = _Flow(0, 0, 1, 3, 5.0, 2, 0, 0)
+        now.skey = (0, 1, 10.0, 0)
+        later = _Flow(1, 0, 2, 3, 5.0, 2, 1, 1)
+        later.skey = (1, 1, 10.0, 1)
+        net = _WindowNet(cap, None, None, 2.0, 3, True, 1.5, piece_s=0.01, levels=levels)
+        return _drive(net, [(0.0, now), (0.0, later)])[0]
+
+    fair, kept = run(False), run(True)
+    assert fair[0] == pytest.approx(1.0) and fair[1] == pytest.approx(1.0)  # half each
+    assert kept[0] == pytest.approx(0.5) and kept[1] == pytest.approx(1.0)  # in order
+    stuck = run(True, slow_receiver=True)
+    assert stuck[0] == pytest.approx(2.5)  # its receiver's 2 bytes/s
+    # the NIC at 20% of its rate: the later iteration goes past after a conservation check
+    # (a quarter of the window's drain time), at the 8 bytes/s the stuck one leaves
+    assert stuck[1] < 0.5 + 0.1 + 5.0 / 8.0
+
+
 def test_window_net_pieces_let_an_urgent_transfer_overtake_after_one_window():
     """As the runtime's NicQueue (chunks, the next from the most urgent transfer with room):
     an urgent transfer queued behind a large one to the same receiver waits for at most one

@@ -252,6 +252,47 @@ def test_a_full_window_lets_a_transfer_past_while_its_nic_idles() -> None:
         assert q.next_chunk() is None and q.passed == 1
 
 
+def test_wire_levels_hold_a_later_iteration_until_the_earlier_one_is_acknowledged() -> None:
+    """``levels`` (gnnsched's ``wire_levels``): no chunk of a higher level (the key's first
+    element) leaves while a chunk of a lower level is unacknowledged, whatever the receiver,
+    though both receivers' windows have room; an unranked transfer is not held. Once the NIC
+    idles behind them, the best held transfer goes past (work conservation); without
+    ``levels`` the two receivers' chunks interleave."""
+    for levels in (False, True):
+        q = NicQueue("priority", window=10_000, peer_window=10_000, levels=levels,
+                     rate=10_000 / 0.2)
+        now_, nxt_, free = _transfer(1, 3, b"a"), _transfer(2, 3, b"b"), _transfer(3, 1, b"c")
+        for t in (now_, nxt_):
+            q.add(t)
+        q.set_keys({1: (0, 1, 5.0), 2: (1, 1, 5.0)})  # iteration 0, then iteration 1
+        sent = []
+        while (x := q.next_chunk()) is not None:
+            sent.append(x)
+        if not levels:
+            assert [t.tid for t, *_ in sent] == [1, 1, 1, 2, 2, 2]  # all at once
+            continue
+        assert [t.tid for t, *_ in sent] == [1, 1, 1]  # iteration 1 waits for the acks
+        q.add(free)  # not ranked (yet): never held
+        assert q.next_chunk()[0] is free
+        for t, msg, *_ in sent[:2]:
+            q.ack(t.peer, t.req, msg["chunk"])
+        assert q.next_chunk() is None  # one chunk of iteration 0 still in flight
+        t, msg, *_ = sent[2]
+        q.ack(t.peer, t.req, msg["chunk"])
+        sent = [q.next_chunk() for _ in range(3)]
+        assert [t.tid for t, *_ in sent] == [2, 2, 2] and q.passed == 0
+        # a lower level stuck at its receiver while the NIC idles: the held one goes past
+        stuck, later = _transfer(4, 2, b"a"), _transfer(5, 1, b"d")
+        q.add(stuck)
+        q.add(later)
+        q.set_keys({4: (2, 1, 5.0), 5: (3, 1, 5.0)})
+        for t, msg, *_ in sent:
+            q.ack(t.peer, t.req, msg["chunk"])  # iteration 1's chunks
+        assert [q.next_chunk()[0].tid for _ in range(2)] == [4, 4] and q.next_chunk() is None
+        time.sleep(0.06)  # a quarter of the drain time with nothing acknowledged
+        assert q.next_chunk()[0] is later and q.passed == 1
+
+
 def test_urgent_band_carries_the_head_transfer_past_the_windows() -> None:
     """With an urgent band, the policy's first transfer goes on it (``urgent``), outside the
     bulk windows and bounded by its own chunk count, whenever it has something to pass; a

@@ -182,7 +182,8 @@ def run(inst: Instance, policy: str | Policy = "gnnsched", *, record: bool = Fal
         # nic_window_s is a sender's window in all; each receiver's stream gets the
         # runtime's per-receiver share of it (PEER_WINDOW_S of NIC_WINDOW_S)
         net = _WindowNet(caps, schedule, rec_flow, inst.nic_window_s, M, priority,
-                         inst.nic_window_s * PEER_WINDOW_S / NIC_WINDOW_S, piece_s=NIC_CHUNK_S)
+                         inst.nic_window_s * PEER_WINDOW_S / NIC_WINDOW_S, piece_s=NIC_CHUNK_S,
+                         levels=bool(getattr(pol, "wire_levels", False)))
     else:
         net = (_PriorityNet if pol.sharing == "priority" else _FairNet)(caps, schedule,
                                                                         rec_flow)

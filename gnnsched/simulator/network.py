@@ -10,7 +10,8 @@ Resources are numbered egress ``m`` = ``m`` and ingress ``m`` = ``M + m``.
 * :class:`_WindowNet` (``nic_window_s``): the gnnsched runtime's NICs — one TCP connection
   per (sender, receiver), connections sharing the NICs fairly; a sender hands over its most
   urgent transfer whose connection has room under the runtime's per-receiver and total send
-  windows, or past the total one while the sender's NIC idles (work conservation).
+  windows, or past the total one while the sender's NIC idles (work conservation); with
+  the policy's ``wire_levels``, none of a higher level while a lower one's are in flight.
 
 Speed: rates are recomputed only around the NICs whose flow set changed. Priority mode keeps,
 per NIC direction, only the most urgent flow of each (sender, receiver) pair (the only one that
@@ -43,7 +44,7 @@ class _Flow:
 
     __slots__ = ("fid", "s", "d", "skey", "rem", "rate", "t0", "ver", "kind", "w", "k", "tr",
                  "nbytes", "tag", "t_arr", "src", "dst", "seen", "conn", "left", "out", "past",
-                 "parent")
+                 "parent", "lv")
 
     def __init__(self, fid: int, src: int, dst: int, M: int, nbytes: float, kind: int,
                  w: int, k: int) -> None:
@@ -55,6 +56,7 @@ class _Flow:
         self.ver = 0
         self.kind, self.w, self.k = kind, w, k
         self.skey: tuple = ()
+        self.lv: Any = None  # _WindowNet with levels: its policy level (None: not gated)
         self.tr: Transfer | None = None
         self.tag = 0.0
         self.seen = -1
@@ -573,12 +575,15 @@ class _WindowNet:
     :data:`~gnnsched.workload.CONSERVE_BELOW` of its egress (they wait at congested receivers)
     its best waiting transfer whose stream has room goes in past the window, at most one per
     :data:`~gnnsched.workload.CONSERVE_EVERY` of the window's drain time (checked whenever
-    rates change).
+    rates change). With ``levels`` (an ``ordered`` policy with ``wire_levels``) a transfer
+    whose key starts with a higher level than a piece the sender has in its streams waits
+    as behind a full window (the wire levels of :mod:`gnnsched.workload`).
     """
 
     def __init__(self, cap: list[float], schedule: Any, record: Any, window_s: float,
                  M: int, ordered: bool, peer_s: float | None = None,
-                 conserve: bool = True, piece_s: float | None = None) -> None:
+                 conserve: bool = True, piece_s: float | None = None,
+                 levels: bool = False) -> None:
         self.inner = _FairNet(cap, schedule, record, connections=True)
         self.M = M
         self.every = window_s * CONSERVE_EVERY  # of the total window's drain time
@@ -601,18 +606,34 @@ class _WindowNet:
         self.waiting: list[list[tuple]] = [[] for _ in range(M)]  # per sender, by key
         self.queued: dict[tuple[int, int, int], float] = {}  # stream: bytes admitted, unfinished
         self.held = [0.0] * M  # per sender: sum over its streams of min(queued, peer window)
+        self.levels = levels and ordered
+        self.by_level: list[dict[Any, float]] = [{} for _ in range(M)]  # sender: level -> bytes
 
     def add(self, f: _Flow, now: float) -> None:
         f.conn = _RECEIVER[f.kind]
+        if self.levels and f.skey:
+            f.lv = f.skey[0]
         heapq.heappush(self.waiting[f.s], (f.skey if self.ordered else (f.fid,), f.fid, f))
         self._admit(f.s, now)
 
-    def _charge(self, s: int, pair: tuple[int, int, int], delta: float) -> None:
+    def _charge(self, s: int, pair: tuple[int, int, int], delta: float, lv: Any = None
+                ) -> None:
         before = self.queued.get(pair, 0.0)
         after = max(0.0, before + delta)
         self.queued[pair] = after
         cap = self.peer[s]
         self.held[s] += min(after, cap) - min(before, cap)
+        if lv is not None:
+            mine = self.by_level[s]
+            left = mine.get(lv, 0.0) + delta
+            if left > 1e-9 * abs(delta):
+                mine[lv] = left
+            else:
+                mine.pop(lv, None)
+
+    def _behind(self, f: _Flow) -> bool:
+        """Whether `f` waits for a lower level's pieces in its sender's streams."""
+        return f.lv is not None and any(lv < f.lv for lv in self.by_level[f.s])
 
     def _admit(self, s: int, now: float, force: bool = False,
                pair: tuple[int, int, int] | None = None) -> bool:
@@ -625,11 +646,12 @@ class _WindowNet:
             item = heapq.heappop(q)
             f = item[-1]
             pair = (f.s, f.d, f.conn)
-            if self.queued.get(pair, 0.0) >= self.peer[s]:
-                skipped.append(item)  # its stream is full: the next transfer may go
-                continue
+            if self.queued.get(pair, 0.0) >= self.peer[s] or (self._behind(f) and not
+                                                                (force and not took)):
+                skipped.append(item)  # its stream is full (or a lower level is in
+                continue  # flight): the next transfer may go
             f.skey = ()  # one class: the streams share fairly
-            self._charge(s, pair, f.nbytes)
+            self._charge(s, pair, f.nbytes, f.lv)
             self.inner.add(f, now)
             took = True
         for item in skipped:
@@ -656,7 +678,8 @@ class _WindowNet:
         if f.left <= f.nbytes * 1e-12:
             f.left = 0.0
         f.out += 1
-        self._charge(f.s, (f.s, f.d, f.conn), size)
+        p.lv = f.lv
+        self._charge(f.s, (f.s, f.d, f.conn), size, f.lv)
         self.inner.add(p, now)
 
     def _feed(self, f: _Flow, now: float) -> bool:
@@ -696,7 +719,8 @@ class _WindowNet:
             if not self._stream_room(f, size):
                 skipped.append(heapq.heappop(q))  # its stream is full: the next may go
                 continue
-            if self.held[s] > 0 and self.held[s] + size > self.window[s] * (1 + 1e-9):
+            if (self.held[s] > 0 and self.held[s] + size > self.window[s] * (1 + 1e-9)) \
+                    or self._behind(f):
                 if not force or took:
                     blocked = True
                     break
@@ -722,7 +746,7 @@ class _WindowNet:
         f = self.inner.done(g, ver, now)
         if f is None:
             return None
-        self._charge(f.s, (f.s, f.d, f.conn), -f.nbytes)
+        self._charge(f.s, (f.s, f.d, f.conn), -f.nbytes, f.lv)
         if f.parent is not None:  # a piece: its transfer is done with its last piece
             t = f.parent
             t.out -= 1
