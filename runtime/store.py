@@ -17,8 +17,9 @@ NIC can order it. Priority transmission is real, not a label:
   the others (a blocking send would stall every transfer, sampling answers included, behind
   the slowest receiver; retrying every loop round spun the CPU);
 * with ``sharing == "priority"`` the next chunk always comes from the first transfer in the
-  policy's order; with ``"fair"`` active transfers take turns chunk by chunk, like TCP flows
-  sharing a link. The coordinator runs the policy: it sends each transfer's priority key
+  policy's order (and with the policy's ``wire_levels`` none of a later iteration while a
+  chunk of an earlier one is unacknowledged, unless the NIC idles); with ``"fair"`` active
+  transfers take turns chunk by chunk, like TCP flows sharing a link. The coordinator runs the policy: it sends each transfer's priority key
   ahead of time, keyed by (trainer, iteration, kind) -- when it dispatches a batch (its
   sampling requests) and when the batch is sampled (its feature transfers, whose sizes are
   then known) -- and, as a fallback for a request that beats that message, per queued
@@ -447,10 +448,13 @@ class NicQueue:
     this NIC -- the best blocked transfer goes past the total window (its receiver's window
     still applies), at most one per that time. When the NIC is the bottleneck nothing changes
     and the policy's order holds. ``levels`` (priority only; the policy's ``wire_levels``):
-    a transfer whose key starts with a higher level than a bulk chunk in flight waits as
-    behind a full total window, so the next iteration's bytes do not share the NIC with the
-    current one's (the wire levels of :mod:`gnnsched.workload`). The simulator's window model
-    admits the same way (:class:`gnnsched.simulator.network._WindowNet`).
+    a transfer whose key starts with a higher level than a bulk chunk in flight here waits
+    as behind a full total window, so the next iteration's bytes do not share this NIC with
+    the current one's; and one whose receiver's floor (:meth:`set_floor`: the first key of
+    every store's unfinished transfers to it) has a lower level waits while the others go,
+    so they do not share the receiver's NIC either (the wire levels of
+    :mod:`gnnsched.workload`). The simulator's window model admits the same way
+    (:class:`gnnsched.simulator.network._WindowNet`).
     """
 
     def __init__(self, sharing: str = "fair", window: int = WINDOW_BYTES,
@@ -561,11 +565,20 @@ class NicQueue:
         return self.acked_bytes < CONSERVE_BELOW * self.rate * self.every
 
     def _behind(self, t: OutTransfer) -> bool:
-        """``levels``: a lower level than ``t``'s has bulk chunks in flight."""
+        """``levels``: a lower level than ``t``'s has bulk chunks in flight here."""
         if not self.level_bytes or t.tid in self.past:
             return False
         key = self.keys.get(t.tid)
         return key is not None and min(self.level_bytes) < key[0]
+
+    def _floor_held(self, t: OutTransfer) -> bool:
+        """``levels``: some store's transfer of a lower level than ``t``'s to the same
+        receiver is unfinished (the coordinator's floor for that receiver says so)."""
+        if not self.levels:
+            return False
+        floor = self.floors.get(t.dst_machine)
+        key = self.keys.get(t.tid)
+        return floor is not None and key is not None and floor[0] < key[0]
 
     def _order(self, t: OutTransfer) -> tuple:
         """The policy's order: ranked transfers by key, then the rest in arrival order."""
@@ -612,7 +625,7 @@ class NicQueue:
                 if self._urgent_room(head.sizes[head.next_chunk]):
                     return head, True
                 ready = [t for t in ready if t is not head]
-        open_ = [t for t in ready if t.peer not in self.full]
+        open_ = [t for t in ready if t.peer not in self.full and not self._floor_held(t)]
         ready = [t for t in open_ if self._room(t, t.sizes[t.next_chunk])
                  and not self._behind(t)]
         if not ready:
@@ -903,6 +916,8 @@ class Store(Role):
                             urgent=getattr(self, "urgent", None) is not None,
                             rate=cfg.get("nic_rates", {}).get(self.args.machine),
                             levels=bool(cfg.get("wire_levels")))
+        for floor in self.__dict__.pop("early_floors", []):
+            self.nic.set_floor(*floor)
         self.chunk_bytes = int(cfg.get("nic_chunk_bytes", {}).get(
             self.args.machine, cfg.get("chunk_bytes", CHUNK_BYTES)))
         self.tids = itertools.count()
@@ -1099,7 +1114,12 @@ class Store(Role):
                 self.nic.release(int(body["machine"]))
         elif body["op"] == "floor":
             key = body.get("key")
-            self.nic.set_floor(int(body["machine"]), None if key is None else tuple(key))
+            floor = (int(body["machine"]), None if key is None else tuple(key))
+            if getattr(self, "nic", None) is None:
+                # every store hears every receiver's floor, a restarted one while it loads
+                self.__dict__.setdefault("early_floors", []).append(floor)
+            else:
+                self.nic.set_floor(*floor)
         elif body["op"] == "rank":
             self.nic.set_ranks({(int(t), int(q), str(k)): tuple(key)
                                 for t, q, k, key in body["ranks"]})

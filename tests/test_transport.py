@@ -293,6 +293,29 @@ def test_wire_levels_hold_a_later_iteration_until_the_earlier_one_is_acknowledge
         assert q.next_chunk()[0] is later and q.passed == 1
 
 
+def test_wire_levels_hold_a_transfer_above_its_receivers_floor() -> None:
+    """The coordinator's floor for a receiver (the first key among every store's unfinished
+    transfers to it): with ``levels`` a store holds a transfer of a higher level for that
+    receiver, even with nothing of its own in flight, and sends its other receivers'; the
+    held one goes once the floor rises. Without ``levels`` a floor only grants the urgent
+    band."""
+    for levels in (False, True):
+        q = NicQueue("priority", window=10_000, peer_window=10_000, levels=levels)
+        to_a, to_b = _transfer(1, 2, b"a"), _transfer(2, 2, b"b")
+        to_a.dst_machine, to_b.dst_machine = 1, 2
+        q.add(to_a)
+        q.add(to_b)
+        q.set_keys({1: (1, 1, 5.0), 2: (1, 1, 5.0)})
+        q.set_floor(1, (0,))  # another store still sends iteration 0 to machine 1
+        q.set_floor(2, (1,))
+        if not levels:
+            assert _drain(q) == [1, 1, 2, 2]
+            continue
+        assert _drain(q) == [2, 2]  # machine 2's floor is its level: it goes
+        q.set_floor(1, None)  # nothing unfinished to machine 1 any more
+        assert _drain(q) == [1, 1]
+
+
 def test_urgent_band_carries_the_head_transfer_past_the_windows() -> None:
     """With an urgent band, the policy's first transfer goes on it (``urgent``), outside the
     bulk windows and bounded by its own chunk count, whenever it has something to pass; a

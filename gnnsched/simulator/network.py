@@ -608,11 +608,14 @@ class _WindowNet:
         self.held = [0.0] * M  # per sender: sum over its streams of min(queued, peer window)
         self.levels = levels and ordered
         self.by_level: list[dict[Any, float]] = [{} for _ in range(M)]  # sender: level -> bytes
+        self.rx: list[dict[Any, int]] = [{} for _ in range(M)]  # receiver: level -> transfers
 
     def add(self, f: _Flow, now: float) -> None:
         f.conn = _RECEIVER[f.kind]
         if self.levels and f.skey:
             f.lv = f.skey[0]
+            r = self.rx[f.dst]
+            r[f.lv] = r.get(f.lv, 0) + 1
         heapq.heappush(self.waiting[f.s], (f.skey if self.ordered else (f.fid,), f.fid, f))
         self._admit(f.s, now)
 
@@ -635,6 +638,11 @@ class _WindowNet:
         """Whether `f` waits for a lower level's pieces in its sender's streams."""
         return f.lv is not None and any(lv < f.lv for lv in self.by_level[f.s])
 
+    def _floor_held(self, f: _Flow) -> bool:
+        """Whether a transfer of a lower level than `f`'s, from any sender, is unfinished at
+        `f`'s receiver (its floor): `f` waits, and its sender's other transfers may go."""
+        return f.lv is not None and min(self.rx[f.dst]) < f.lv
+
     def _admit(self, s: int, now: float, force: bool = False,
                pair: tuple[int, int, int] | None = None) -> bool:
         if self.piece is not None:
@@ -646,8 +654,8 @@ class _WindowNet:
             item = heapq.heappop(q)
             f = item[-1]
             pair = (f.s, f.d, f.conn)
-            if self.queued.get(pair, 0.0) >= self.peer[s] or (self._behind(f) and not
-                                                                (force and not took)):
+            if self.queued.get(pair, 0.0) >= self.peer[s] or self._floor_held(f) or \
+                    (self._behind(f) and not (force and not took)):
                 skipped.append(item)  # its stream is full (or a lower level is in
                 continue  # flight): the next transfer may go
             f.skey = ()  # one class: the streams share fairly
@@ -716,9 +724,9 @@ class _WindowNet:
                 heapq.heappop(q)  # handed over in full, or fed as its stream drains
                 continue
             size = self._size(f)
-            if not self._stream_room(f, size):
-                skipped.append(heapq.heappop(q))  # its stream is full: the next may go
-                continue
+            if not self._stream_room(f, size) or self._floor_held(f):
+                skipped.append(heapq.heappop(q))  # its stream is full (or its receiver
+                continue  # waits for a lower level): the next may go
             if (self.held[s] > 0 and self.held[s] + size > self.window[s] * (1 + 1e-9)) \
                     or self._behind(f):
                 if not force or took:
@@ -750,10 +758,29 @@ class _WindowNet:
         if f.parent is not None:  # a piece: its transfer is done with its last piece
             t = f.parent
             t.out -= 1
+            fin = t.left <= 0 and t.out == 0
+            if fin and t.lv is not None:
+                self._finished(t, now)
             self._admit(f.s, now, pair=(f.s, f.d, f.conn))
-            return t if t.left <= 0 and t.out == 0 else None
+            return t if fin else None
+        if f.lv is not None:
+            self._finished(f, now)
         self._admit(f.s, now)
         return f
+
+    def _finished(self, t: _Flow, now: float) -> None:
+        """`t` (with a level) is done: where its receiver's floor rises, every sender may
+        hand over what that floor held."""
+        r = self.rx[t.dst]
+        r[t.lv] -= 1
+        if r[t.lv]:
+            return
+        del r[t.lv]
+        if r and min(r) < t.lv:
+            return  # a lower level is still unfinished there: the floor stays
+        for s in range(self.M):
+            if self.waiting[s]:
+                self._admit(s, now)
 
     def set_cap(self, r: int, c: float) -> None:
         self.inner.set_cap(r, c)

@@ -181,8 +181,9 @@ class PolicyDriver:
         self.expected: dict[tuple[int, int], str] = {}
         self.queues: dict[int, dict[int, Transfer]] = defaultdict(dict)
         self.keyed: dict[tuple[int, int], list] = {}  # (store, tid) -> the policy's key
-        self.floor: dict[int, list | None] = {}  # receiver -> its first key (urgent band)
+        self.floor: dict[int, list | None] = {}  # receiver -> its first key (or level) sent
         self.urgent_band = bool(getattr(self, "cfg", {}).get("urgent_band"))
+        self.wire_levels = bool(getattr(self, "cfg", {}).get("wire_levels"))
         self.stores = {self.cluster.machine_index(r.launch.machine): name
                        for name, r in self.roles.items() if r.launch.role == "store"}
         self.fetchers = [name for name, r in self.roles.items() if r.launch.role == "fetcher"]
@@ -305,17 +306,21 @@ class PolicyDriver:
         self._floors({int(t[4]) for t in body["transfers"]})
 
     def _floors(self, dsts: set[int]) -> None:
-        """The urgent band's grants, from the receiver's side: a store may send a transfer on
-        it only if no transfer to the same receiver, from any store, comes before it in the
-        policy's order (its key is at most the receiver's floor). Without this a store's head
-        is only *its* first, and at a receiver's NIC one store's next-iteration prefetch
-        passes another store's bytes for the current iteration."""
-        if not self.urgent_band:
+        """Every receiver's floor, the first key among all stores' unfinished transfers to
+        it, sent to every store when it changes. The urgent band's grants: a store may send a
+        transfer on it only if its key is at most the floor. Without this a store's head is
+        only *its* first, and at a receiver's NIC one store's next-iteration prefetch passes
+        another store's bytes for the current iteration. The wire levels (without the band:
+        only the floor's level, so only its changes are sent): a store holds a transfer of a
+        higher level than its receiver's floor (:class:`~gnnsched.runtime.store.NicQueue`)."""
+        if not (self.urgent_band or self.wire_levels):
             return
         for d in dsts:
             keys = [self.keyed[(m, tid)] for m, q in self.queues.items() for tid, tr in q.items()
                     if tr.dst == d and (m, tid) in self.keyed]
             floor = min(keys) if keys else None
+            if floor is not None and not self.urgent_band:
+                floor = floor[:1]  # the level
             if floor != self.floor.get(d):
                 self.floor[d] = floor
                 for store in self.stores.values():
