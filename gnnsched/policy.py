@@ -148,7 +148,8 @@ class Policy:
     name: ClassVar[str] = "base"
     sharing: ClassVar[str] = "fair"  # "fair" | "priority" | "classes" (see the contract)
     # whether priority keys start with a level the runtime's stores keep on the wire: no
-    # chunk of a higher level while one of a lower level is unacknowledged (gnnsched.workload)
+    # chunk of a higher level while one of a lower level is unacknowledged at the sender or
+    # unfinished at the receiver ("Wire levels" in gnnsched.workload)
     wire_levels: ClassVar[bool] = False
 
     def reset(self, ctx: PolicyContext) -> None:

@@ -68,15 +68,21 @@ NIC_CHUNK_S = 0.008
 CONSERVE_BELOW, CONSERVE_EVERY = 0.9, 0.25
 
 # Wire levels. Policies with ``wire_levels`` (gnnsched's first rule: the oldest iteration
-# first) have a store keep their levels on the wire: it hands no connection a chunk of a
-# higher level while a chunk of a lower level it sent is unacknowledged, unless its NIC idles
-# (the work-conserving rule above then lets the best blocked transfer past). The windows
-# alone order bytes only within one receiver's connection, and connections share the NIC
+# first) have the stores keep their levels on the wire, at both ends of a link:
+# * a store hands no connection a chunk of a higher level while a chunk of a lower level it
+#   sent is unacknowledged, unless its NIC idles (the work-conserving rule above then lets
+#   the best held transfer past);
+# * a store holds a transfer whose receiver still has a lower level unfinished from any
+#   store (the receiver's floor, which the coordinator sends every store), and sends its
+#   other receivers' meanwhile.
+# The windows alone order bytes only within one connection, and connections share both NICs
 # fairly, so the next batch's prefetched features took NIC time from the batches the barrier
 # waits for: on the 32-host *mixed* planning shape the first iteration took 0.56 s where the
 # ideal network (every NIC in the policy's order) takes 0.42 s, and the epoch was 1.10x the
-# ideal one; with the levels kept, 1.02x. The runtime's stores (``NicQueue(levels=True)``)
-# and the simulator's window model (``_WindowNet(levels=True)``) apply the same rule.
+# ideal one; with both rules 1.005x. The first rule alone gained 5% there but lost 17% on
+# papers-sized *mixed*, where a store's next level then waited behind one slow receiver,
+# and with the floors gained 7%. The runtime (``NicQueue(levels=True)``, the coordinator's
+# floors) and the simulator's window model (``_WindowNet(levels=True)``) apply the same rules.
 
 
 def ring_wire_s(volume: float, trainer_machines: list[int], egress: Any, ingress: Any,

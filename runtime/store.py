@@ -18,7 +18,8 @@ NIC can order it. Priority transmission is real, not a label:
   the slowest receiver; retrying every loop round spun the CPU);
 * with ``sharing == "priority"`` the next chunk always comes from the first transfer in the
   policy's order (and with the policy's ``wire_levels`` none of a later iteration while a
-  chunk of an earlier one is unacknowledged, unless the NIC idles); with ``"fair"`` active
+  chunk of an earlier one is unacknowledged, unless the NIC idles, nor while its receiver's
+  floor is an earlier iteration); with ``"fair"`` active
   transfers take turns chunk by chunk, like TCP flows sharing a link. The coordinator runs the policy: it sends each transfer's priority key
   ahead of time, keyed by (trainer, iteration, kind) -- when it dispatches a batch (its
   sampling requests) and when the batch is sampled (its feature transfers, whose sizes are

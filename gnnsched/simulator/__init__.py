@@ -27,8 +27,9 @@ Semantics (the costs themselves come from :class:`gnnsched.workload.Workload`):
   sharing the NICs fairly (:class:`_WindowNet`); a transfer waiting
   behind a full window goes past it while the sender's NIC idles behind congested receivers
   (:data:`gnnsched.workload.CONSERVE_BELOW`); with the policy's ``wire_levels`` a sender
-  hands no chunk of a later iteration while an earlier one's are in its connections (wire
-  levels, :mod:`gnnsched.workload`), as the runtime's stores do.
+  hands no chunk of a later iteration while an earlier one's are in its connections, nor
+  to a receiver with an earlier iteration unfinished from any sender (wire levels,
+  :mod:`gnnsched.workload`), as the runtime's stores do.
 * **Network model** of the user-facing prediction (:func:`gnnsched.api.simulate`, ``gnnsched
   simulate``): ``windowed`` by default, the runtime's NICs with the runtime's window
   (:data:`gnnsched.workload.NIC_WINDOW_S`); ``ideal`` is the policy's ``sharing`` above

@@ -11,7 +11,8 @@ Resources are numbered egress ``m`` = ``m`` and ingress ``m`` = ``M + m``.
   per (sender, receiver), connections sharing the NICs fairly; a sender hands over its most
   urgent transfer whose connection has room under the runtime's per-receiver and total send
   windows, or past the total one while the sender's NIC idles (work conservation); with
-  the policy's ``wire_levels``, none of a higher level while a lower one's are in flight.
+  the policy's ``wire_levels``, none of a higher level while a lower one's are in flight
+  or unfinished at its receiver.
 
 Speed: rates are recomputed only around the NICs whose flow set changed. Priority mode keeps,
 per NIC direction, only the most urgent flow of each (sender, receiver) pair (the only one that
@@ -577,7 +578,9 @@ class _WindowNet:
     :data:`~gnnsched.workload.CONSERVE_EVERY` of the window's drain time (checked whenever
     rates change). With ``levels`` (an ``ordered`` policy with ``wire_levels``) a transfer
     whose key starts with a higher level than a piece the sender has in its streams waits
-    as behind a full window (the wire levels of :mod:`gnnsched.workload`).
+    as behind a full window, and one whose receiver has a lower level unfinished from any
+    sender (its floor) waits while the sender's others go (the wire levels of
+    :mod:`gnnsched.workload`).
     """
 
     def __init__(self, cap: list[float], schedule: Any, record: Any, window_s: float,
