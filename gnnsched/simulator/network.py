@@ -612,6 +612,8 @@ class _WindowNet:
         self.levels = levels and ordered
         self.by_level: list[dict[Any, float]] = [{} for _ in range(M)]  # sender: level -> bytes
         self.rx: list[dict[Any, int]] = [{} for _ in range(M)]  # receiver: level -> transfers
+        # per receiver: (sender, queue item) of transfers its floor holds, out of the queues
+        self.parked: list[list[tuple[int, tuple]]] = [[] for _ in range(M)]
 
     def add(self, f: _Flow, now: float) -> None:
         f.conn = _RECEIVER[f.kind]
@@ -727,9 +729,12 @@ class _WindowNet:
                 heapq.heappop(q)  # handed over in full, or fed as its stream drains
                 continue
             size = self._size(f)
-            if not self._stream_room(f, size) or self._floor_held(f):
-                skipped.append(heapq.heappop(q))  # its stream is full (or its receiver
-                continue  # waits for a lower level): the next may go
+            if self._floor_held(f):  # parked until its receiver's floor rises
+                self.parked[f.dst].append((s, heapq.heappop(q)))
+                continue
+            if not self._stream_room(f, size):
+                skipped.append(heapq.heappop(q))  # its stream is full: the next may go
+                continue
             if (self.held[s] > 0 and self.held[s] + size > self.window[s] * (1 + 1e-9)) \
                     or self._behind(f):
                 if not force or took:
@@ -781,9 +786,11 @@ class _WindowNet:
         del r[t.lv]
         if r and min(r) < t.lv:
             return  # a lower level is still unfinished there: the floor stays
-        for s in range(self.M):
-            if self.waiting[s]:
-                self._admit(s, now)
+        parked, self.parked[t.dst] = self.parked[t.dst], []
+        for s, item in parked:
+            heapq.heappush(self.waiting[s], item)
+        for s in sorted({s for s, _ in parked}):
+            self._admit(s, now)
 
     def set_cap(self, r: int, c: float) -> None:
         self.inner.set_cap(r, c)
