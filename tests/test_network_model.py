@@ -46,7 +46,9 @@ def test_the_default_is_the_runtimes_windows(case: dict[str, Any]) -> None:
     assert res.meta["network"] == "windowed" and res.meta["nic_window_s"] == NIC_WINDOW_S
     windowed, ideal = _engine(case, NIC_WINDOW_S), _engine(case, None)
     assert res.epoch_time_s == windowed
-    assert abs(windowed / ideal - 1) > 0.02, (windowed, ideal)  # the windows matter here
+    # the windows cost something here (2-5% before wire levels kept the iterations' order
+    # across connections; 0.5% with them)
+    assert windowed > ideal * 1.002, (windowed, ideal)
 
 
 def test_the_ideal_model_is_an_option(case: dict[str, Any]) -> None:
