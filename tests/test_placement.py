@@ -211,13 +211,32 @@ def test_search_with_the_simulator_keeps_its_start(problems) -> None:
 
 
 def test_gnnsched_is_never_slower_than_the_baselines(problems) -> None:
+    """The kept plan is the least slower, on its worst draw, than the fastest start of each
+    draw (colocation and greedy are starts), and on the judged draw it is slower than no
+    baseline beyond the noisier of the two plans' spreads over the draws (the planning
+    benchmark's rule: a plan kept for all draws may lose one to a plan lucky there)."""
     from gnnsched.placement.search import plan_and_compare
 
     pb = problems["lab4"]
     plan = plan_and_compare(pb, "gnnsched", seed=0, budget=4.0)
     pr = plan.predicted
+    d = pr["search"]["draws"]
+    starts = d["start_epochs_s"]
+    ref = [min(v[k] for v in starts.values()) for k in range(len(d["seeds"]))]
+
+    def worst(v):
+        return max(a / b for a, b in zip(v, ref))
+
+    def spread(v):
+        return (max(v) - min(v)) / min(v)
+
+    for name, v in starts.items():
+        assert worst(d["epoch_s"]) <= worst(v) * (1 + 1e-9), name
     for name, row in pr["baselines"].items():
-        assert pr["epoch_time_s"] <= row["epoch_time_s"] * (1 + 1e-9), name
+        start = next((v for k, v in starts.items() if name in k.split(" = ")), None)
+        tol = max(spread(d["epoch_s"]), spread(start)) if start else 0.0
+        assert pr["epoch_time_s"] <= row["epoch_time_s"] * (1 + tol) * (1 + 1e-9), name
+    assert {"colocation", "greedy"} <= {n for k in starts for n in k.split(" = ")}
     assert 0 < pr["lower_bound_s"] <= pr["epoch_time_s"]
 
 
