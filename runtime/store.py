@@ -19,12 +19,12 @@ NIC can order it. Priority transmission is real, not a label:
 * with ``sharing == "priority"`` the next chunk always comes from the first transfer in the
   policy's order (and with the policy's ``wire_levels`` none of a later iteration while a
   chunk of an earlier one is unacknowledged, unless the NIC idles, nor while its receiver's
-  floor is an earlier iteration); with ``"fair"`` active
-  transfers take turns chunk by chunk, like TCP flows sharing a link. The coordinator runs the policy: it sends each transfer's priority key
-  ahead of time, keyed by (trainer, iteration, kind) -- when it dispatches a batch (its
-  sampling requests) and when the batch is sampled (its feature transfers, whose sizes are
-  then known) -- and, as a fallback for a request that beats that message, per queued
-  transfer. Transfers not ranked yet go after ranked ones, in arrival order, so the NIC never
+  floor is an earlier iteration); with ``"fair"`` active transfers take turns chunk by
+  chunk, like TCP flows sharing a link. The coordinator runs the policy: it sends each
+  transfer's priority key ahead of time, keyed by (trainer, iteration, kind) -- when it
+  dispatches a batch (its sampling requests) and when the batch is sampled (its feature
+  transfers, whose sizes are then known) -- and, as a fallback for a request that beats that
+  message, per queued transfer. Transfers not ranked yet go after ranked ones, in arrival order, so the NIC never
   idles waiting for a decision.
 
 So a high-priority transfer queued behind a large low-priority one overtakes it after at most

@@ -561,20 +561,21 @@ def test_window_net_levels_hold_a_transfer_above_its_receivers_floor():
     and sends its other receivers' meanwhile; the held one starts when the floor rises."""
     cap = [10.0] * 6  # M=3, 10 bytes/s everywhere
 
-    def run(levels):
+    def run(levels, piece_s=0.01):
         current = _Flow(0, 0, 2, 3, 5.0, 2, 0, 0)  # machine 0 -> 2, iteration 0
         current.skey = (0, 1, 10.0, 0)
         early = _Flow(1, 1, 2, 3, 5.0, 2, 1, 1)  # machine 1 -> 2, iteration 1
         early.skey = (1, 1, 10.0, 1)
         other = _Flow(2, 1, 0, 3, 5.0, 2, 2, 1)  # machine 1 -> 0, iteration 1
         other.skey = (1, 1, 10.0, 2)
-        net = _WindowNet(cap, None, None, 2.0, 3, True, 1.5, piece_s=0.01, levels=levels)
+        net = _WindowNet(cap, None, None, 2.0, 3, True, 1.5, piece_s=piece_s, levels=levels)
         return _drive(net, [(0.0, current), (0.0, early), (0.0, other)])[0]
 
-    done = run(True)
-    assert done[0] == pytest.approx(0.5)  # machine 2's ingress to itself
-    assert done[2] == pytest.approx(0.5)  # machine 1's NIC to machine 0 meanwhile
-    assert done[1] == pytest.approx(1.0)  # after the floor rose at 0.5
+    for piece_s in (0.01, None):  # in chunks, as the runtime's, and whole transfers
+        done = run(True, piece_s)
+        assert done[0] == pytest.approx(0.5)  # machine 2's ingress to itself
+        assert done[2] == pytest.approx(0.5)  # machine 1's NIC to machine 0 meanwhile
+        assert done[1] == pytest.approx(1.0)  # after the floor rose at 0.5
     assert run(False)[0] > 0.9  # without levels both senders share machine 2's ingress
 
 

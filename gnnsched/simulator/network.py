@@ -659,7 +659,10 @@ class _WindowNet:
             item = heapq.heappop(q)
             f = item[-1]
             pair = (f.s, f.d, f.conn)
-            if self.queued.get(pair, 0.0) >= self.peer[s] or self._floor_held(f) or \
+            if self._floor_held(f):  # parked until its receiver's floor rises
+                self.parked[f.dst].append((s, item))
+                continue
+            if self.queued.get(pair, 0.0) >= self.peer[s] or \
                     (self._behind(f) and not (force and not took)):
                 skipped.append(item)  # its stream is full (or a lower level is in
                 continue  # flight): the next transfer may go
