@@ -183,7 +183,7 @@ def run(inst: Instance, policy: str | Policy = "gnnsched", *, record: bool = Fal
         # runtime's per-receiver share of it (PEER_WINDOW_S of NIC_WINDOW_S)
         net = _WindowNet(caps, schedule, rec_flow, inst.nic_window_s, M, priority,
                          inst.nic_window_s * PEER_WINDOW_S / NIC_WINDOW_S, piece_s=NIC_CHUNK_S,
-                         levels=bool(getattr(pol, "wire_levels", False)))
+                         levels=pol.wire_levels)
     else:
         net = (_PriorityNet if pol.sharing == "priority" else _FairNet)(caps, schedule,
                                                                         rec_flow)

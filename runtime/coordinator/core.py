@@ -194,7 +194,7 @@ class Coordinator(PolicyDriver, RoleTable):
             "job": self.job.to_dict(), "feature_dim": self.pset.feature_dim,
             "num_classes": self.pset.num_classes, "feature_bytes": 4 * self.pset.feature_dim,
             "sharing": self.policy.sharing, **self._sizes(),
-            "wire_levels": bool(getattr(self.policy, "wire_levels", False)),
+            "wire_levels": self.policy.wire_levels,
             "urgent_band": bool(getattr(self.launcher, "nic_bands", False) and o.urgent_band),
             "grad_first": o.grad_first and len(set(self.T)) > 1,
             "request_timeout": o.request_timeout * self.dilation,
