@@ -92,12 +92,15 @@ class Instance:
     """
 
     def __init__(self, workload: Workload, plan: Plan, *, seed: int = 0,
-                 iterations: int | None = None, nic_window_s: float | None = None) -> None:
+                 iterations: int | None = None, nic_window_s: float | None = None,
+                 nic_chunk_s: float | None = None) -> None:
         wl, cl = workload, workload.cluster
         self.workload, self.plan, self.seed = wl, plan, seed
-        if nic_window_s is not None and not nic_window_s > 0:
-            raise ValueError(f"nic_window_s must be > 0 seconds or None, got {nic_window_s!r}")
+        for name, v in (("nic_window_s", nic_window_s), ("nic_chunk_s", nic_chunk_s)):
+            if v is not None and not v > 0:
+                raise ValueError(f"{name} must be > 0 seconds or None, got {v!r}")
         self.nic_window_s = nic_window_s
+        self.nic_chunk_s = nic_chunk_s  # the window model's piece (None: NIC_CHUNK_S)
         self.M = wl.M
         self.W = len(plan.trainers)
         self.K = K = int(iterations or wl.iterations)

@@ -306,6 +306,25 @@ def test_window_net_is_the_runtimes_connections_behind_a_window():
     cluster, job, prof, plan = make_problem()
     with pytest.raises(ValueError, match="nic_window_s must be > 0"):
         simulate(cluster, job, plan, prof, "fifo", iterations=2, nic_window_s=0.0)
+    with pytest.raises(ValueError, match="nic_chunk_s must be > 0"):
+        simulate(cluster, job, plan, prof, "fifo", iterations=2, nic_window_s=0.1,
+                 nic_chunk_s=-1.0)
+
+
+def test_window_model_pieces_default_to_the_runtime_chunk():
+    """`nic_chunk_s` (what-if studies of smaller windows) defaults to the runtime's chunk,
+    and a smaller piece changes how bytes interleave, so the epoch moves."""
+    from gnnsched.workload import NIC_CHUNK_S
+
+    cluster, job, prof, plan = make_problem(gbps=0.3)
+    kw = {"seed": 1, "iterations": 4, "nic_window_s": 0.02}
+    base = simulate(cluster, job, plan, prof, "gnnsched", **kw).epoch_time_s
+    same = simulate(cluster, job, plan, prof, "gnnsched", nic_chunk_s=NIC_CHUNK_S,
+                    **kw).epoch_time_s
+    assert same == base
+    fine = simulate(cluster, job, plan, prof, "gnnsched", nic_chunk_s=NIC_CHUNK_S / 40,
+                    **kw).epoch_time_s
+    assert fine > 0 and fine != base
 
 
 def test_barrier_skew_delays_each_trainers_next_step():

@@ -118,7 +118,8 @@ def simulate(cluster: ClusterSpec | Workload, job: JobSpec | Plan | None = None,
              plan: Plan | None = None, profile: CostProfile | None = None,
              policy: str | Policy = "gnnsched", *, seed: int = 0,
              iterations: int | None = None, record: bool = False,
-             validate: bool = True, nic_window_s: float | None = None) -> SimResult:
+             validate: bool = True, nic_window_s: float | None = None,
+             nic_chunk_s: float | None = None) -> SimResult:
     """Simulate one epoch of `plan`.
 
     Call as ``simulate(cluster, job, plan, profile, policy)`` or
@@ -128,7 +129,10 @@ def simulate(cluster: ClusterSpec | Workload, job: JobSpec | Plan | None = None,
     `nic_window_s`: None, every NIC serves its queue as the policy says (the planning
     model); seconds, one connection per (sender, receiver), each handed its next transfer
     while less than its share of that much egress is queued in it, as the runtime's stores do
-    (:class:`_WindowNet`; what predicting a real run needs).
+    (:class:`_WindowNet`; what predicting a real run needs). `nic_chunk_s`: the window
+    model's piece, in seconds of the sender's egress (None: the runtime's
+    :data:`~gnnsched.workload.NIC_CHUNK_S`); what-if studies of smaller windows need smaller
+    pieces too (``bench/bench_scale256_gap.py``).
     """
     if isinstance(cluster, Workload):
         wl = cluster
@@ -145,7 +149,8 @@ def simulate(cluster: ClusterSpec | Workload, job: JobSpec | Plan | None = None,
         raise TypeError("simulate needs a plan")
     if validate:
         plan.validate(wl.cluster, wl.job)
-    inst = Instance(wl, plan, seed=seed, iterations=iterations, nic_window_s=nic_window_s)
+    inst = Instance(wl, plan, seed=seed, iterations=iterations, nic_window_s=nic_window_s,
+                    nic_chunk_s=nic_chunk_s)
     return run(inst, policy, record=record)
 
 
@@ -182,7 +187,8 @@ def run(inst: Instance, policy: str | Policy = "gnnsched", *, record: bool = Fal
         # nic_window_s is a sender's window in all; each receiver's stream gets the
         # runtime's per-receiver share of it (PEER_WINDOW_S of NIC_WINDOW_S)
         net = _WindowNet(caps, schedule, rec_flow, inst.nic_window_s, M, priority,
-                         inst.nic_window_s * PEER_WINDOW_S / NIC_WINDOW_S, piece_s=NIC_CHUNK_S,
+                         inst.nic_window_s * PEER_WINDOW_S / NIC_WINDOW_S,
+                         piece_s=inst.nic_chunk_s or NIC_CHUNK_S,
                          levels=pol.wire_levels)
     else:
         net = (_PriorityNet if pol.sharing == "priority" else _FairNet)(caps, schedule,
