@@ -712,3 +712,61 @@ def test_wire_order_on_a_shaped_nic(cora_parts: Path) -> None:
     assert banded["extra_s"] <= banded["chunk_s"], tries
     # what the band removes: the bulk bytes the kernel already holds (~35 ms measured here)
     assert one_band["extra_s"] > 3 * one_band["chunk_s"], one_band
+
+
+@pytest.mark.parametrize("urgent_band", [True, False])
+def test_coordinator_floor_is_each_receivers_first_unfinished_key(urgent_band: bool) -> None:
+    """The coordinator's floors (what the wire levels and the urgent band's grants read)
+    follow every receiver's first key among all stores' unfinished transfers, through a
+    random run of queued and sent transfers: each store hears every change, and the floor
+    it last heard is the brute-force minimum (the level alone without the urgent band)."""
+    import random
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from gnnsched.runtime.coordinator.driver import PolicyDriver
+    from gnnsched.runtime.transport import ctrl_body
+
+    class Keys:  # a policy: the level, then the bytes
+        sharing, wire_levels = "priority", True
+
+        def priority(self, tr):
+            return (tr.batch.iteration, tr.nbytes)
+
+        def on_transfer_done(self, tr, now):
+            pass
+
+    d = object.__new__(PolicyDriver)
+    heard: dict[str, dict[int, list | None]] = defaultdict(dict)
+
+    def send(name, msg):
+        body = ctrl_body(msg)
+        if body["op"] == "floor":
+            heard[name][body["machine"]] = body["key"]
+
+    d.send, d.now, d.opts, d.policy = send, lambda: 0.0, SimpleNamespace(trace=False), Keys()
+    d.queues, d.keyed, d.floor, d.rx_keys = defaultdict(dict), {}, {}, defaultdict(list)
+    d.urgent_band, d.wire_levels, d.ranked, d.tseq = urgent_band, True, {}, 0
+    d.stores = {0: "store0", 1: "store1", 2: "store2"}
+    rng = random.Random(7)
+    tid = 0
+    for _ in range(400):
+        m = rng.randrange(3)
+        if rng.random() < 0.55 or not d.queues[m]:
+            batch = []
+            for _ in range(rng.randint(1, 3)):
+                tid += 1
+                batch.append([tid, rng.randrange(4), rng.randrange(3), "feat", 3 + rng.randrange(3),
+                              float(rng.randrange(1, 9)), False])
+            d._on_queued(f"store{m}", None, {"machine": m, "transfers": batch})
+        else:
+            done = rng.sample(sorted(d.queues[m]), rng.randint(1, len(d.queues[m])))
+            d._on_sent(f"store{m}", None, {"machine": m, "tids": done})
+        for r in range(3, 6):
+            keys = [d.keyed[(s, t)] for s, q in d.queues.items() for t, tr in q.items()
+                    if tr.dst == r]
+            want = min(keys) if keys else None
+            if want is not None and not urgent_band:
+                want = want[:1]
+            for store in d.stores.values():
+                assert heard[store].get(r) == want
