@@ -1,7 +1,7 @@
 """Where the 256-host shape's gap to the any-placement bound goes (issue 28): a what-if study.
 
 Run: ``python bench/bench_scale256_gap.py [--sizes products,papers] [--seed 0]
-[--out docs/bench/scale256-gap.json]`` (about 4 minutes on 2 cores).
+[--out docs/bench/scale256-gap.json]`` (about 2 minutes on 2 cores).
 
 The planning benchmark (``bench/bench_planning.py``) judges every plan on the runtime's send
 windows and finds gnnsched 1.22-1.24x the any-placement bound at 256 hosts, while each of its
