@@ -45,7 +45,7 @@ import gnnsched  # noqa: E402,F401  (DGL's import stub)
 from gnnsched.bounds import per_plan_bound  # noqa: E402
 from gnnsched.evaluation import planning  # noqa: E402
 from gnnsched.placement import Problem  # noqa: E402
-from gnnsched.placement.balance import cut_seeds, trainer_classes  # noqa: E402
+from gnnsched.placement.balance import cut_seeds, trainer_classes, weights  # noqa: E402
 from gnnsched.plan import Plan  # noqa: E402
 from gnnsched.simulator import simulate  # noqa: E402
 from gnnsched.workload import NIC_CHUNK_S, NIC_WINDOW_S  # noqa: E402
@@ -62,14 +62,8 @@ def recut(pb: Problem, plan: Plan, t4: float, stagger: float) -> Plan | None:
     loads: dict[Any, list[float]] = {}
     for c, t in zip(cls, plan.trainers):
         loads.setdefault(c, []).append(pb.wl.load(t.parts, t.shares))
-    seen: dict[Any, int] = {}
-    weights = []
-    for c in cls:
-        i = seen[c] = seen.get(c, -1) + 1
-        w = float(np.mean(loads[c]))
-        on_store = bool(c[3])
-        weights.append(w * t4 if on_store else w * (1 + stagger if i % 2 == 0 else 1 - stagger))
-    return cut_seeds(pb, plan, weights)
+    wts = {c: float(np.mean(v)) * (t4 if c[3] else 1.0) for c, v in loads.items()}
+    return cut_seeds(pb, plan, weights(cls, wts, {c: stagger for c in wts if not c[3]}))
 
 
 def network_kw(window: float | None) -> dict[str, Any]:

@@ -196,6 +196,21 @@ def balance_seeds(problem: Problem, plan: Plan, score: Callable[[Plan], float], 
         return None
     best = score(best_plan)
     evals = 1
+
+    def better(w: dict, sp: dict) -> bool | None:
+        """Score the cut of `w` and `sp`; keep it where it beats the best so far (None: no
+        such cut)."""
+        nonlocal best, best_plan, wts, spreads, evals
+        p = cut(w, sp)
+        if p is None:
+            return None
+        v = score(p)
+        evals += 1
+        if v < best * (1 - 1e-4):
+            best, best_plan, wts, spreads = v, p, w, sp
+            return True
+        return False
+
     # the weights first (each coordinate tries first the direction that helped it last);
     # then, on top of `budget` (SPREAD_SHARE of it) and from where the weights stopped, the
     # spreads at SPREAD0 and the descent on spreads and weights: never worse than the
@@ -208,15 +223,8 @@ def balance_seeds(problem: Problem, plan: Plan, score: Callable[[Plan], float], 
                        SPREAD_EVALS))
     for n, (cos, secs, most) in enumerate(phases):
         t0, cap, step = time.perf_counter(), evals + most, STEP
-        if n == 1:  # the spreads' start
-            sp0 = dict.fromkeys(spreads, SPREAD0)
-            p = cut(wts, sp0)
-            if p is None:
-                break
-            v = score(p)
-            evals += 1
-            if v < best * (1 - 1e-4):
-                best, best_plan, spreads = v, p, sp0
+        if n == 1 and better(wts, dict.fromkeys(spreads, SPREAD0)) is None:
+            break  # the spreads' start has no cut
         while step >= MIN_STEP and evals < cap and time.perf_counter() - t0 < secs:
             moved = False
             for co in cos:
@@ -233,14 +241,8 @@ def balance_seeds(problem: Problem, plan: Plan, score: Callable[[Plan], float], 
                         if not 0 <= x <= MAX_SPREAD:
                             continue
                         sp = {**spreads, c: x}
-                    p = cut(w, sp)
-                    if p is None:
-                        continue
-                    v = score(p)
-                    evals += 1
-                    if v < best * (1 - 1e-4):
-                        best, best_plan, wts, spreads, moved = v, p, w, sp, True
-                        up[co] = go_up
+                    if better(w, sp):
+                        moved, up[co] = True, go_up
                         break
             if not moved:
                 step /= 2
