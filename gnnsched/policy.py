@@ -93,6 +93,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, NamedTuple
 
+from gnnsched.plugins import POLICIES_GROUP
+from gnnsched.registry import Registry
+
 
 class BatchKey(NamedTuple):
     """A mini-batch: iteration ``iteration`` of trainer ``trainer`` (hashable, ordered)."""
@@ -189,37 +192,20 @@ class Policy:
         return max(1, depth)
 
 
-POLICIES: dict[str, type[Policy]] = {}
-
-
-def register(name: str):
-    """Class decorator: make a policy available as ``--policy name``."""
-
-    def deco(cls: type[Policy]) -> type[Policy]:
-        cls.name = name
-        POLICIES[name] = cls
-        return cls
-
-    return deco
+POLICIES: Registry[Policy] = Registry("policy", Policy, group=POLICIES_GROUP, flag="--policy")
+register = POLICIES.register  # class decorator: make a policy available as ``--policy name``
 
 
 def policies() -> dict[str, type[Policy]]:
     """Every policy by name: the built-ins and those installed as plug-ins
-    (:mod:`gnnsched.plugins`, entry point group ``gnnsched.policies``)."""
-    from gnnsched.plugins import POLICIES_GROUP, merge
-
-    return merge(POLICIES_GROUP, POLICIES, Policy)
+    (:mod:`gnnsched.registry`, entry point group ``gnnsched.policies``)."""
+    return dict(POLICIES.load())
 
 
 def get_policy(name: str | Policy) -> Policy:
-    """A fresh policy object by name (a Policy instance is passed through)."""
-    if isinstance(name, Policy):
-        return name
-    try:
-        return policies()[name]()
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r} (known: {', '.join(sorted(POLICIES))})") \
-            from None
+    """A fresh policy object by name (a Policy instance is passed through); an unknown name
+    raises :class:`~gnnsched.registry.UnknownName` listing the installed ones."""
+    return POLICIES.create(name)
 
 
 def choose_sampling(candidates: list[tuple[float, int]], next_step: Sequence[int],

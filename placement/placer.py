@@ -32,7 +32,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gnnsched.plan import Plan, TrainerPlan, owned_key
+from gnnsched.plugins import PLACERS_GROUP
 from gnnsched.profile import CostProfile
+from gnnsched.registry import Registry
 from gnnsched.spec import GB, ClusterSpec, JobSpec, SpecError, check_compatible
 from gnnsched.workload import NIC_WINDOW_S, DrawnWorkload, PartCost, Workload
 
@@ -845,39 +847,22 @@ class Placer(ABC):
         """Plan for a prepared problem (lets callers share one Problem across placers)."""
 
 
-PLACERS: dict[str, type[Placer]] = {}
-
-
-def register(name: str) -> Callable[[type[Placer]], type[Placer]]:
-    """Class decorator: make a placer available as ``--placer name``."""
-
-    def deco(cls: type[Placer]) -> type[Placer]:
-        cls.name = name
-        PLACERS[name] = cls
-        return cls
-
-    return deco
+PLACERS: Registry[Placer] = Registry(
+    "placer", Placer, group=PLACERS_GROUP, flag="--placer",
+    modules=tuple(f"gnnsched.placement.{m}" for m in ("baselines", "cpsat", "shares", "search")))
+register = PLACERS.register  # class decorator: make a placer available as ``--placer name``
 
 
 def placers() -> dict[str, type[Placer]]:
     """Every placer by name: the built-ins (registered on import) and those installed as
-    plug-ins (:mod:`gnnsched.plugins`, entry point group ``gnnsched.placers``)."""
-    import importlib
-
-    from gnnsched.plugins import PLACERS_GROUP, merge
-
-    for mod in ("baselines", "cpsat", "shares", "search"):  # registering is importing
-        importlib.import_module(f"gnnsched.placement.{mod}")
-    return merge(PLACERS_GROUP, PLACERS, Placer)
+    plug-ins (:mod:`gnnsched.registry`, entry point group ``gnnsched.placers``)."""
+    return dict(PLACERS.load())
 
 
 def get_placer(name: str, **kwargs: Any) -> Placer:
-    """An instance of the placer registered as `name`."""
-    try:
-        return placers()[name](**kwargs)
-    except KeyError:
-        raise SpecError("--placer", "", f"unknown placer {name!r}",
-                        ", ".join(sorted(PLACERS))) from None
+    """An instance of the placer registered as `name`; an unknown name raises
+    :class:`~gnnsched.registry.UnknownName` listing the installed ones."""
+    return PLACERS.create(name, **kwargs)
 
 
 __all__ = ["MAX_SAMPLERS", "PLACERS", "PROCESS_BYTES", "check_store_memory", "fmt_bytes", "SEARCH_ITERATIONS", "Placer", "Problem", "Scorer", "Slot",

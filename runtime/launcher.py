@@ -47,8 +47,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from gnnsched.plugins import LAUNCHERS_GROUP
+from gnnsched.registry import CliOption, Registry
 from gnnsched.runtime.procs import Child, start_in_session, stop_groups
 from gnnsched.spec import ClusterSpec, SpecError
 
@@ -250,6 +252,9 @@ class Launcher:
     (the coordinator then sizes chunks and windows by each NIC's bandwidth)."""
 
     name = "base"
+    # the flags `gnnsched train` adds for this launcher; their values reach the constructor
+    # as keyword arguments (``CliOption.kwarg``), so a plug-in declares its own
+    cli_options: ClassVar[tuple[CliOption, ...]] = ()
     loopback = False
     dilation = 1.0  # the scale model's D: measured times / D are the real cluster's
     cpu_model = False  # roles run under their host's CPU quotas (device speed included)
@@ -651,6 +656,16 @@ class RemoteProcess(ForkedProcess):
             self.launcher.signal_remote([self], sig)
 
 
+SSH_OPTIONS = (
+    CliOption("--coordinator-address", "coordinator_address",
+              "this machine's address as the hosts reach it (default: this machine's address "
+              "on the route to the first host; ray: the address Ray knows it by)"),
+    CliOption("--remote-python", "remote_python", "remote python", default="python3"),
+    CliOption("--remote-dir", "remote_dir", "the roles' working directory on the hosts "
+              "(default: this one's path)"),
+)
+
+
 class SshLauncher(Launcher):
     """Roles on real hosts over SSH (``machines[*].ssh: user@host`` in the cluster file; a
     machine without ``ssh`` is reached at its ``address``).
@@ -677,6 +692,7 @@ class SshLauncher(Launcher):
     """
 
     name = "ssh"
+    cli_options = SSH_OPTIONS
     loopback = False
 
     def __init__(self, cluster: ClusterSpec, python: str | None = None, *,
@@ -920,31 +936,24 @@ def on_loopback(launcher: Any) -> bool:
     return bool(flag) if flag is not None else getattr(launcher, "name", None) == "local"
 
 
-LAUNCHERS: dict[str, type[Launcher]] = {"local": LocalLauncher, "netns": NetnsLauncher,
-                                        "ssh": SshLauncher}
+LAUNCHERS: Registry[Launcher] = Registry(
+    "launcher", Launcher, group=LAUNCHERS_GROUP, flag="--launcher",
+    # ray is built in but imported lazily: a static import would be a cycle, and ray itself
+    # loads only when the launcher is used
+    modules=("gnnsched.runtime.ray_launcher",))
+LAUNCHERS["local"], LAUNCHERS["netns"], LAUNCHERS["ssh"] = LocalLauncher, NetnsLauncher, SshLauncher
 
 
 def launchers() -> dict[str, type[Launcher]]:
     """Every launcher by name: the built-ins and those installed as plug-ins
-    (:mod:`gnnsched.plugins`, entry point group ``gnnsched.launchers``)."""
-    from gnnsched.plugins import LAUNCHERS_GROUP, merge
-
-    if "ray" not in LAUNCHERS:  # built in, loaded like a plug-in: it subclasses Launcher
-        import importlib  # (a static import would be a cycle; ray itself loads on use)
-
-        LAUNCHERS["ray"] = importlib.import_module("gnnsched.runtime.ray_launcher").RayLauncher
-    return merge(LAUNCHERS_GROUP, LAUNCHERS, Launcher)
+    (:mod:`gnnsched.registry`, entry point group ``gnnsched.launchers``)."""
+    return dict(LAUNCHERS.load())
 
 
 def get_launcher(name: str | Launcher, cluster: ClusterSpec, **kwargs: Any) -> Launcher:
-    """A launcher for ``cluster`` by name (a Launcher instance is passed through)."""
-    if isinstance(name, Launcher):
-        return name
-    try:
-        cls = launchers()[name]
-    except KeyError:
-        raise ValueError(f"unknown launcher {name!r} (valid: {', '.join(LAUNCHERS)})") from None
-    return cls(cluster, **kwargs)
+    """A launcher for ``cluster`` by name (a Launcher instance is passed through); an unknown
+    name raises :class:`~gnnsched.registry.UnknownName` listing the installed ones."""
+    return LAUNCHERS.create(name, cluster, **kwargs)
 
 
 __all__ = ["LAUNCHERS", "ForkedProcess", "LaunchError", "Launcher", "LocalLauncher",

@@ -49,7 +49,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gnnsched.runtime.launcher import Launcher, LaunchError, Process, RoleLaunch
+from gnnsched.registry import CliOption
+from gnnsched.runtime.launcher import (
+    LAUNCHERS,
+    SSH_OPTIONS,
+    Launcher,
+    LaunchError,
+    Process,
+    RoleLaunch,
+)
 from gnnsched.spec import GB, ClusterSpec
 
 HOST_RESOURCE = "gnnsched-host:"  # + machine name: the Ray resource naming a node's host
@@ -356,6 +364,13 @@ class RayLauncher(Launcher):
     partition and port probes (the hosts' nodes must still exist)."""
 
     name = "ray"
+    cli_options = (
+        CliOption("--ray-address", "ray_address", "the Ray cluster (the head's HOST:PORT; "
+                  "default $RAY_ADDRESS, else auto); each host's node carries the resource "
+                  "gnnsched-host:NAME (docs/deployment.md)", metavar="ADDR"),
+        SSH_OPTIONS[0],  # --coordinator-address
+        CliOption("--remote-dir", "work_dir", SSH_OPTIONS[2].help),
+    )
 
     def __init__(self, cluster: ClusterSpec, python: str | None = None, *,
                  ray_address: str | None = None, coordinator_address: str | None = None,
@@ -799,6 +814,9 @@ def cluster_from_ray(address: str | None, base: dict[str, Any] | None = None, *,
                      f"{min(num_parts, len(hosts))} host(s) by memory (storage: shared, every "
                      "host reads them); pass --cluster to say where they are stored")
     return out, notes
+
+
+LAUNCHERS["ray"] = RayLauncher  # built in; the registry imports this module lazily
 
 
 __all__ = ["HOST_RESOURCE", "NAMESPACE", "RayLauncher", "RayNode", "RayProcess",

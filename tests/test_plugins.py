@@ -21,6 +21,7 @@ from dataclasses import replace
 
 from gnnsched.placement.placer import Placer, get_placer
 from gnnsched.policy import Fifo
+from gnnsched.registry import CliOption
 from gnnsched.runtime.launcher import LocalLauncher
 
 
@@ -41,7 +42,20 @@ class LastFirst(Fifo):
 
 
 class QuietLocal(LocalLauncher):
-    """Local processes, under another name."""
+    """Local processes, under another name, with a flag of its own (``--quiet-tag``)."""
+
+    cli_options = (CliOption("--quiet-tag", "tag", "a word written beside the run's logs",
+                             default="none"),)
+
+    def __init__(self, cluster, python=None, *, tag="none", **kwargs):
+        super().__init__(cluster, python, **kwargs)
+        self.tag = tag
+
+    def preflight(self, machines, timeout=10.0):
+        from pathlib import Path
+
+        Path(self.run_dir, "quiet-tag.txt").write_text(self.tag)
+        super().preflight(machines, timeout)
 '''
 
 PYPROJECT = '''
@@ -122,6 +136,31 @@ def test_train_lists_and_builds_a_plugin_launcher(plugin_site: Path, tmp_path: P
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "quiet-local"  # the entry point's name, not its parent's
+
+
+@pytest.mark.slow
+def test_train_uses_a_plugin_launcher_with_its_own_flag(plugin_site: Path,
+                                                       tmp_path: Path) -> None:
+    """The plug-in's flag shows in ``train --help`` and its value reaches the launcher that
+    runs the job, with no change to gnnsched's files."""
+    lab4 = ROOT / "examples" / "lab4"
+    text = _cli(plugin_site, tmp_path, "train", "--help").stdout
+    assert "--quiet-tag" in text and "quiet-local launcher: a word written" in text
+    cluster, job = str(lab4 / "cluster.yaml"), str(lab4 / "job.yaml")
+    from gnnsched.plan import Plan, TrainerPlan
+    from gnnsched.spec import load_cluster
+
+    lab = load_cluster(cluster)
+    Plan("hand", lab.name, lab.fingerprint(), (
+        TrainerPlan(0, "gpu0", 0, (0, 1), (("store0", 1),), "gpu0"),
+        TrainerPlan(1, "gpu1", 0, (2, 3), (("store1", 1),), "gpu1"))).save(tmp_path / "plan.json")
+    out = _cli(plugin_site, tmp_path, "train", "--cluster", cluster, "--job", job,
+               "--plan", "plan.json", "--launcher", "quiet-local", "--quiet-tag", "hello",
+               "--epochs", "1", "--out", "run", "--json")
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "run" / "quiet-tag.txt").read_text() == "hello"
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["launcher"] == "quiet-local" and len(res["epoch_times_s"]) == 1
 
 
 def test_a_broken_plugin_is_reported_not_fatal(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ from gnnsched.commands import (
     seconds,
     threads_int,
 )
+from gnnsched.registry import CliOption
 
 __all__ = ["check_faults", "check_plan_job", "summary", "train"]  # the library's, re-exported
 
@@ -107,16 +108,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "sampler's block, a relay's relay: queued, received) and per "
                         "mini-batch dispatch and sampling to metrics.jsonl: the run's own "
                         "timeline, to set beside the simulator's")
-    p.add_argument("--coordinator-address", default=None,
-                   help="ssh and ray launchers: this machine's address as the hosts reach it "
-                        "(default: this machine's address on the route to the first host; "
-                        "ray: the address Ray knows it by)")
-    p.add_argument("--remote-python", default="python3", help="ssh launcher: remote python")
-    p.add_argument("--remote-dir", default=None, help="ssh and ray launchers: the roles' working directory on the hosts (default: this one's path)")
-    p.add_argument("--ray-address", default=None, metavar="ADDR",
-                   help="ray launcher: the Ray cluster (the head's HOST:PORT; default "
-                        "$RAY_ADDRESS, else auto); each host's node carries the resource "
-                        "gnnsched-host:NAME (docs/deployment.md)")
+    add_launcher_options(p)
     r = p.add_argument_group("failures and recovery")
     r.add_argument("--checkpoint-every", type=positive_int, default=10,
                    help="training steps between checkpoints (also at every epoch end)")
@@ -345,6 +337,32 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def add_launcher_options(p: argparse.ArgumentParser) -> None:
+    """Every installed launcher's own flags (``Launcher.cli_options``), in one group; a flag
+    that several launchers declare is added once and says which use it."""
+    from gnnsched.runtime.launcher import launchers
+
+    users: dict[str, tuple[CliOption, list[str]]] = {}
+    for name, cls in launchers().items():
+        for opt in cls.cli_options:
+            users.setdefault(opt.flag, (opt, []))[1].append(name)
+    if not users:
+        return
+    g = p.add_argument_group("launcher options (each used only by the launchers it names)")
+    for flag, (opt, names) in users.items():
+        who = f"{' and '.join(names)} launcher{'s' if len(names) > 1 else ''}"
+        g.add_argument(flag, dest=opt.dest, default=opt.default, metavar=opt.metavar,
+                       help=f"{who}: {opt.help}")
+
+
+def launcher_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The chosen launcher's constructor keywords from its own flags."""
+    from gnnsched.runtime.launcher import LAUNCHERS
+
+    cls = LAUNCHERS.get(args.launcher)
+    return {o.kwarg: getattr(args, o.dest, o.default) for o in cls.cli_options}
+
+
 def run(args: argparse.Namespace) -> int:
     from gnnsched.runtime.coordinator import RunError, RuntimeOptions
     from gnnsched.runtime.launcher import LaunchError
@@ -373,13 +391,7 @@ def run(args: argparse.Namespace) -> int:
                           replan_placer=args.replan_placer,
                           request_timeout=args.request_timeout, coordinator_port=args.port,
                           faults=_faults(args.kill_at), trace=args.trace)
-    lopts: dict[str, Any] = {}
-    if args.launcher == "ssh":
-        lopts = {"coordinator_address": args.coordinator_address,
-                 "remote_python": args.remote_python, "remote_dir": args.remote_dir}
-    elif args.launcher == "ray":
-        lopts = {"ray_address": args.ray_address, "coordinator_address":
-                 args.coordinator_address, "work_dir": args.remote_dir}
+    lopts = launcher_options(args)
     from gnnsched.runtime.netns import NetnsError
 
     if args.out is None:  # known before the run, so an error can point at its logs
