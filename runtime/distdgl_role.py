@@ -105,7 +105,10 @@ def _run_server(cfg: dict[str, Any], part: int) -> None:
     dgl.distributed.initialize(cfg["ip_config"])  # DGL_ROLE=server: serves, then sys.exit
 
 
-def _build_model(in_dim: int, hidden: int, classes: int, layers: int, dropout: float):
+def build_model(in_dim: int, hidden: int, classes: int, layers: int, dropout: float) -> Any:
+    """DGL's distributed GraphSAGE example's model (``dgl.nn.SAGEConv`` layers, mean
+    aggregation): what DistDGL trains here, and what the box's compute limit times beside
+    gnnsched's own model (:mod:`gnnsched.runtime.limit`)."""
     import torch
     from torch import nn
 
@@ -221,8 +224,8 @@ def _run_trainer(cfg: dict[str, Any], rank: int) -> None:
     val_nids, test_nids = capped(val_nids), capped(test_nids)
     torch.manual_seed(job["seed"])  # same initial weights on every trainer (DDP checks)
     dgl.seed(job["seed"] + rank)  # local sampling
-    model = _build_model(cfg["feature_dim"], job["hidden"], cfg["num_classes"],
-                         len(job["fanouts"]), job["dropout"])
+    model = build_model(cfg["feature_dim"], job["hidden"], cfg["num_classes"],
+                        len(job["fanouts"]), job["dropout"])
     ddp = DistributedDataParallel(model)
     stretch = _Stretch(float(slot.get("speed", 1.0)) if cfg.get("emulate_speed", True) else 1.0)
     if stretch.factor > 0:
