@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from exact_schedules import exact_schedule, small_instance
 from test_simulator import make_problem
 
 from gnnsched.bounds import (
-    exact_schedule,
     flow_bound,
     instance_bound,
     one_machine_bound,
     plan_bound,
     resource_bound,
-    small_instance,
 )
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.profile import synthetic_profile

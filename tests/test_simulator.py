@@ -2,7 +2,8 @@
 
 Also holds the small cluster/plan builders the policy and bound tests import (placers live
 elsewhere; these are the simplest valid plans: trainers on GPU hosts, samplers on the store of
-their first partition). Random small instances come from ``gnnsched.bounds.small_instance``.
+their first partition). Random small instances come from
+``small_instance`` in tests/exact_schedules.py.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from exact_schedules import small_instance
 
-from gnnsched.bounds import instance_bound, small_instance
+from gnnsched.bounds import instance_bound
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.policy import GnnSched
 from gnnsched.profile import synthetic_profile
