@@ -44,8 +44,9 @@ Semantics (the costs themselves come from :class:`gnnsched.workload.Workload`):
 
 Modules, in the order the data flows: :mod:`gnnsched.instance` draws the mini-batches of a
 plan (:class:`Instance`, outside this package so that :mod:`gnnsched.bounds` needs no
-simulator), :mod:`.network` shares the NICs among transfers, :mod:`.engine` runs the events
-and builds the :class:`SimResult`.
+simulator), :mod:`.network` shares the NICs among transfers (priority, fair, classes),
+:mod:`.window` is the runtime's windowed NICs over those, :mod:`.engine` runs the events and
+builds the :class:`SimResult`.
 
 Completions sit in one heap with lazy invalidation; events at the same instant are coalesced
 before rates are recomputed; ``record=False`` skips the timeline. Measured: 64 trainers x 500
@@ -70,7 +71,8 @@ from gnnsched.simulator.engine import (
     run,
     simulate,
 )
-from gnnsched.simulator.network import _FairNet, _Flow, _PriorityNet, _WindowNet
+from gnnsched.simulator.network import _FairNet, _Flow, _PriorityNet
+from gnnsched.simulator.window import _WindowNet
 from gnnsched.workload import NIC_WINDOW_S
 
 # The network models a prediction can use, by name: what each means, for help texts and output.

@@ -30,7 +30,8 @@ from gnnsched.policy import (
     get_policy,
 )
 from gnnsched.profile import CostProfile
-from gnnsched.simulator.network import _FairNet, _Flow, _PriorityNet, _WindowNet
+from gnnsched.simulator.network import _FairNet, _Flow, _PriorityNet
+from gnnsched.simulator.window import _WindowNet
 from gnnsched.spec import ClusterSpec, JobSpec
 from gnnsched.workload import NIC_CHUNK_S, NIC_WINDOW_S, PEER_WINDOW_S, Workload
 
