@@ -425,7 +425,7 @@ def test_gradient_hold_starts_at_the_barrier_and_spares_fast_ingress() -> None:
     from collections import defaultdict
     from types import SimpleNamespace
 
-    from gnnsched.runtime.coordinator import Coordinator, _Role
+    from gnnsched.runtime.coordinator import PolicyDriver, _Role
     from gnnsched.runtime.transport import ctrl_body
 
     cl = cluster_from_dict({"name": "h", "machines": [
@@ -434,10 +434,12 @@ def test_gradient_hold_starts_at_the_barrier_and_spares_fast_ingress() -> None:
          "gpus": [{"kind": "t4", "speed": 1.0, "memory_gb": 16}]},
         {"name": "g0", "cpus": 2, "memory_gb": 8, "nic_gbps": 0.2,
          "gpus": [{"kind": "t4", "speed": 1.0, "memory_gb": 16}]}]})
-    c = Coordinator.__new__(Coordinator)
-    c.cluster, c.net, c.T, c.W = cl, cl, [2, 1], 2  # trainer 0 on g0, trainer 1 on s1
+    c = PolicyDriver.__new__(PolicyDriver)
+    # trainer 0 on g0, trainer 1 on s1
+    c.state = SimpleNamespace(cluster=cl, net=cl, T=[2, 1], W=2)  # type: ignore[assignment]
     c.stores, c.fetchers = {0: "store:s0", 1: "store:s1"}, ["fetcher:x"]
-    c.roles = {"fetcher:x": SimpleNamespace(launch=SimpleNamespace(machine="s0"))}
+    c.table = SimpleNamespace(  # type: ignore[assignment]
+        roles={"fetcher:x": SimpleNamespace(launch=SimpleNamespace(machine="s0"))})
     c.reducing, c.entered, c.holding = defaultdict(int), defaultdict(int), set()
     c.grad_bytes = defaultdict(int)
     c.contending = c._contending()
@@ -475,7 +477,7 @@ def test_shaped_links_chunk_each_store_by_its_own_nic() -> None:
     an explicit ``chunk_bytes`` applies to every store."""
     from types import SimpleNamespace
 
-    from gnnsched.runtime.coordinator import Coordinator
+    from gnnsched.runtime.coordinator.startup import nic_sizes
     from gnnsched.runtime.store import CHUNK_BYTES
 
     cl = cluster_from_dict({"name": "h", "machines": [
@@ -486,10 +488,7 @@ def test_shaped_links_chunk_each_store_by_its_own_nic() -> None:
          "gpus": [{"kind": "t4", "speed": 1.0, "memory_gb": 16}]}]})
 
     def sizes(launcher: str, **opts: Any) -> dict[str, Any]:
-        c = Coordinator.__new__(Coordinator)
-        c.cluster, c.net, c.opts = cl, cl, RuntimeOptions(**opts)
-        c.launcher = SimpleNamespace(name=launcher)
-        return c._sizes()
+        return nic_sizes(RuntimeOptions(**opts), cl, cl, SimpleNamespace(name=launcher))
 
     out = sizes("netns")
     chunks = out["nic_chunk_bytes"]
@@ -506,10 +505,7 @@ def test_shaped_links_chunk_each_store_by_its_own_nic() -> None:
     # the scale model (NICs / D): the real cluster's bytes per chunk and window, so a window
     # is 150 ms of the cluster the model stands for; the NIC rate each store measures its
     # acknowledgements against (work conservation) is the model's own, D times slower
-    c = Coordinator.__new__(Coordinator)
-    c.cluster, c.net, c.opts = cl, cl.dilated(6.0), RuntimeOptions()
-    c.launcher = SimpleNamespace(name="netns")
-    dilated = c._sizes()
+    dilated = nic_sizes(RuntimeOptions(), cl, cl.dilated(6.0), SimpleNamespace(name="netns"))
     assert dilated.pop("nic_rates") == pytest.approx({k: v / 6 for k, v in
                                                       out.pop("nic_rates").items()})
     assert dilated == out

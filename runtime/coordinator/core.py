@@ -7,15 +7,29 @@ DEALER to it. Start-up: launch all roles -> ``hello`` -> ``config`` (the run's s
 labels) -> ``start`` (everyone's endpoints). Then, event by event, it plays the part the
 simulator plays for the same :class:`~gnnsched.policy.Policy` object.
 
-Where each part lives (a newcomer reads them in this order):
+The :class:`Coordinator` keeps the message loop and owns three components, which share one
+:class:`~.state.RunState` and talk through the coordinator as their
+:class:`~.messenger.Messenger` (none of them imports it). Incoming control ops are dispatched
+by name to the part that handles them. Where each part lives (a newcomer reads them in this
+order):
 
 * :mod:`.options` -- :class:`RuntimeOptions`, :class:`Fault`, errors, :class:`RunResult`;
 * :mod:`.schedule` -- which seeds every trainer trains at every step;
-* this module -- :class:`Coordinator`: set-up, the message loop, epochs and barriers, the
-  result;
-* :mod:`.roles` -- launching, watching (failure detection) and stopping the processes;
-* :mod:`.driver` -- everything that asks the policy: sampling dispatch, NIC order, holds;
-* :mod:`.recovery` -- from a dead role back to training, behind :class:`RecoveryHost`;
+* :mod:`.state` -- :class:`~.state.RunState`: the plan being run (machine indices) and how far
+  training got;
+* :mod:`.messenger` -- :class:`~.messenger.Messenger`: send a role a message, log, record, the
+  clock;
+* this module -- :class:`Coordinator`: set-up, the message loop and its dispatch, start-up,
+  epochs and barriers, evaluation, the result;
+* :mod:`.startup` -- what roles are told at start-up: the ``config`` (NIC chunk and window
+  sizes included) and the ``start`` (everyone's endpoints);
+* :mod:`.roles` -- :class:`~.roles.RoleTable`: launching, reaching, watching (failure
+  detection), fault injection and stopping of the processes;
+* :mod:`.driver` -- :class:`~.driver.PolicyDriver`: everything that asks the policy: sampling
+  dispatch, NIC order, holds;
+* :mod:`.recovery` -- :class:`~.recovery.Recovery`: from a dead role back to training, with
+  the coordinator as its :class:`~.recovery.RecoveryHost` for the process work;
+* :mod:`.resume` -- ``--resume``: what an interrupted run left;
 * :mod:`.advisor` -- the planning side the coordinator is given (reference times, re-plans).
 """
 
@@ -27,6 +41,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -36,7 +51,7 @@ from gnnsched import metrics
 from gnnsched.plan import Plan, seed_slices
 from gnnsched.policy import Policy, get_policy
 from gnnsched.runtime.coordinator.advisor import Advisor
-from gnnsched.runtime.coordinator.driver import PolicyDriver
+from gnnsched.runtime.coordinator.driver import Handler, PolicyDriver
 from gnnsched.runtime.coordinator.options import (
     SIGNALS,
     STAGES,
@@ -47,8 +62,10 @@ from gnnsched.runtime.coordinator.options import (
 )
 from gnnsched.runtime.coordinator.recovery import Recovery
 from gnnsched.runtime.coordinator.resume import Earlier, earlier_run
-from gnnsched.runtime.coordinator.roles import RoleState, RoleTable, SamplerSlot
+from gnnsched.runtime.coordinator.roles import RoleState, RoleTable
 from gnnsched.runtime.coordinator.schedule import Item, Schedule, part_counts
+from gnnsched.runtime.coordinator.startup import role_config, start_message
+from gnnsched.runtime.coordinator.state import RunState
 from gnnsched.runtime.launcher import Launcher, LaunchError
 from gnnsched.runtime.role import PHASES
 from gnnsched.runtime.transport import (
@@ -72,8 +89,9 @@ from gnnsched.spec import ClusterSpec, JobSpec, SpecError
 Progress = Callable[..., None]
 
 
-class Coordinator(PolicyDriver, RoleTable):
-    """Runs one training job on a launcher (see the module docstring).
+class Coordinator:
+    """Runs one training job on a launcher (see the module docstring); the
+    :class:`~.messenger.Messenger` and :class:`~.recovery.RecoveryHost` of its components.
 
     ``advisor`` answers what needs the cost model or a placer (:class:`~.advisor.Advisor`;
     ``gnnsched.api.train`` passes :class:`gnnsched.advisor.PlanAdvisor`). Without one the
@@ -125,50 +143,47 @@ class Coordinator(PolicyDriver, RoleTable):
         self.partitions = str(self.pset.root.resolve())
         self.profile, self.advisor = profile, advisor
         self.progress = progress or (lambda *a, **k: None)
-        self.W = len(plan.trainers)
         self.trainer_parts = [tuple(t.parts) for t in plan.trainers]
         self.trainer_shares = [tuple(t.shares) for t in plan.trainers]
-        self._bind(cluster, plan)
         counts = part_counts(self.pset.meta)
         slices = seed_slices(plan.trainers)
         self.schedule = Schedule(job, [list(p) for p in self.trainer_parts], counts,
                                  o.eval_batch_size, [slices[t.id] for t in plan.trainers])
-        self.items = self.schedule.items
+        self.state = RunState(cluster, plan, self.schedule.items, self._dilation(cluster))
         self.record_seq = self.schedule.record_seqs()
         self.metric = metrics.resolve(job.metric, self.pset.num_classes, job.source)
         # evaluated nodes per (trainer, step): labels, predictions, positive-class probability
         self.outputs: dict[tuple[int, int], tuple[list, list, list | None]] = {}
         self.imbalance_checked = False
-        self.recovery = Recovery(self, o, job, self.trainer_parts, advisor, profile, counts,
-                                 self.pset.feature_dim, self.pset.num_classes)
+        self.recovery = Recovery(
+            self, self.state, opts=o, job=job, launcher=launcher, run_dir=self.run_dir,
+            trainer_parts=self.trainer_parts, trainer_shares=self.trainer_shares,
+            advisor=advisor, profile=profile, part_counts=counts,
+            feature_dim=self.pset.feature_dim, num_classes=self.pset.num_classes)
+        self.table = RoleTable(self.state, self, opts=o, launcher=launcher, run_dir=self.run_dir,
+                               keys=self.keys, recovery=self.recovery)
+        self.driver = PolicyDriver(self.state, self, self.table, policy=self.policy, opts=o,
+                                   job=job, schedule=self.schedule, advisor=advisor,
+                                   profile=profile)
+        self.handlers: dict[str, Handler] = {**self._handlers(), **self.driver.handlers()}
         self.metrics = open(self.run_dir / "metrics.jsonl", "a" if o.resume else "w")
         self.logfile = open(self.run_dir / "logs" / "coordinator.log", "a")
-        self.roles: dict[str, RoleState] = {}
-        self.samplers: dict[str, SamplerSlot] = {}
         self.splits: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
         self.resume: dict[str, Any] | None = None  # the checkpoint roles start from
-        self.fired: set[int] = set()
-        self.training = False
         self.stale = 0  # messages from replaced incarnations, dropped
         self.rejected = 0  # malformed messages or unknown peers, dropped
-        self.trained: dict[tuple[int, int], dict[str, Any]] = {}
         self.epochs: list[dict[str, Any]] = []
-        self.barrier_at = [math.nan] * len(self.items)
-        self.per_edge = [0.0] * self.W
-        self.tseq = 0
-        self.last_barrier = -1
+        self.barrier_at = [math.nan] * len(self.state.items)
         self.last_poll: float | None = None
+
+    def _dilation(self, cluster: ClusterSpec) -> float:
+        """Give the launcher ``cluster``; the scale model's D it runs it at (1.0: none)."""
+        self.launcher.cluster = cluster
+        return float(getattr(self.launcher, "dilation", 1.0) or 1.0)
 
     def _bind(self, cluster: ClusterSpec, plan: Plan) -> None:
         """Adopt a (new) cluster and plan: machine indices and where trainers run."""
-        self.cluster, self.plan = cluster, plan
-        self.launcher.cluster = cluster
-        self.dilation = float(getattr(self.launcher, "dilation", 1.0) or 1.0)
-        self.net = cluster.dilated(self.dilation)
-        self.names = [m.name for m in cluster.machines]
-        idx = cluster.machine_index
-        self.T = [idx(t.machine) for t in plan.trainers]
-        self.F = [idx(t.fetch_at) for t in plan.trainers]
+        self.state.bind(cluster, plan, self._dilation(cluster))
 
     def log(self, msg: str) -> None:
         """A line in ``logs/coordinator.log`` and on the user's progress output."""
@@ -177,67 +192,10 @@ class Coordinator(PolicyDriver, RoleTable):
         self.logfile.flush()
         self.progress("log", msg=msg)
 
-    def _config(self, resume: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The ``config`` every role gets after ``hello``: the run's settings."""
-        o = self.opts
-        trainers = []
-        for w, t in enumerate(self.plan.trainers):
-            gpus = self.cluster.machine(t.machine).gpus
-            trainers.append({"id": w, "machine": t.machine, "device": t.device,
-                             "speed": gpus[t.device].speed if t.device < len(gpus) else 1.0,
-                             "fetch_at": t.fetch_at, "parts": list(t.parts)})
-        return {
-            "run_dir": str(self.run_dir.resolve()), "partitions": self.partitions,
-            "node_part_file": str(self.pset.root.resolve() / self.pset.meta.get(
-                "node_part", "node_part.npy")),
-            "machines": self.names, "part_store": self.cluster.part_stores,
-            "job": self.job.to_dict(), "feature_dim": self.pset.feature_dim,
-            "num_classes": self.pset.num_classes, "feature_bytes": 4 * self.pset.feature_dim,
-            "sharing": self.policy.sharing, **self._sizes(),
-            "wire_levels": self.policy.wire_levels,
-            "urgent_band": bool(getattr(self.launcher, "nic_bands", False) and o.urgent_band),
-            "grad_first": o.grad_first and len(set(self.T)) > 1,
-            "request_timeout": o.request_timeout * self.dilation,
-            # on the scale model a slow device's trainer has a whole core's quota (/ D) and
-            # stretches its compute by the compute's wall time, which the quota dilates
-            "emulate_speed": o.emulate_speed if o.emulate_speed is not None else (
-                True if getattr(self.launcher, "cpu_model", False) else None),
-            "speed_clock": "wall" if getattr(self.launcher, "cpu_model", False) else "cpu",
-            "verify_partitions": o.verify_partitions, "trace": o.trace,
-            "checkpoint_every": o.checkpoint_every, "resume": resume,
-            "trainers": trainers,
-            "items": [[it.seq, it.epoch, it.phase, it.index] for it in self.items],
-            **self._caches(),
-        }
-
-    def _caches(self) -> dict[str, Any]:
-        """The plan's feature caches as the gatherers read them: rows per machine index and
-        the file of the order they fill in (computed once per partitioning)."""
-        caches = {str(self.names.index(m)): int(r) for m, r in self.plan.caches.items() if r}
-        if not caches:
-            return {}
-        from gnnsched.datasets.hot import HOT_FILE, hot_order
-
-        order = hot_order(self.pset)
-        path = self.pset.root / HOT_FILE
-        if not path.is_file():  # the partitions are read-only: a copy in the run
-            path = self.run_dir / HOT_FILE
-            np.save(path, order)
-        return {"caches": caches, "hot_order_file": str(path.resolve())}
-
-    # ------------------------------------------------------------------ messaging
+    # ------------------------------------------------------------------ the messenger
     def send(self, name: str, msg: Message) -> None:
-        r = self.roles[name]
-        try:
-            self.chan.send(msg, r.launch.ident.encode())
-        except zmq.ZMQError as exc:
-            if r.state not in ("done", "exited", "stopped"):
-                # its connection dropped: an exit status, if one comes, says more
-                end = time.monotonic() + 1.0
-                while time.monotonic() < end:
-                    self._check_roles()
-                    time.sleep(0.02)
-                raise self._failure(r, f"cannot be reached ({exc})") from None
+        """Send role ``name`` a message (through the role table, which knows its address)."""
+        self.table.send(name, msg)
 
     def event(self, record: dict[str, Any]) -> None:
         """One record in ``metrics.jsonl``."""
@@ -246,18 +204,18 @@ class Coordinator(PolicyDriver, RoleTable):
 
     def now(self) -> float:
         """Seconds since the run started (the clock of every record)."""
-        return time.monotonic() - self.t0
+        return time.monotonic() - self.state.t0
 
     # ------------------------------------------------------------------ the run
     def run(self) -> RunResult:
-        self.t0, self.cpu0 = time.monotonic(), time.process_time()
+        self.state.t0, self.cpu0 = time.monotonic(), time.process_time()
         ctx = zmq.Context(io_threads=1)
         self.auth = start_authenticator(ctx, self.keys) if self.keys else None
         sock = make_socket(ctx, zmq.ROUTER, CONTROL, curve=self.keys, server=True)
-        self.chan = Channel(sock, "coordinator")
+        self.chan = self.table.chan = Channel(sock, "coordinator")
         ok = False
         try:
-            earlier = earlier_run(self.run_dir, self.W, self.record_seq) \
+            earlier = earlier_run(self.run_dir, self.state.W, self.record_seq) \
                 if self.opts.resume else None
             if earlier:  # the trainers load it before their first step
                 self.resume = {"path": earlier.path, "seq": earlier.seq}
@@ -267,16 +225,17 @@ class Coordinator(PolicyDriver, RoleTable):
                     if self.opts.coordinator_port else bind_random(sock, host)
             except TransportError as exc:
                 raise RunError(f"coordinator: {exc}") from None
+            self.table.endpoint = self.endpoint
             try:
                 bind = getattr(self.launcher, "bind_run", None)
                 if bind is not None:  # what the preflight checks on every host (ssh)
                     bind(partitions=self.partitions, run_dir=str(self.run_dir.resolve()),
                          endpoint=self.endpoint)
-                self.launcher.preflight(sorted({m for _, _, m in self._role_specs()}))
+                self.launcher.preflight(sorted({m for _, _, m in self.table.role_specs()}))
             except LaunchError as exc:
                 raise RunError(str(exc)) from None
-            names = [self._add_role(*spec) for spec in self._role_specs()]
-            self._launch(names)
+            names = [self.table.add_role(*spec) for spec in self.table.role_specs()]
+            self.table.launch(names)
             self.log(f"started {len(names)} processes ({self.launcher.name} launcher"
                      + (", CURVE on" if self.keys else "") + f"; coordinator {self.endpoint})")
             try:
@@ -288,7 +247,7 @@ class Coordinator(PolicyDriver, RoleTable):
             while True:
                 try:
                     if failure is not None:
-                        self.training = False
+                        self.state.training = False
                         self.recovery.recover(failure)
                         failure = None
                     self._train()
@@ -300,7 +259,7 @@ class Coordinator(PolicyDriver, RoleTable):
             return result
         finally:
             if not ok:
-                self._abort()
+                self.table.abort()
             self.metrics.close()
             self.logfile.close()
             self.chan.close()
@@ -313,10 +272,10 @@ class Coordinator(PolicyDriver, RoleTable):
         now = time.monotonic()
         gap = now - (self.last_poll if self.last_poll is not None else now)
         if gap > 1.0:  # we were busy (re-planning...): silence meanwhile is not the roles'
-            for r in self.roles.values():
+            for r in self.table.roles.values():
                 if r.last_heard is not None:
                     r.last_heard += gap
-        self._check_roles()
+        self.table.check()
         if self.chan.sock.poll(int(timeout_s * 1000), zmq.POLLIN):
             for _ in range(1000):
                 try:
@@ -329,13 +288,13 @@ class Coordinator(PolicyDriver, RoleTable):
                 ident, msg = got
                 self._dispatch(ident.decode(errors="replace") if ident else "?", msg)
         self.last_poll = time.monotonic()
-        self._check_roles()
+        self.table.check()
 
     def _dispatch(self, ident: str, msg: Message) -> None:
         hb = ident.endswith("/hb")
         base = ident[:-3] if hb else ident
         name, _, gen = base.rpartition("/")
-        r = self.roles.get(name)
+        r = self.table.roles.get(name)
         if r is None or gen != str(r.launch.gen):
             if name.split(":")[0] in ("store", "sampler", "fetcher", "trainer"):
                 self.stale += 1  # a replaced incarnation: whatever it says is void
@@ -363,60 +322,48 @@ class Coordinator(PolicyDriver, RoleTable):
             self.log(f"rejected {what}" + (" (further rejections are only counted)"
                                            if self.rejected == 20 else ""))
 
+    def _config(self, resume: dict[str, Any] | None) -> dict[str, Any]:
+        """The ``config`` every role gets after ``hello`` (:func:`~.startup.role_config`)."""
+        return role_config(self.state, opts=self.opts, job=self.job, policy=self.policy,
+                           launcher=self.launcher, run_dir=self.run_dir, pset=self.pset,
+                           resume=resume)
+
     def _startup(self, names: list[str], first: bool = False) -> None:
         """Wait until ``names`` are ready (and every partition's seeds are known), then send
         them everyone's endpoints."""
+        roles = self.table.roles
         self.last_poll = time.monotonic()
         self.cfg = self._config(self.resume)
         deadline = time.monotonic() + self.opts.start_timeout
-        while any(self.roles[n].state != "ready" for n in names) or \
+        while any(roles[n].state != "ready" for n in names) or \
                 len(self.splits) < self.pset.num_parts:
             if time.monotonic() > deadline:
-                late = [f"{n} ({self.roles[n].state}: {self.roles[n].doing})" for n in names
-                        if self.roles[n].state != "ready"]
+                late = [f"{n} ({roles[n].state}: {roles[n].doing})" for n in names
+                        if roles[n].state != "ready"]
                 raise RunError(f"roles not ready within {self.opts.start_timeout:.0f} s: "
                                f"{', '.join(late)}")
             self._poll(0.1)
         if first:
             self.schedule.set_nodes(self.splits)
-        stores = {str(self.cluster.machine_index(r.launch.machine)): r.info["endpoint"]
-                  for r in self.roles.values() if r.launch.role == "store"}
-        urgent = {str(self.cluster.machine_index(r.launch.machine)): r.info["urgent_endpoint"]
-                  for r in self.roles.values()
-                  if r.launch.role == "store" and r.info.get("urgent_endpoint")}
-        fetchers = {r.launch.machine: r.info["endpoint"] for r in self.roles.values()
-                    if r.launch.role == "fetcher"}
-        trainers = []
-        cuda = []
-        for w, t in enumerate(self.plan.trainers):
-            info = self.roles[f"trainer:{w}"].info
-            relay = fetchers.get(t.fetch_at) if t.fetch_at != t.machine else None
-            trainers.append({"id": w, "data": info["data"], "relay": relay,
-                             "relay_machine": t.fetch_at if relay else None})
-            cuda.append(info.get("cuda"))
-        backend = "nccl" if all(cuda) and len(set(cuda)) == len(cuda) else "gloo"
-        master = self.roles["trainer:0"].info.get("master_port")
-        start = ctrl("start", stores=stores, urgent_stores=urgent, trainers=trainers,
-                     backend=backend,
-                     master_addr=self.launcher.host_of(self.plan.trainers[0].machine),
-                     master_port=master)
+        start, backend = start_message(self.state, roles, self.launcher)
         if first:
             self.startup_s = self.now()
             self.log(f"all {len(names)} roles ready in {self.startup_s:.1f} s "
                      f"(all-reduce: {backend})")
         for n in names:
-            self.roles[n].state = "running"
+            roles[n].state = "running"
             self.send(n, start)
 
     # ------------------------------------------------------------------ training
     def _begin_training(self, start: int) -> None:
         """(Re)start the training state at step ``start`` (0, or after a checkpoint)."""
-        W, n = self.W, len(self.items)
+        st = self.state
+        W, n = st.W, len(st.items)
         now = self.now()
         if start == 0:
             self.t_train = now
-            self.event({"type": "training", "dilation": self.dilation, "time": now})
-        self.trained = {k: v for k, v in self.trained.items() if k[1] < start}
+            self.event({"type": "training", "dilation": st.dilation, "time": now})
+        st.trained = {k: v for k, v in st.trained.items() if k[1] < start}
         self.outputs = {k: v for k, v in self.outputs.items() if k[1] < start}
         self.barriers = [W if s < start else 0 for s in range(n)]
         self.epochs = [e for e in self.epochs if self.record_seq[e["epoch"]] < start]
@@ -424,28 +371,29 @@ class Coordinator(PolicyDriver, RoleTable):
         self.test_metric = float("nan")
         self.test_majority: float | None = None
         self.done_trainers: set[int] = set()
-        self._reset_driver(start, now)
-        self.training = True
+        self.driver.reset(start, now, self.cfg)
+        st.training = True
         self.last_progress = time.monotonic()
         if start < n:
-            it = self.items[start]
+            it = st.items[start]
             self.progress("epoch_start", epoch=it.epoch, total=self.schedule.K,
                           epochs=self.job.epochs)
-        for m in range(len(self.cluster.machines)):
-            self._dispatch_batches(m)
+        for m in range(len(st.cluster.machines)):
+            self.driver.dispatch_batches(m)
 
     def _restore(self, e: Earlier) -> int:
         """``--resume``: the state an interrupted run had reached at checkpoint ``e``, the
         clock continued from that step's barrier; returns the step to train from."""
-        self.trained = dict(e.trained)
+        self.state.trained = dict(e.trained)
         self.epochs = list(e.epochs)
         for (_, s), b in e.trained.items():
             self.barrier_at[s] = max(b["time"], self.barrier_at[s]) \
                 if self.barrier_at[s] == self.barrier_at[s] else b["time"]
-        self.last_barrier = e.seq
+        self.state.last_barrier = e.seq
         self.recovery.checkpoints = list(e.checkpoints)
         startup = self.now()
-        self.t0 = time.monotonic() - e.time  # records read as one run; the pause not counted
+        # records read as one run; the pause is not counted
+        self.state.t0 = time.monotonic() - e.time
         self.t_train = e.t_train
         self.log(f"resumed from the checkpoint of step {e.seq} (epoch {e.epoch}, {e.path}); "
                  f"{len(self.epochs)} epochs done before; training goes on at step {e.seq + 1}"
@@ -454,18 +402,42 @@ class Coordinator(PolicyDriver, RoleTable):
                     "path": e.path, "startup_s": startup, "time": self.now()})
         return e.seq + 1
 
+    # ------------------------------------------------------------------ the recovery host
+    def stop_for_recovery(self, failed: str, machine_ok: bool) -> tuple[set[str], list[str]]:
+        """Stop all roles but the live stores worth keeping: (kept, stopped)."""
+        return self.table.stop_for_recovery(failed, machine_ok)
+
+    def relaunch(self, cluster: ClusterSpec, plan: Plan, keep: set[str], attempt: int,
+                 resume: dict[str, Any] | None, stores_moved: bool) -> list[str]:
+        """Adopt ``cluster`` and ``plan``, tell the kept stores to drop their queues, and
+        start every other role the plan needs (generation ``attempt``). Returns their names."""
+        self._bind(cluster, plan)
+        self.table.keep_only(keep)
+        for store in keep:  # their queued transfers were for clients that are gone
+            self.send(store, ctrl("reset", attempt=attempt))
+        names = [self.table.add_role(role, rid, m) for role, rid, m in self.table.role_specs()
+                 if f"{role}:{rid}" not in keep]
+        if stores_moved:
+            self.splits = {}  # stores announce their partitions again
+        self.resume = resume
+        self.cfg = self._config(resume)
+        self.table.launch(names)
+        return names
+
     def resume_training(self, names: list[str], start: int) -> None:
         """After a recovery: wait for the restarted ``names``, then train from ``start``."""
         self._startup(names)
         self._begin_training(start)
 
+    # ------------------------------------------------------------------ handling messages
     def _train(self) -> None:
+        """Handle messages until every trainer is done (a role's death raises out of it)."""
         limit = self.opts.progress_timeout or (2 * self.opts.request_timeout
                                                + self.opts.dead_after_s)
-        while len(self.done_trainers) < self.W:
+        while len(self.done_trainers) < self.state.W:
             self._poll(0.05)
             if time.monotonic() - self.last_progress > limit:
-                doing = "; ".join(f"{n}: {r.doing}" for n, r in self.roles.items())
+                doing = "; ".join(f"{n}: {r.doing}" for n, r in self.table.roles.items())
                 raise RunError(f"no training progress for {limit:.0f} s although every "
                                f"process is alive; what each was doing: {doing}")
 
@@ -481,10 +453,17 @@ class Coordinator(PolicyDriver, RoleTable):
             raise MessageError(f"coordinator: unexpected {msg.kind.name} from {name}")
         body = ctrl_body(msg, name)
         op = body.pop("op")
-        handler = getattr(self, f"_on_{op}", None)
+        handler = self.handlers.get(op)
         if handler is None:
             raise MessageError(f"coordinator: unknown op {op!r} from {name}")
         handler(name, r, body)
+
+    def _handlers(self) -> dict[str, Handler]:
+        """The control ops the core handles itself (the driver's are in its own table)."""
+        return {"hello": self._on_hello, "ready": self._on_ready, "hb": self._on_hb,
+                "error": self._on_error, "stats": self._on_stats,
+                "checkpointed": self._on_checkpointed, "trained": self._on_trained,
+                "done": self._on_done}
 
     # ----- start-up
     def _on_hello(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
@@ -505,11 +484,11 @@ class Coordinator(PolicyDriver, RoleTable):
         r.state = "error"
         r.info["error"] = str(body.get("error"))
         said = f"{name} on machine {r.launch.machine} failed: {body.get('error')}"
-        if self.training:
+        if self.state.training:
             end = time.monotonic() + min(2.0, self.opts.dead_after_s)
             while True:
                 try:
-                    self._check_roles()
+                    self.table.check()
                 except RoleFailure as f:
                     f.collateral.append(said)
                     raise
@@ -533,40 +512,41 @@ class Coordinator(PolicyDriver, RoleTable):
         w, seq = int(body["trainer"]), int(body["seq"])
         key = (w, seq)
         r.doing = f"finished step {seq}, waiting for the next mini-batch"
-        if key in self.trained:
+        if key in self.state.trained:
             raise RunError(f"trainer {w} trained batch {seq} twice")
-        if body["seeds"] != self.expected.pop(key, None):
+        if body["seeds"] != self.driver.assigned(key):
             raise RunError(f"trainer {w} trained batch {seq} with other seeds than assigned")
         now = self.now()
         body["time"] = now
         body["attempt"] = self.recovery.attempt
         if "y" in body:  # an evaluation batch: kept apart, scored per phase
             self.outputs[key] = (body.pop("y"), body.pop("pred"), body.pop("prob", None))
-        self.trained[key] = body
+        self.state.trained[key] = body
         self.last_progress = time.monotonic()
-        item = self.items[seq]
+        item = self.state.items[seq]
         self.event({"type": "batch", **body})
-        self._policy_trained(w, seq, item, body, now)
+        self.driver.on_trained(w, seq, item, body, now)
         self.barriers[seq] += 1
-        if self.barriers[seq] == self.W:
+        if self.barriers[seq] == self.state.W:
             self.barrier_at[seq] = now
-            self.last_barrier = max(self.last_barrier, seq)
+            self.state.last_barrier = max(self.state.last_barrier, seq)
             self.policy.on_barrier(seq, now)
             self._after_barrier(item, now)
             self.recovery.barrier(seq, now)
 
     def _after_barrier(self, item: Item, now: float) -> None:
-        K = self.schedule.K
+        """Every trainer finished ``item``: progress, and an epoch's or the test's record."""
+        K, st = self.schedule.K, self.state
+        items, n = st.items, sum(st.trained[(w, item.seq)]["n"] for w in range(st.W))
         if item.phase == 0:
-            self.progress("batch", epoch=item.epoch, done=item.index + 1, total=K,
-                          seeds=sum(self.trained[(w, item.seq)]["n"] for w in range(self.W)))
+            self.progress("batch", epoch=item.epoch, done=item.index + 1, total=K, seeds=n)
         else:  # evaluation at scale takes minutes: it gets a bar too
             self.progress("eval", phase=PHASES[item.phase], epoch=item.epoch,
                           done=item.index + 1,
                           total=self.schedule.n_val if item.phase == 1 else self.schedule.n_test,
-                          nodes=sum(self.trained[(w, item.seq)]["n"] for w in range(self.W)))
-        last = item.seq + 1 == len(self.items) or self.items[item.seq + 1].epoch != item.epoch \
-            or (self.items[item.seq + 1].phase == 2 and item.phase != 2)
+                          nodes=n)
+        last = item.seq + 1 == len(items) or items[item.seq + 1].epoch != item.epoch \
+            or (items[item.seq + 1].phase == 2 and item.phase != 2)
         if not last:
             return
         if item.phase == 2:
@@ -582,8 +562,9 @@ class Coordinator(PolicyDriver, RoleTable):
     def _evaluation(self, phase: int, epoch: int) -> dict[str, Any]:
         """Accuracy, the job's metric and the majority-class rate over every node evaluated
         in ``phase`` of ``epoch`` (all trainers), as scikit-learn computes them."""
+        items = self.state.items
         outs = [o for (w, s), o in sorted(self.outputs.items())
-                if self.items[s].phase == phase and self.items[s].epoch == epoch]
+                if items[s].phase == phase and items[s].epoch == epoch]
         y = np.asarray([v for o in outs for v in o[0]], np.int64)
         pred = np.asarray([v for o in outs for v in o[1]], np.int64)
         prob = None if any(o[2] is None for o in outs) else \
@@ -601,16 +582,18 @@ class Coordinator(PolicyDriver, RoleTable):
                 "nodes": int(len(y))}
 
     def _epoch_record(self, e: int, now: float) -> None:
-        train = [it for it in self.items if it.epoch == e and it.phase == 0]
+        """Epoch ``e``'s training and validation are done: its record and progress."""
+        trained, W = self.state.trained, self.state.W
+        train = [it for it in self.state.items if it.epoch == e and it.phase == 0]
         first, lastk = train[0].seq, train[-1].seq
         begin = self.t_train if first == 0 else self.barrier_at[first - 1]
         end = self.barrier_at[lastk]
-        recs = [self.trained[(w, it.seq)] for it in train for w in range(self.W)]
+        recs = [trained[(w, it.seq)] for it in train for w in range(W)]
         seeds = sum(b["n"] for b in recs)
-        stages = {str(w): {s: float(np.mean([self.trained[(w, it.seq)][s] for it in train]))
-                           for s in STAGES} for w in range(self.W)}
+        stages = {str(w): {s: float(np.mean([trained[(w, it.seq)][s] for it in train]))
+                           for s in STAGES} for w in range(W)}
         assigned = np.concatenate([self.schedule.batch(w, it)[0] for it in train
-                                   for w in range(self.W)])
+                                   for w in range(W)])
         ev = self._evaluation(1, e)
         rec = {"type": "epoch", "epoch": e, "epoch_time_s": end - begin,
                "train_loss": float(np.mean([b["loss"] for b in recs])),
@@ -634,31 +617,32 @@ class Coordinator(PolicyDriver, RoleTable):
 
     # ------------------------------------------------------------------ the end
     def _finish(self) -> RunResult:
-        self.training = False
-        self._stop_roles(self.opts.stop_grace_s)
+        """Stop every role (draining their stats), then the run's result and its record."""
+        st, roles = self.state, self.table.roles
+        st.training = False
+        self.table.stop(self.opts.stop_grace_s)
         leftover = self.launcher.stop_all(grace=2.0)
         if leftover:
             self.log(f"had to terminate: {', '.join(leftover)}")
         self.recovery.close(self.now())  # ended before catching up (failure in the last steps)
         wall = self.now()
-        by_proc = {n: int((r.stats or {}).get("bytes_sent", 0)) for n, r in self.roles.items()}
+        by_proc = {n: int((r.stats or {}).get("bytes_sent", 0)) for n, r in roles.items()}
         by_proc["coordinator"] = STATS.total
-        network = sum(int((r.stats or {}).get("network_bytes", 0)) for r in self.roles.values())
-        allreduce = sum(int((r.stats or {}).get("allreduce_bytes", 0))
-                        for r in self.roles.values())
+        network = sum(int((r.stats or {}).get("network_bytes", 0)) for r in roles.values())
+        allreduce = sum(int((r.stats or {}).get("allreduce_bytes", 0)) for r in roles.values())
         times = [e["epoch_time_s"] for e in self.epochs]
         median = statistics.median(times[1:]) if len(times) > 1 else (times[0] if times else 0.0)
         steady = self.epochs[1:] or self.epochs  # the first epoch includes warm-up
         stages = {str(w): {s: float(np.mean([e["stages"][str(w)][s] for e in steady]))
-                           for s in STAGES} for w in range(self.W)}
+                           for s in STAGES} for w in range(st.W)}
         result = RunResult(
-            run_dir=str(self.run_dir), policy=self.policy.name, placer=self.plan.placer,
+            run_dir=str(self.run_dir), policy=self.policy.name, placer=st.plan.placer,
             launcher=self.launcher.name, epochs=self.epochs, epoch_time_s=float(median),
             val_accuracy=[e["val_accuracy"] for e in self.epochs if e["val_accuracy"] is not None],
             test_accuracy=float(self.test_accuracy),
             metric=self.metric, test_metric=float(self.test_metric),
-            majority_rate=self.test_majority, dilation=self.dilation,
-            real_epoch_time_s=float(median) / self.dilation,
+            majority_rate=self.test_majority, dilation=st.dilation,
+            real_epoch_time_s=float(median) / st.dilation,
             host_usage=self.launcher.usage() if hasattr(self.launcher, "usage") else {},
             val_metric=[e["val_metric"] for e in self.epochs if e["val_metric"] is not None],
             bytes_sent=int(sum(by_proc.values())), network_bytes=network,
@@ -667,20 +651,28 @@ class Coordinator(PolicyDriver, RoleTable):
             processes={n: {"machine": r.launch.machine, "pid": r.info.get("pid"),
                            "generation": r.launch.gen,
                            **{k: v for k, v in (r.stats or {}).items() if k != "op"}}
-                       for n, r in self.roles.items()},
+                       for n, r in roles.items()},
             recoveries=[{k: v for k, v in rc.items() if k != "type"}
                         for rc in self.recovery.records],
             checkpoints=self.recovery.written)
-        cpu = {n: round(float(r.stats["cpu_s"]), 3) for n, r in self.roles.items()
+        cpu = {n: round(float(r.stats["cpu_s"]), 3) for n, r in roles.items()
                if r.stats and "cpu_s" in r.stats}
         cpu["coordinator"] = round(time.process_time() - self.cpu0, 3)  # this process, all threads
         self.event({"type": "run", **{k: v for k, v in result.to_dict().items()
                                       if k not in ("epochs", "processes")},
                     "cpu_s_by_process": cpu,
-                    "ledger_by_process": {n: r.stats.get("ledger") for n, r in self.roles.items()
+                    "ledger_by_process": {n: r.stats.get("ledger") for n, r in roles.items()
                                           if r.stats and r.stats.get("ledger")},
                     "stale_messages": self.stale, "rejected_messages": self.rejected})
         return result
+
+    @staticmethod
+    def _handoff(c: Any, w: int, seq: int, kind: str, **known: Any) -> None:
+        """The driver's pairing of a push with its receipt (:meth:`PolicyDriver._handoff`) on
+        a stand-in ``c`` with ``handoffs``, ``T``, ``cluster`` and ``event``: the entry
+        tests/test_trace.py still calls."""
+        stand_in = SimpleNamespace(handoffs=c.handoffs, event=c.event, state=c)
+        PolicyDriver._handoff(stand_in, w, seq, kind, **known)  # type: ignore[arg-type]
 
 
 __all__ = ["Coordinator"]

@@ -22,17 +22,20 @@ Expected costs in the policy's context come from the :class:`~.advisor.Advisor` 
 has a cost profile (exactly what the simulator uses); otherwise they are learnt during the
 run (moving averages of the measured train time per edge and fetch time per trainer).
 
-:class:`PolicyDriver` is a mixin of :class:`~.core.Coordinator`: its handlers share the
-coordinator's state (listed below), which tests set directly on a bare instance.
+:class:`PolicyDriver` is a component the :class:`~.core.Coordinator` owns: it reads the plan
+and the clock from the :class:`~.state.RunState`, the processes from the
+:class:`~.roles.RoleTable`, and talks through a :class:`~.messenger.Messenger`; the core
+dispatches the control ops in :meth:`PolicyDriver.handlers` to it. The NIC chunk and window
+sizes every role is configured with are :func:`nic_sizes`.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gnnsched.plan import Plan
 from gnnsched.policy import (
     BatchInfo,
     BatchKey,
@@ -42,140 +45,76 @@ from gnnsched.policy import (
     choose_sampling,
     gradient_contenders,
 )
+from gnnsched.runtime.coordinator.messenger import Messenger
 from gnnsched.runtime.coordinator.options import (
-    NIC_CHUNK_S,
-    NIC_WINDOW_S,
-    PEER_WINDOW_S,
     RuntimeOptions,
 )
 from gnnsched.runtime.coordinator.schedule import Item, Schedule
-from gnnsched.runtime.launcher import on_loopback
+from gnnsched.runtime.coordinator.state import RunState
 from gnnsched.runtime.role import seeds_hash
-from gnnsched.runtime.store import CHUNK_BYTES, PEER_WINDOW_BYTES, WINDOW_BYTES
 from gnnsched.runtime.transport import Kind, Message, MessageError, ctrl
-from gnnsched.spec import ClusterSpec, JobSpec
+from gnnsched.spec import JobSpec
 from gnnsched.workload import ring_wire_s
 
 if TYPE_CHECKING:
     from gnnsched.runtime.coordinator.advisor import Advisor
-    from gnnsched.runtime.coordinator.roles import RoleState, SamplerSlot
-    from gnnsched.runtime.launcher import Launcher
+    from gnnsched.runtime.coordinator.roles import RoleState, RoleTable
 
 LEARN_RATE = 0.3  # weight of the newest measurement in the learnt stage times
+Handler = Callable[[str, "RoleState", dict[str, Any]], None]  # (role, its state, body)
 
 
 class PolicyDriver:
     """Dispatches sampling, ranks transfers and holds NICs for gradients (module docstring)."""
 
-    # the coordinator's state this mixin reads (set by the core or by a test)
-    cluster: ClusterSpec
-    net: ClusterSpec  # the cluster as its NICs really run: rates / the scale model's D
-    dilation: float  # the scale model's D (1.0: real hosts, or an undilated emulation)
-    plan: Plan
-    job: JobSpec
-    opts: RuntimeOptions
-    launcher: Launcher
-    policy: Policy
-    advisor: Advisor | None
-    profile: Any
-    schedule: Schedule
-    items: list[Item]
-    roles: dict[str, RoleState]
-    samplers: dict[str, SamplerSlot]
-    W: int
-    T: list[int]  # trainer -> machine index
-    F: list[int]  # trainer -> machine index of its feature gathering
+    def __init__(self, state: RunState, messenger: Messenger, table: RoleTable, *,
+                 policy: Policy, opts: RuntimeOptions, job: JobSpec, schedule: Schedule,
+                 advisor: Advisor | None, profile: Any) -> None:
+        self.state, self.table = state, table
+        self.policy, self.opts, self.job, self.schedule = policy, opts, job, schedule
+        self.advisor, self.profile = advisor, profile
+        # the messenger's verbs, bound once (a test replaces them on a bare instance)
+        self.send, self.event, self.now = messenger.send, messenger.event, messenger.now
+        self.per_edge = [0.0] * state.W  # learnt train seconds per sampled edge, per trainer
+        self.tseq = 0  # transfers ranked so far (the policy's tie-break order)
+        self.learn = False  # whether expected stage times are learnt (no cost profile)
 
-    per_edge: list[float]  # learnt train seconds per sampled edge, per trainer
-    tseq: int  # transfers ranked so far (the policy's tie-break order)
-
-    if TYPE_CHECKING:  # the core's; declared here so the mixin reads on its own
-        def send(self, name: str, msg: Message) -> None: ...
-        def event(self, record: dict[str, Any]) -> None: ...
-        def now(self) -> float: ...
-        def _fire_faults(self, seq: int) -> None: ...
+    def handlers(self) -> dict[str, Handler]:
+        """The control ops the driver handles; the coordinator dispatches them here."""
+        return {"sampled": self._on_sampled, "started": self._on_started,
+                "queued": self._on_queued, "sent": self._on_sent,
+                "allreduce": self._on_allreduce, "fetched": self._on_fetched,
+                "arrived": self._on_arrived}
 
     # ------------------------------------------------------------------ set-up
-    def _sizes(self) -> dict[str, Any]:
-        """Chunk and window sizes. On real or shaped links (netns, ssh) each store's chunk is
-        ~8 ms of its own egress (16..256 KiB, ``nic_chunk_bytes``) and its windows cover
-        150 / 120 ms of it (``nic_windows``); on loopback (local) large chunks keep the CPU
-        cost low. ``chunk_bytes`` (~2 ms of the slowest NIC when shaped) is the fallback for
-        a sender with no entry of its own. Sizes come from the real cluster's rates
-        (``self.cluster``), not the scale model's dilated ones (``self.net``): a window is
-        150 ms of the cluster the model stands for, D x 150 ms of the model, so both move the
-        same bytes per window and the model behaves like that cluster, only slower."""
-        o = self.opts
-        if o.chunk_bytes:
-            chunk = int(o.chunk_bytes)
-        elif on_loopback(self.launcher):
-            chunk = CHUNK_BYTES
-        else:
-            slowest = min(min(m.egress, m.ingress) for m in self.cluster.machines)
-            chunk = int(min(CHUNK_BYTES, max(16 << 10, slowest * 0.002)))
-        out: dict[str, Any] = {
-            "chunk_bytes": chunk,
-            "window_bytes": int(o.window_bytes or (WINDOW_BYTES if chunk == CHUNK_BYTES
-                                                   else 4 * chunk)),
-            "peer_window_bytes": int(o.peer_window_bytes or (
-                PEER_WINDOW_BYTES if chunk == CHUNK_BYTES else 2 * chunk))}
-        if chunk != CHUNK_BYTES:
-            # Shaped links: a window must cover the bandwidth-delay product of *its* NIC, or an
-            # acknowledgement round trip through busy processes and the receiver's own queued
-            # egress caps a sender below its rate. Per store: 150 ms (total) / 120 ms (per
-            # receiver) of its egress, never less than the chunk-based floor. With 40 / 30 ms
-            # a 50 Mbit/s store waited for acks ~60% of a hetero/Cora run (its ``waits_s``
-            # stats) and the run was 11% slower than simulated; with 150 / 120 ms it never
-            # waits and a priority transfer still overtakes within ~150 ms of that NIC.
-            #
-            # A store's chunk is ~8 ms of its own egress (16..256 KiB): each chunk costs the
-            # sender and receiver a message, an ack and a scheduling decision in Python, so
-            # chunks sized by the *slowest* NIC (16 KiB) kept a 50 Mbit/s store sending ~380
-            # chunks a second, 3-4 s of its CPU per ~20 s hetero/Physics run (its ``waits_s``
-            # "send"; ~1.6 s with 8 ms chunks), and a 200 Mbit/s one four times as many.
-            # Priority and holds act at window granularity anyway.
-            chunks = {} if o.chunk_bytes else {
-                m.name: int(min(CHUNK_BYTES, max(16 << 10, m.egress * NIC_CHUNK_S)))
-                for m in self.cluster.machines if m.partitions}
-            out["nic_chunk_bytes"] = chunks
-            out["nic_windows"] = {
-                m.name: [max(out["window_bytes"], 4 * chunks.get(m.name, chunk),
-                             int(m.egress * NIC_WINDOW_S)),
-                         max(out["peer_window_bytes"], 2 * chunks.get(m.name, chunk),
-                             int(m.egress * PEER_WINDOW_S))]
-                for m in self.cluster.machines if m.partitions}
-            # each store's NIC rate on the run's clock (the scale model's dilated one): its
-            # total window lets a transfer past while the NIC idles (CONSERVE_BELOW)
-            out["nic_rates"] = {m.name: float(m.egress) for m in self.net.machines
-                                if m.partitions}
-        return out
-
     def _context(self) -> PolicyContext:
         """The policy's view of the run: the advisor's expected stage times when there is a
         cost profile, else zeros that :meth:`_learn` fills from measurements."""
-        cl = self.net
+        st = self.state
+        cl, W = st.net, st.W
         ctx = PolicyContext(
-            trainers=self.W, iterations=len(self.items), prefetch=self.job.prefetch,
+            trainers=W, iterations=len(st.items), prefetch=self.job.prefetch,
             egress=[m.egress for m in cl.machines], ingress=[m.ingress for m in cl.machines],
-            trainer_machine=list(self.T), fetch_machine=list(self.F))
+            trainer_machine=list(st.T), fetch_machine=list(st.F))
         if self.profile is not None and self.advisor is not None:
             ctx.train_s, ctx.fetch_s, ctx.sample_s, ctx.buffer_batches = \
-                self.advisor.reference(cl, self.job, self.plan, self.profile)
-            if self.dilation != 1:  # compute runs at 1/D of the profile's speed on the model
-                ctx.train_s = [t * self.dilation for t in ctx.train_s]
-                ctx.sample_s = [t * self.dilation for t in ctx.sample_s]
+                self.advisor.reference(cl, self.job, st.plan, self.profile)
+            if st.dilation != 1:  # compute runs at 1/D of the profile's speed on the model
+                ctx.train_s = [t * st.dilation for t in ctx.train_s]
+                ctx.sample_s = [t * st.dilation for t in ctx.sample_s]
             self.learn = False
         else:  # learnt online from measurements
-            ctx.train_s, ctx.fetch_s, ctx.sample_s = [0.0] * self.W, [0.0] * self.W, \
-                [0.0] * self.W
+            ctx.train_s, ctx.fetch_s, ctx.sample_s = [0.0] * W, [0.0] * W, [0.0] * W
             self.learn = True
         return ctx
 
-    def _reset_driver(self, start: int, now: float) -> None:
-        """Fresh driver state for training from step ``start``: every core free, no transfer
-        known, the policy reset with a new context and its prefetch depths read."""
-        W = self.W
-        self.cores_free = [m.cpus for m in self.cluster.machines]
+    def reset(self, start: int, now: float, cfg: dict[str, Any]) -> None:
+        """Fresh driver state for training from step ``start`` with the roles' ``cfg``: every
+        core free, no transfer known, the policy reset with a new context and its prefetch
+        depths read."""
+        st, roles = self.state, self.table.roles
+        W = st.W
+        self.cores_free = [m.cpus for m in st.cluster.machines]
         self.next_disp = [start] * W
         self.started = [start] * W
         self.ready_since = [now] * W
@@ -186,11 +125,11 @@ class PolicyDriver:
         # receiver -> heap of (key, store, tid) of its keyed transfers; entries of transfers
         # already sent are dropped when they reach the top (_floor_of)
         self.rx_keys: dict[int, list[tuple[list, int, int]]] = defaultdict(list)
-        self.urgent_band = bool(getattr(self, "cfg", {}).get("urgent_band"))
-        self.wire_levels = bool(getattr(self, "cfg", {}).get("wire_levels"))
-        self.stores = {self.cluster.machine_index(r.launch.machine): name
-                       for name, r in self.roles.items() if r.launch.role == "store"}
-        self.fetchers = [name for name, r in self.roles.items() if r.launch.role == "fetcher"]
+        self.urgent_band = bool(cfg.get("urgent_band"))
+        self.wire_levels = bool(cfg.get("wire_levels"))
+        self.stores = {st.cluster.machine_index(r.launch.machine): name
+                       for name, r in roles.items() if r.launch.role == "store"}
+        self.fetchers = [name for name, r in roles.items() if r.launch.role == "fetcher"]
         self.ranked: dict[tuple[int, int, int, str], list] = {}
         self.reducing: dict[int, int] = defaultdict(int)  # machine -> trainers all-reducing
         self.entered: dict[int, int] = defaultdict(int)  # step -> trainers in its all-reduce
@@ -200,19 +139,24 @@ class PolicyDriver:
         self.sampled_info: dict[tuple[int, int], dict[str, Any]] = {}
         # --trace: half-known sampler / relay transfers, (trainer, seq, kind) -> what is known
         self.handoffs: dict[tuple[int, int, str], dict[str, Any]] = {}
-        for s in self.samplers.values():
+        for s in self.table.samplers.values():
             s.busy = False
         self.policy.reset(self._context())
-        self.pf = [max(1, int(self.policy.prefetch(w))) for w in range(self.W)]
+        self.pf = [max(1, int(self.policy.prefetch(w))) for w in range(W)]
+
+    def assigned(self, key: tuple[int, int]) -> str | None:
+        """The hash of the seeds dispatched for ``(trainer, step)``, forgotten once asked."""
+        return self.expected.pop(key, None)
 
     # ------------------------------------------------------------------ sampling
-    def _dispatch_batches(self, m: int) -> None:
+    def dispatch_batches(self, m: int) -> None:
         """Start sampling tasks on machine ``m`` while it has a free core (policy picks)."""
-        n = len(self.items)
+        items, samplers = self.state.items, self.table.samplers
+        n = len(items)
         while self.cores_free[m] > 0:
             cands = []
             seen = set()
-            for s in self.samplers.values():
+            for s in samplers.values():
                 w = s.trainer
                 if s.machine != m or s.busy or w in seen:
                     continue
@@ -226,25 +170,27 @@ class PolicyDriver:
             seq = self.next_disp[w]
             self.next_disp[w] = seq + 1
             self.ready_since[w] = self.now()
-            s = next(s for s in self.samplers.values()
+            s = next(s for s in samplers.values()
                      if s.machine == m and s.trainer == w and not s.busy)
             s.busy = True
             self.cores_free[m] -= 1
-            item = self.items[seq]
-            self.roles[s.name].doing = f"sampling trainer {w} step {seq} (epoch {item.epoch})"
+            item = items[seq]
+            self.table.roles[s.name].doing = \
+                f"sampling trainer {w} step {seq} (epoch {item.epoch})"
             seeds, labels = self.schedule.batch(w, item)
             self.expected[(w, seq)] = seeds_hash(seeds)
             self._rank(w, seq, "struct", [(st, m, 0.0) for st in self.stores if st != m])
             if self.opts.trace:
                 self.event({"type": "dispatch", "trainer": w, "seq": seq, "t": self.now(),
-                            "machine": self.cluster.machines[m].name})
+                            "machine": self.state.cluster.machines[m].name})
             self.send(s.name, Message(Kind.BATCH, {"trainer": w, "seq": seq,
                                                    "epoch": item.epoch, "phase": item.phase,
                                                    "index": item.index},
                                       {"seeds": seeds, "labels": labels}))
 
     def _on_sampled(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
-        s = self.samplers[name]
+        s = self.table.samplers[name]
+        T, F = self.state.T, self.state.F
         w, seq = int(body["trainer"]), int(body["seq"])
         self.sampled_info[(w, seq)] = body
         train_s = self.per_edge[w] * body["edges"] if self.learn else \
@@ -255,25 +201,24 @@ class PolicyDriver:
         if self.opts.trace:
             self.event({"type": "sampled", "trainer": w, "seq": seq, "t": self.now(),
                         "feat_bytes": info.feat_bytes})
-            if s.machine != self.T[w]:  # the sampler sends BLOCK right after this report
+            if s.machine != T[w]:  # the sampler sends BLOCK right after this report
                 self._handoff(w, seq, "block", src=s.machine, queued=self.now())
-        self._rank(w, seq, "feat", [(m, self.F[w], b) for m, b in info.feat_from
-                                    if m != self.F[w]])
+        self._rank(w, seq, "feat", [(m, F[w], b) for m, b in info.feat_from if m != F[w]])
         s.busy = False
         r.doing = f"idle (sampled trainer {w} step {seq})"
         self.cores_free[s.machine] += 1
-        self._dispatch_batches(s.machine)
+        self.dispatch_batches(s.machine)
 
     def _on_started(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
         """A trainer started a step: its prefetch window moves on (and faults may fire)."""
         w, seq = int(body["trainer"]), int(body["seq"])
-        r.doing = f"training step {seq} (epoch {self.items[seq].epoch})"
+        r.doing = f"training step {seq} (epoch {self.state.items[seq].epoch})"
         self.started[w] = seq + 1
         if self.next_disp[w] == self.started[w] - 1 + self.pf[w]:
             self.ready_since[w] = self.now()  # the window just opened
-        for m in {s.machine for s in self.samplers.values() if s.trainer == w}:
-            self._dispatch_batches(m)
-        self._fire_faults(seq)
+        for m in {s.machine for s in self.table.samplers.values() if s.trainer == w}:
+            self.dispatch_batches(m)
+        self.table.fire_faults(seq)
 
     # ------------------------------------------------------------------ NICs
     def _rank(self, w: int, seq: int, kind: str, flows: list[tuple[int, int, float]]) -> None:
@@ -353,10 +298,10 @@ class PolicyDriver:
                 dsts.add(tr.dst)
                 self.policy.on_transfer_done(tr, now)
                 if self.opts.trace:
+                    ms = self.state.cluster.machines
                     self.event({"type": "transfer", "trainer": tr.batch.trainer,
                                 "seq": tr.batch.iteration, "kind": tr.kind,
-                                "src": self.cluster.machines[tr.src].name,
-                                "dst": self.cluster.machines[tr.dst].name,
+                                "src": ms[tr.src].name, "dst": ms[tr.dst].name,
                                 "bytes": tr.nbytes, "queued": tr.created, "done": now,
                                 "key": key if key is not None
                                 else list(self.policy.priority(tr))})
@@ -368,14 +313,14 @@ class PolicyDriver:
         a store or relay that would share a NIC with the gradients sends the reducing
         machines nothing of later iterations until their all-reduce ends. What any trainer
         needs for barrier ``k`` is never held."""
-        m, seq = self.T[int(body["trainer"])], int(body["seq"])
+        m, seq = self.state.T[int(body["trainer"])], int(body["seq"])
         r.doing = f"{'all-reducing' if body['on'] else 'stepping'} step {seq}"
         extra: dict[str, Any] = {}
         if body["on"]:
             self.reducing[m] += 1
             self.entered[seq] += 1
             self.grad_bytes[seq] = max(self.grad_bytes[seq], int(body.get("bytes", 0)))
-            if self.entered[seq] < self.W:
+            if self.entered[seq] < self.state.W:
                 return
             del self.entered[seq]
             volume = self.grad_bytes.pop(seq)
@@ -397,19 +342,21 @@ class PolicyDriver:
         """The gradients' time on the wire (:func:`gnnsched.workload.ring_wire_s`), without
         the all-reduce's fixed overhead, during which the cost model's NICs carry other
         traffic."""
-        ms = self.net.machines
-        return ring_wire_s(volume, list(self.T), [m.egress for m in ms],
-                           [m.ingress for m in ms], self.net.latency)
+        net = self.state.net
+        ms = net.machines
+        return ring_wire_s(volume, list(self.state.T), [m.egress for m in ms],
+                           [m.ingress for m in ms], net.latency)
 
     def _contending(self) -> dict[int, list[str]]:
         """Per trainer machine, the stores and relays whose traffic into it would slow its
         gradients (:func:`gnnsched.policy.gradient_contenders`). Fixed by the plan, so
         computed once per (re)start."""
-        ms = self.net.machines
+        st = self.state
+        ms = st.net.machines
         senders = [*((n, i) for i, n in self.stores.items()),
-                   *((n, self.cluster.machine_index(self.roles[n].launch.machine))
+                   *((n, st.cluster.machine_index(self.table.roles[n].launch.machine))
                      for n in self.fetchers)]
-        rule = gradient_contenders([x.egress for x in ms], [x.ingress for x in ms], self.T,
+        rule = gradient_contenders([x.egress for x in ms], [x.ingress for x in ms], st.T,
                                    {at for _, at in senders})
         return {m: [peer for peer, at in senders if at in cont] for m, cont in rule.items()}
 
@@ -419,8 +366,8 @@ class PolicyDriver:
         # gathered batch enters its send queue (a gradient hold may keep it there, as in a
         # store's NIC queue): for --trace, the queued time of that relay transfer
         if self.opts.trace:
-            w, m = int(body["trainer"]), self.cluster.machine_index(r.launch.machine)
-            if m != self.T[w]:
+            w, m = int(body["trainer"]), self.state.cluster.machine_index(r.launch.machine)
+            if m != self.state.T[w]:
                 self._handoff(w, int(body["seq"]), "relay", src=m, queued=self.now())
 
     def _on_arrived(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
@@ -443,14 +390,14 @@ class PolicyDriver:
         if "queued" not in h or "done" not in h:
             return
         del self.handoffs[key]
+        ms = self.state.cluster.machines
         self.event({"type": "transfer", "trainer": w, "seq": seq, "kind": kind,
-                    "src": self.cluster.machines[h["src"]].name,
-                    "dst": self.cluster.machines[self.T[w]].name, "bytes": h["bytes"],
+                    "src": ms[h["src"]].name, "dst": ms[self.state.T[w]].name,
+                    "bytes": h["bytes"],
                     "queued": h["queued"], "done": max(h["done"], h["queued"])})
 
     # ------------------------------------------------------------------ trained
-    def _policy_trained(self, w: int, seq: int, item: Item, body: dict[str, Any],
-                        now: float) -> None:
+    def on_trained(self, w: int, seq: int, item: Item, body: dict[str, Any], now: float) -> None:
         """Tell the policy ``(w, seq)`` is trained, learn from its times, forget the batch."""
         key = (w, seq)
         self.policy.on_trained(BatchKey(w, seq), now)

@@ -1,8 +1,10 @@
 """Recovery: from a dead role back to training, re-planned if need be, from the last checkpoint.
 
 The core catches a :class:`~.options.RoleFailure` and calls :meth:`Recovery.recover`; the
-recovery decides and records, and asks the coordinator (a :class:`RecoveryHost`) for the
-process work. Decided as follows, and logged with the time it took:
+recovery decides and records, reads and rolls back where the run stands (the
+:class:`~.state.RunState`), and asks the coordinator (a :class:`RecoveryHost`: a
+:class:`~.messenger.Messenger` that also does the process work) to stop, relaunch and
+resume. Decided as follows, and logged with the time it took:
 
 1. *Where*: if the dead role's machine can still run processes (:meth:`Launcher.reachable`),
    the resource is not lost -- only a process died -- and the same plan is kept (``replan:
@@ -36,28 +38,15 @@ from typing import Any, Protocol
 
 from gnnsched.plan import Plan, TrainerPlan, plan_dict_diff
 from gnnsched.runtime.coordinator.advisor import Advisor
+from gnnsched.runtime.coordinator.messenger import Messenger
 from gnnsched.runtime.coordinator.options import RoleFailure, RuntimeOptions
-from gnnsched.runtime.coordinator.schedule import Item
+from gnnsched.runtime.coordinator.state import RunState
 from gnnsched.runtime.launcher import Launcher
 from gnnsched.spec import ClusterSpec, JobSpec, SpecError
 
 
-class RecoveryHost(Protocol):
-    """What recovery needs of the coordinator: where the run stands, and the process work."""
-
-    cluster: ClusterSpec
-    plan: Plan
-    launcher: Launcher
-    items: list[Item]
-    last_barrier: int  # the last step every trainer finished; rolled back by recovery
-    t0: float
-    run_dir: Path
-
-    def now(self) -> float: ...
-
-    def log(self, msg: str) -> None: ...
-
-    def event(self, record: dict[str, Any]) -> None: ...
+class RecoveryHost(Messenger, Protocol):
+    """What recovery needs of the coordinator: its messenger, and the process work."""
 
     def stop_for_recovery(self, failed: str, machine_ok: bool) -> tuple[set[str], list[str]]:
         """Stop all roles but the live stores worth keeping: (kept, stopped)."""
@@ -77,11 +66,15 @@ class Recovery:
     """Recovers a run from dead roles (module docstring); owns the run's checkpoints list,
     the injected faults, and one record per recovery."""
 
-    def __init__(self, host: RecoveryHost, opts: RuntimeOptions, job: JobSpec,
-                 trainer_parts: list[tuple[int, ...]], advisor: Advisor | None, profile: Any,
-                 part_counts: list[dict[str, int]], feature_dim: int, num_classes: int) -> None:
-        self.host, self.opts, self.job = host, opts, job
-        self.trainer_parts, self.advisor, self.profile = trainer_parts, advisor, profile
+    def __init__(self, host: RecoveryHost, state: RunState, *, opts: RuntimeOptions,
+                 job: JobSpec, launcher: Launcher, run_dir: Path,
+                 trainer_parts: list[tuple[int, ...]], trainer_shares: list[tuple[float, ...]],
+                 advisor: Advisor | None, profile: Any, part_counts: list[dict[str, int]],
+                 feature_dim: int, num_classes: int) -> None:
+        self.host, self.state, self.opts, self.job = host, state, opts, job
+        self.launcher, self.run_dir = launcher, run_dir
+        self.trainer_parts, self.trainer_shares = trainer_parts, trainer_shares
+        self.advisor, self.profile = advisor, profile
         self.data = {"part_counts": part_counts, "feature_dim": feature_dim,
                      "num_classes": num_classes}  # what a re-plan without a profile needs
         self.attempt = 0  # recoveries so far; the generation of every role launched since
@@ -111,7 +104,7 @@ class Recovery:
     def recover(self, f: RoleFailure) -> None:
         """Re-plan if a machine is lost, restart the affected roles from the last checkpoint
         (see the module docstring); raises RunError when recovery is off or impossible."""
-        host, o = self.host, self.opts
+        host, st, o = self.host, self.state, self.opts
         if self.catchup is not None:  # a failure during the replay of the previous one
             self._caught_up(host.now(), interrupted=True)
         fault = self.faults[-1] if self.faults else None
@@ -127,18 +120,18 @@ class Recovery:
         if self.attempt >= o.max_recoveries:
             raise f.fatal(f"(gave up after {o.max_recoveries} recoveries)")
         self.attempt += 1
-        items = host.items
+        items = st.items
         rec: dict[str, Any] = {
             "type": "recovery", "attempt": self.attempt, "role": f.name, "machine": f.machine,
             "pid": f.pid, "how": f.how, "doing": f.doing, "last_heard_s": f.last_heard_s,
             "collateral": [c.splitlines()[0] for c in f.collateral], "detect_s": detect_s,
-            "detected_at": f.detected - host.t0, "epoch": items[max(
-                0, min(host.last_barrier + 1, len(items) - 1))].epoch}
+            "detected_at": f.detected - st.t0, "epoch": items[max(
+                0, min(st.last_barrier + 1, len(items) - 1))].epoch}
         # 1. is the machine still there?  2. stop what restarts
-        machine_ok = host.launcher.reachable(f.machine)
+        machine_ok = self.launcher.reachable(f.machine)
         keep, stopped = host.stop_for_recovery(f.name, machine_ok)
         # 3. re-plan
-        old_plan, old_cluster = host.plan, host.cluster
+        old_plan, old_cluster = st.plan, st.cluster
         cluster, plan, why = self._where(f, machine_ok)
         moved = {p: (old_cluster.machines[old_cluster.store_of(p)].name,
                      cluster.machines[cluster.store_of(p)].name)
@@ -153,7 +146,7 @@ class Recovery:
         # 4. where to resume from
         ckpt, start, replay, until = self._rollback()
         resume = {"path": ckpt[2], "seq": ckpt[0]} if ckpt else None
-        for tmp in (host.run_dir / "checkpoints").glob(".*.tmp-*"):
+        for tmp in (self.run_dir / "checkpoints").glob(".*.tmp-*"):
             tmp.unlink(missing_ok=True)  # what a killed trainer was writing
         # 5. the new roles
         names = host.relaunch(cluster, plan, keep, self.attempt, resume,
@@ -176,36 +169,36 @@ class Recovery:
 
     def _where(self, f: RoleFailure, machine_ok: bool) -> tuple[ClusterSpec, Plan, str]:
         """The cluster and plan to go on with, and why (step 1 of the module docstring)."""
-        host, o = self.host, self.opts
+        st, o = self.state, self.opts
         if not machine_ok:
             if o.replan == "never":
                 raise f.fatal(f"and machine {f.machine} is unreachable (replan: never)")
             try:
-                cluster = host.cluster.without(f.machine)
+                cluster = st.cluster.without(f.machine)
             except SpecError as exc:
                 raise f.fatal(f"and machine {f.machine} is gone; cannot move its "
                               f"partitions: {exc}") from None
             return cluster, self._replan(cluster, f), \
                 f"machine {f.machine} is unreachable: re-planned on the cluster without it"
         if o.replan == "always":
-            return host.cluster, self._replan(host.cluster, f), \
+            return st.cluster, self._replan(st.cluster, f), \
                 "re-planned on the same cluster (replan: always)"
-        return host.cluster, host.plan, \
+        return st.cluster, st.plan, \
             f"machine {f.machine} is alive: only a process died, same plan, restarted in place"
 
     def _rollback(self) -> tuple[tuple[int, int, str] | None, int, list[int], int]:
         """The checkpoint to resume from -- the newest whose barrier we saw (so every
         trainer's record of every step before it is here) and whose file is intact -- the
         step to resume at, the training steps to replay, and the last step done before."""
-        host = self.host
+        st = self.state
         ckpt = max((c for c in self.checkpoints
-                    if c[0] <= host.last_barrier and Path(c[2]).is_file()), default=None)
+                    if c[0] <= st.last_barrier and Path(c[2]).is_file()), default=None)
         start = ckpt[0] + 1 if ckpt else 0
-        replay = [s for s in range(start, host.last_barrier + 1) if host.items[s].phase == 0]
-        until = host.last_barrier
+        replay = [s for s in range(start, st.last_barrier + 1) if st.items[s].phase == 0]
+        until = st.last_barrier
         self.checkpoints = [c for c in self.checkpoints if ckpt and c[0] <= ckpt[0]]
-        host.last_barrier = start - 1
-        host.log(f"recovery {self.attempt}: rolling back to "
+        st.last_barrier = start - 1
+        self.host.log(f"recovery {self.attempt}: rolling back to "
                  + (f"the checkpoint of step {ckpt[0]} (epoch {ckpt[1]})"
                     if ckpt else "the start (no checkpoint yet)")
                  + f"; every trainer resumes at step {start}; replaying completed training "
@@ -242,7 +235,7 @@ class Recovery:
         t0 = time.monotonic()
         try:
             plan, name = self.advisor.replan(
-                cluster, self.job, self.host.plan, self.profile,
+                cluster, self.job, self.state.plan, self.profile,
                 placer=self.opts.replan_placer, budget=self.opts.replan_budget, **self.data)
             plan = self._pin_seeds(plan)
             plan.validate(cluster, self.job, f"re-plan by {name}")
@@ -257,7 +250,7 @@ class Recovery:
         function of them): the new plan's trainer slots are matched to the old seed groups,
         same groups first."""
         W = len(self.trainer_parts)
-        shares = getattr(self.host, "trainer_shares", None) or [()] * W
+        shares = self.trainer_shares or [()] * W
         slots = list(plan.trainers)
         out: list[TrainerPlan | None] = [None] * W
         for w, parts in enumerate(self.trainer_parts):

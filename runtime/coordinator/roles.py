@@ -20,8 +20,10 @@ serve the others); each group gets ``stop`` and ``stop_grace_s`` to exit, then t
 sends SIGTERM and SIGKILL to whatever is left. After a failure or Ctrl-C the same happens with
 a short grace, so no process outlives the run and every port is closed.
 
-:class:`RoleTable` is a mixin of :class:`~.core.Coordinator` (it shares the role table and the
-control channel with the message loop).
+:class:`RoleTable` is a component the :class:`~.core.Coordinator` owns: it holds the role
+table (read by the message loop and the policy driver), sends on the coordinator's control
+channel, reads the plan from the :class:`~.state.RunState`, and logs through a
+:class:`~.messenger.Messenger`.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from gnnsched.plan import Plan
+from gnnsched.runtime.coordinator.messenger import Messenger
 from gnnsched.runtime.coordinator.options import (
     ROLE_ORDER,
     SIGNALS,
@@ -45,9 +47,9 @@ from gnnsched.runtime.coordinator.options import (
     RuntimeOptions,
     exit_text,
 )
+from gnnsched.runtime.coordinator.state import RunState
 from gnnsched.runtime.launcher import Launcher, LaunchError, Process, RoleLaunch
-from gnnsched.runtime.transport import Channel, Kind, MessageError, ctrl, ctrl_body
-from gnnsched.spec import ClusterSpec
+from gnnsched.runtime.transport import Channel, Kind, Message, MessageError, ctrl, ctrl_body
 
 if TYPE_CHECKING:
     from gnnsched.runtime.coordinator.recovery import Recovery
@@ -80,63 +82,54 @@ class SamplerSlot:
 class RoleTable:
     """Launches, watches and stops the run's processes (module docstring)."""
 
-    # the coordinator's state this mixin reads (set by the core)
-    cluster: ClusterSpec
-    plan: Plan
-    opts: RuntimeOptions
-    launcher: Launcher
-    run_dir: Path
-    endpoint: str
-    keys: CurveKeys | None
-    chan: Channel
-    recovery: Recovery
-    roles: dict[str, RoleState]
-    samplers: dict[str, SamplerSlot]
-    fired: set[int]
-    splits: dict[int, Any]
-    cfg: dict[str, Any]
-    resume: dict[str, Any] | None
-    training: bool
+    chan: Channel  # the coordinator's control socket, set once it exists
+    endpoint: str  # where roles reach the coordinator, set once it is bound
 
-    if TYPE_CHECKING:  # the core's; declared here so the mixin reads on its own
-        def log(self, msg: str) -> None: ...
-        def event(self, record: dict[str, Any]) -> None: ...
-        def now(self) -> float: ...
-        def send(self, name: str, msg: Any) -> None: ...
-        def _bind(self, cluster: ClusterSpec, plan: Plan) -> None: ...
-        def _config(self, resume: dict[str, Any] | None = None) -> dict[str, Any]: ...
+    def __init__(self, state: RunState, messenger: Messenger, *, opts: RuntimeOptions,
+                 launcher: Launcher, run_dir: Path, keys: CurveKeys | None,
+                 recovery: Recovery) -> None:
+        self.state, self.opts, self.launcher = state, opts, launcher
+        self.run_dir, self.keys = run_dir, keys
+        self.recovery = recovery  # the generation of new roles; where injected faults go
+        self.log, self.event, self.now = messenger.log, messenger.event, messenger.now
+        self.roles: dict[str, RoleState] = {}
+        self.samplers: dict[str, SamplerSlot] = {}
+        self.fired: set[int] = set()  # faults injected (indices into opts.faults)
 
     # ------------------------------------------------------------------ launching
-    def _role_specs(self) -> list[tuple[str, str, str]]:
+    def role_specs(self) -> list[tuple[str, str, str]]:
         """(role, id, machine) of every process the current plan needs; fills samplers."""
-        specs = [("store", m.name, m.name) for m in self.cluster.machines if m.partitions]
-        specs += [("trainer", str(w), t.machine) for w, t in enumerate(self.plan.trainers)]
+        cluster, plan = self.state.cluster, self.state.plan
+        specs = [("store", m.name, m.name) for m in cluster.machines if m.partitions]
+        specs += [("trainer", str(w), t.machine) for w, t in enumerate(plan.trainers)]
         self.samplers = {}
         sid = 0
-        for w, t in enumerate(self.plan.trainers):
+        for w, t in enumerate(plan.trainers):
             for mname, count in t.samplers:
                 for _ in range(count):
                     specs.append(("sampler", str(sid), mname))
                     self.samplers[f"sampler:{sid}"] = SamplerSlot(
-                        f"sampler:{sid}", w, self.cluster.machine_index(mname))
+                        f"sampler:{sid}", w, cluster.machine_index(mname))
                     sid += 1
-        specs += [("fetcher", m, m) for m in sorted({t.fetch_at for t in self.plan.trainers
+        specs += [("fetcher", m, m) for m in sorted({t.fetch_at for t in plan.trainers
                                                      if t.fetch_at != t.machine})]
         return specs
 
-    def _add_role(self, role: str, rid: str, machine: str) -> str:
+    def add_role(self, role: str, rid: str, machine: str) -> str:
+        """Enter a role of the current generation in the table (not started yet); its name."""
         o = self.opts
         launch = RoleLaunch(role, rid, machine, self.endpoint,
                             self.run_dir / "logs" / f"{role}-{rid}.log", o.threads,
                             o.orphan_timeout, o.start_timeout, gen=self.recovery.attempt,
                             heartbeat_s=o.heartbeat_s,
                             curve_keys=self.keys.folder if self.keys else None,
-                            device=self.plan.trainers[int(rid)].device
+                            device=self.state.plan.trainers[int(rid)].device
                             if role == "trainer" else None)
         self.roles[launch.name] = RoleState(launch)
         return launch.name
 
-    def _launch(self, names: list[str]) -> None:
+    def launch(self, names: list[str]) -> None:
+        """Start the processes of roles ``names`` (prepared together first)."""
         try:
             self.launcher.prepare([self.roles[n].launch for n in names])
         except (LaunchError, OSError) as exc:
@@ -159,15 +152,34 @@ class RoleTable:
         tmp.write_text(json.dumps(table, indent=1))
         os.replace(tmp, self.run_dir / "logs" / "processes.json")
 
-    # ------------------------------------------------------------------ watching
-    def _failure(self, r: RoleState, how: str) -> RoleFailure:
+    def keep_only(self, keep: set[str]) -> None:
+        """Forget every role but ``keep`` (the others were stopped for a recovery)."""
+        self.roles = {n: r for n, r in self.roles.items() if n in keep}
+
+    # ------------------------------------------------------------------ reaching and watching
+    def send(self, name: str, msg: Message) -> None:
+        """Send role ``name`` a message; a live role that cannot be reached is a failure."""
+        r = self.roles[name]
+        try:
+            self.chan.send(msg, r.launch.ident.encode())
+        except zmq.ZMQError as exc:
+            if r.state not in ("done", "exited", "stopped"):
+                # its connection dropped: an exit status, if one comes, says more
+                end = time.monotonic() + 1.0
+                while time.monotonic() < end:
+                    self.check()
+                    time.sleep(0.02)
+                raise self.failure(r, f"cannot be reached ({exc})") from None
+
+    def failure(self, r: RoleState, how: str) -> RoleFailure:
+        """The failure of role ``r``, dead ``how``: who, where, doing what, its log's end."""
         now = time.monotonic()
         return RoleFailure(r.launch.name, r.launch.machine, r.proc.pid if r.proc else None,
                            how, r.doing if r.state != "ready" else f"ready ({r.doing})", now,
                            None if r.last_heard is None else now - r.last_heard,
                            r.proc.log_tail() if r.proc else "", str(r.launch.log))
 
-    def _check_roles(self) -> None:
+    def check(self) -> None:
         """Raise for the first dead role.
 
         *Hard* deaths -- killed by a signal, silent past ``dead_after_s``, or an exit code a
@@ -192,9 +204,9 @@ class RoleTable:
                 r.state = "exited"
                 explain = getattr(self.launcher, "explain_exit", None)
                 why = explain(r.proc) if explain and r.proc else None  # e.g. out of memory
-                raise self._failure(r, exit_text(code) + (f": {why}" if why else ""))
+                raise self.failure(r, exit_text(code) + (f": {why}" if why else ""))
             if r.last_heard is not None and now - r.last_heard > self.opts.dead_after_s:
-                raise self._failure(r, f"sent no heartbeat for {now - r.last_heard:.1f} s "
+                raise self.failure(r, f"sent no heartbeat for {now - r.last_heard:.1f} s "
                                        f"(dead_after_s={self.opts.dead_after_s:g})")
         if soft is not None:
             soft.state = "exited"
@@ -218,12 +230,12 @@ class RoleTable:
                         continue
                     if got is None:
                         break
-                    own = self._own_ctrl(got, r)
+                    own = self.own_ctrl(got, r)
                     if own is not None and own[1].get("op") == "error":
                         r.info["error"] = str(own[1].get("error"))
         return r.info.get("error")
 
-    def _own_ctrl(self, got: tuple[bytes | None, Any], only: RoleState | None = None
+    def own_ctrl(self, got: tuple[bytes | None, Any], only: RoleState | None = None
                   ) -> tuple[RoleState, dict[str, Any]] | None:
         """(role, body) of a control message from the current incarnation of a role (``only``
         that one, if given); None for anything else (data, strangers, old generations)."""
@@ -239,7 +251,7 @@ class RoleTable:
             return None
 
     # ------------------------------------------------------------------ fault injection
-    def _fire_faults(self, seq: int) -> None:
+    def fire_faults(self, seq: int) -> None:
         """Inject the faults due when a trainer starts step ``seq`` (each fires once)."""
         for i, f in enumerate(self.opts.faults):
             if i not in self.fired and f.at_step == seq:
@@ -284,25 +296,8 @@ class RoleTable:
             r.state = "stopped"
         return keep, sorted(r.launch.name for r in stop)
 
-    def relaunch(self, cluster: ClusterSpec, plan: Plan, keep: set[str], attempt: int,
-                 resume: dict[str, Any] | None, stores_moved: bool) -> list[str]:
-        """Adopt ``cluster`` and ``plan``, tell the kept stores to drop their queues, and
-        start every other role the plan needs (generation ``attempt``). Returns their names."""
-        self._bind(cluster, plan)
-        self.roles = {n: r for n, r in self.roles.items() if n in keep}
-        for store in keep:  # their queued transfers were for clients that are gone
-            self.send(store, ctrl("reset", attempt=attempt))
-        names = [self._add_role(role, rid, m) for role, rid, m in self._role_specs()
-                 if f"{role}:{rid}" not in keep]
-        if stores_moved:
-            self.splits = {}  # stores announce their partitions again
-        self.resume = resume
-        self.cfg = self._config(resume)
-        self._launch(names)
-        return names
-
     # ------------------------------------------------------------------ stopping
-    def _stop_roles(self, grace: float) -> None:
+    def stop(self, grace: float) -> None:
         """Stop roles group by group (trainers, samplers + relays, stores), draining their
         stats; a group gets ``grace`` seconds before the next is asked."""
         for group in ROLE_ORDER:
@@ -328,16 +323,16 @@ class RoleTable:
                 continue
             if got is None:
                 return
-            own = self._own_ctrl(got)
+            own = self.own_ctrl(got)
             if own is not None and own[1].get("op") == "stats":
                 r, body = own
                 r.stats, r.state = body, "done"
 
-    def _abort(self) -> None:
+    def abort(self) -> None:
         """Failure or Ctrl-C: stop roles quickly, then make sure every process is gone."""
-        self.training = False
+        self.state.training = False
         try:
-            self._stop_roles(min(self.opts.stop_grace_s, 2.0))
+            self.stop(min(self.opts.stop_grace_s, 2.0))
         except Exception:
             pass
         self.launcher.stop_all(grace=2.0)
