@@ -100,6 +100,60 @@ def generate(
     edges whose endpoints share a label.
     """
     n, k = int(num_nodes), int(num_classes)
+    homophily = _checked_homophily(num_nodes, num_classes, avg_degree, homophily, power,
+                                   label_noise, train_frac, val_frac)
+    target = int(round(n * avg_degree / 2))  # undirected edges
+    need = generate_bytes(n, 2 * target, feature_dim)
+    check_memory("synthetic", need, f"generating {n:,} nodes, {2 * target:,} directed edges, "
+                 f"{feature_dim} features")
+
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, k, size=n, dtype=np.int64)
+    # Propensities: Pareto(alpha = power - 1) on [1, inf), capped.
+    theta = (1.0 - rng.random(n)) ** (-1.0 / (power - 1.0))
+    cap = max(1.0, 0.25 * n / max(avg_degree, 1e-9)) * float(theta.mean())
+    np.minimum(theta, cap, out=theta)
+    src, dst = _edges(rng, labels, theta, k, homophily, target)
+
+    rng_f = np.random.default_rng([seed, 1])  # features independent of the edge stream
+    means = rng_f.standard_normal((k, feature_dim), dtype=np.float32)
+    features = rng_f.standard_normal((n, feature_dim), dtype=np.float32)
+    features *= np.float32(feature_noise)
+    for lo in range(0, n, 1 << 16):  # class means added in row blocks: no [n, d] temporary
+        features[lo:lo + (1 << 16)] += means[labels[lo:lo + (1 << 16)]]
+
+    if label_noise > 0:  # observed labels: a share redrawn uniformly, after the structure
+        # and the features were made from the true ones -- the best any model can score is
+        # then about 1 - label_noise * (k - 1) / k, however long it trains
+        rng_l = np.random.default_rng([seed, 3])
+        flip = np.flatnonzero(rng_l.random(n) < label_noise)
+        labels[flip] = rng_l.integers(0, k, size=len(flip), dtype=np.int64)
+
+    perm = np.random.default_rng([seed, 2]).permutation(n)
+    n_train, n_val = int(round(train_frac * n)), int(round(val_frac * n))
+    masks = [np.zeros(n, dtype=bool) for _ in range(3)]
+    masks[0][perm[:n_train]] = True
+    masks[1][perm[n_train:n_train + n_val]] = True
+    masks[2][perm[n_train + n_val:]] = True
+
+    params = dict(num_nodes=n, avg_degree=avg_degree, num_classes=k, feature_dim=feature_dim,
+                  homophily=homophily, power=power, feature_noise=feature_noise,
+                  train_frac=train_frac, val_frac=val_frac, seed=seed)
+    if label_noise > 0:
+        params["label_noise"] = label_noise
+    return Graph(
+        name=name, num_nodes=n, src=src, dst=dst, features=features, labels=labels,
+        train_mask=masks[0], val_mask=masks[1], test_mask=masks[2], num_classes=k,
+        meta={"source": "synthetic", "params": params},
+    )
+
+
+def _checked_homophily(num_nodes: int, num_classes: int, avg_degree: float, homophily: float,
+                       power: float, label_noise: float, train_frac: float, val_frac: float
+                       ) -> float:
+    """ValueError for parameters out of range; the homophily to use (1 with one class:
+    every edge is then intra-community)."""
+    n, k = int(num_nodes), int(num_classes)
     if n < 2:
         raise ValueError(f"num_nodes must be >= 2, got {num_nodes}")
     if k < 1 or k > n:
@@ -116,20 +170,14 @@ def generate(
         raise ValueError(f"label_noise must be in [0, 1], got {label_noise}")
     if train_frac < 0 or val_frac < 0 or train_frac + val_frac > 1:
         raise ValueError("train_frac and val_frac must be >= 0 and sum to <= 1")
+    return homophily
 
-    target = int(round(n * avg_degree / 2))  # undirected edges
-    need = generate_bytes(n, 2 * target, feature_dim)
-    check_memory("synthetic", need, f"generating {n:,} nodes, {2 * target:,} directed edges, "
-                 f"{feature_dim} features")
 
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, k, size=n, dtype=np.int64)
-
-    # Propensities: Pareto(alpha = power - 1) on [1, inf), capped.
-    theta = (1.0 - rng.random(n)) ** (-1.0 / (power - 1.0))
-    cap = max(1.0, 0.25 * n / max(avg_degree, 1e-9)) * float(theta.mean())
-    np.minimum(theta, cap, out=theta)
-
+def _edges(rng: np.random.Generator, labels: np.ndarray, theta: np.ndarray, k: int,
+           homophily: float, target: int) -> tuple[np.ndarray, np.ndarray]:
+    """``target`` undirected DC-SBM edges (``homophily`` of them inside a community), both
+    directions, sorted by (src, dst): the graph's ``src`` and ``dst``."""
+    n = labels.shape[0]
     # Nodes grouped by community: community c owns positions [start[c], start[c+1]) of `order`.
     order = np.argsort(labels, kind="stable")
     counts = np.bincount(labels, minlength=k)
@@ -202,38 +250,7 @@ def generate(
     src = directed // n
     dst = np.remainder(directed, n, out=directed)
     del directed
-
-    rng_f = np.random.default_rng([seed, 1])  # features independent of the edge stream
-    means = rng_f.standard_normal((k, feature_dim), dtype=np.float32)
-    features = rng_f.standard_normal((n, feature_dim), dtype=np.float32)
-    features *= np.float32(feature_noise)
-    for lo in range(0, n, 1 << 16):  # class means added in row blocks: no [n, d] temporary
-        features[lo:lo + (1 << 16)] += means[labels[lo:lo + (1 << 16)]]
-
-    if label_noise > 0:  # observed labels: a share redrawn uniformly, after the structure
-        # and the features were made from the true ones -- the best any model can score is
-        # then about 1 - label_noise * (k - 1) / k, however long it trains
-        rng_l = np.random.default_rng([seed, 3])
-        flip = np.flatnonzero(rng_l.random(n) < label_noise)
-        labels[flip] = rng_l.integers(0, k, size=len(flip), dtype=np.int64)
-
-    perm = np.random.default_rng([seed, 2]).permutation(n)
-    n_train, n_val = int(round(train_frac * n)), int(round(val_frac * n))
-    masks = [np.zeros(n, dtype=bool) for _ in range(3)]
-    masks[0][perm[:n_train]] = True
-    masks[1][perm[n_train:n_train + n_val]] = True
-    masks[2][perm[n_train + n_val:]] = True
-
-    params = dict(num_nodes=n, avg_degree=avg_degree, num_classes=k, feature_dim=feature_dim,
-                  homophily=homophily, power=power, feature_noise=feature_noise,
-                  train_frac=train_frac, val_frac=val_frac, seed=seed)
-    if label_noise > 0:
-        params["label_noise"] = label_noise
-    return Graph(
-        name=name, num_nodes=n, src=src, dst=dst, features=features, labels=labels,
-        train_mask=masks[0], val_mask=masks[1], test_mask=masks[2], num_classes=k,
-        meta={"source": "synthetic", "params": params},
-    )
+    return src, dst
 
 
 def generate_bytes(num_nodes: int, directed_edges: int, feature_dim: int) -> int:
