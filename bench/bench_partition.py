@@ -3,9 +3,9 @@
 Run: ``python bench/bench_partition.py [--nodes 1000000] [--parts 4] [--writer gnnsched]
 [--out docs/bench/partition.json]``
 
-The step is what ``gnnsched bench --scale`` measures (``Steps.partition``): one child process
+The step is what ``gnnsched bench scale`` measures (``Steps.partition``): one child process
 generates the ``products`` preset graph at ``--nodes`` nodes (the scale job's parameters,
-:func:`gnnsched.evaluation.scale.make_job`) and partitions it through the partition cache
+:func:`gnnsched.evaluation.scale_config.make_job`) and partitions it through the partition cache
 (:func:`gnnsched.datasets.cache.partitions_for`, into a scratch cache), and its peak RSS is the
 ``ru_maxrss`` that ``wait4`` reports, as the scale bench reads it. The goal is that peak <= 4x
 the graph's in-memory size (``graph_bytes``: 16 bytes per directed edge plus the node arrays).
@@ -101,7 +101,7 @@ class StageWatch(logging.Handler):
 
 
 def _settings(nodes: int, seed: int) -> Any:
-    from gnnsched.evaluation.scale import ScaleSettings
+    from gnnsched.evaluation.scale_config import ScaleSettings
 
     return ScaleSettings(quick=False, nodes=nodes, degree=40.0, epochs=1, out=Path("."),
                          work=Path("."), launcher="local", launcher_reason="", shapes=[],
@@ -118,7 +118,7 @@ def child(args: argparse.Namespace) -> None:
     log.propagate = False
     from gnnsched.datasets import open_partitions, partition_graph
     from gnnsched.datasets.cache import partitions_for
-    from gnnsched.evaluation.scale import make_job
+    from gnnsched.evaluation.scale_config import make_job
 
     job = make_job(_settings(args.nodes, args.seed))
     if args.parts != job.num_parts:
@@ -148,7 +148,7 @@ def _mem_total() -> int:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from gnnsched.evaluation.scale import graph_bytes
+    from gnnsched.evaluation.scale_config import graph_bytes
 
     with tempfile.TemporaryDirectory(prefix="gnnsched-bench-partition-") as tmp:
         result = Path(tmp) / "result.json"

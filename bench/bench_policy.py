@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ap = argparse.ArgumentParser()
     add_arguments(ap)
     work = Path(args.work)
-    st = be.resolve(ap.parse_args(["--work", str(work), "--out", str(work / "out"),
+    st = be.resolve(ap.parse_args(["eval", "--work", str(work), "--out", str(work / "out"),
                                    "--shapes", args.shape, "--datasets", args.dataset,
                                    "--launcher", args.launcher, "--epochs", str(args.epochs)]))
     ds = st.datasets[0]  # a .npz of the user's is keyed by its file stem
@@ -175,7 +175,7 @@ def allreduce(runs: list[Any], prof: Any, cluster: Any, job: Any) -> dict[str, A
 def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """Issue 29's targets as far as this one shape measures them (the form of
     docs/results/results.json's ``targets``)."""
-    from gnnsched.evaluation.planning import target_row
+    from gnnsched.evaluation.targets import target_row
 
     cfg = f"{doc['shape']}/{doc['dataset']}"
     rows = {r["policy"]: r for r in doc["rows"]}
@@ -245,7 +245,7 @@ def committed_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
     the gain prediction across every ``docs/bench/policy*.json`` (this run's included), and
     gnnsched against DistDGL on plentiful with bands (``docs/results-bands-plentiful``, written
     by ``gnnsched bench``)."""
-    from gnnsched.evaluation.planning import target_row
+    from gnnsched.evaluation.targets import target_row
 
     docs = {Path(doc.get("out", "")).name: doc}
     for f in sorted((ROOT / "docs" / "bench").glob("policy*.json")):
@@ -309,7 +309,7 @@ def committed_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def scale_ab() -> dict[str, dict[str, Any]]:
-    """The scale tier's policy A/Bs (``gnnsched bench --scale`` with a fifo and a gnnsched
+    """The scale tier's policy A/Bs (``gnnsched bench scale`` with a fifo and a gnnsched
     system on one plan) in the committed ``docs/results/scale*/results.json``, by config."""
     out = {}
     for f in sorted((ROOT / "docs" / "results").glob("scale*/results.json")):

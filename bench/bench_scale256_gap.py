@@ -86,7 +86,7 @@ def run_size(size: str, args: argparse.Namespace, stored: dict[str, Any]) -> dic
     pb = Problem(sh.cluster(), planning.make_job(sh),
                  planning.graph_profile(sz, sh.num_parts, skew=sh.skew, source="stats"))
     t0 = time.perf_counter()
-    plan, plan_s, _, err = planning._plan_one(pb, "gnnsched", args.seed,
+    plan, plan_s, _, err = planning.plan_one(pb, "gnnsched", args.seed,
                                               args.budget * sh.budget_scale)
     if plan is None:
         raise SystemExit(f"gnnsched found no plan of {SHAPE}/{size}: {err}")

@@ -20,7 +20,7 @@ import scipy.sparse as sp
 import gnnsched.datasets as datasets_pkg
 from gnnsched.cli import main
 from gnnsched.commands.bench import add_arguments
-from gnnsched.evaluation import config, runs
+from gnnsched.evaluation import config, data, runs
 from gnnsched.spec import SpecError
 
 
@@ -85,15 +85,15 @@ def test_bad_files_and_names_fail_in_one_line(tmp_path: Path, cache: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nope" / "mygraph.npz"
     with pytest.raises(SystemExit) as exc:
-        main(["bench", "--datasets", str(missing), "--out", str(tmp_path / "o")])
+        main(["bench", "eval", "--datasets", str(missing), "--out", str(tmp_path / "o")])
     text = str(exc.value.code)
     assert str(missing) in text and "does not exist" in text and "\n" not in text
     with pytest.raises(SystemExit, match=r"unknown dataset 'mygraph' \(valid: cora, physics, products, "
                                          r"or a path to a \.npz"):
         config.resolve(_args("--datasets", "mygraph", "--launcher", "local"))
     (tmp_path / "junk.npz").write_text("not a graph")
-    assert main(["bench", "--datasets", str(tmp_path / "junk.npz"), "--launcher", "local",
-                 "--out", str(tmp_path / "o")]) == 2
+    assert main(["bench", "eval", "--datasets", str(tmp_path / "junk.npz"), "--launcher",
+                 "local", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("gnnsched bench: error:") and "junk.npz" in err and "\n" not in err
     assert "Traceback" not in err
@@ -112,7 +112,7 @@ def test_without_the_shared_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     default evaluation runs on the bundled Cora with a note; Physics by name is one line.
     (The session's cache keeps its Cora partitions; Physics' seeded copy there is hidden.)"""
     monkeypatch.setattr(datasets_pkg, "_REPO_SHARED", tmp_path / "no-shared")
-    monkeypatch.setattr(config, "_split_copy", lambda d: tmp_path / "no-copy.npz")
+    monkeypatch.setattr(data, "_split_copy", lambda d: tmp_path / "no-copy.npz")
     (tmp_path / "empty").mkdir()
     monkeypatch.setenv("GNNSCHED_DATA_DIR", str(tmp_path / "empty"))
     st = config.resolve(_args("--launcher", "local"))
@@ -125,7 +125,7 @@ def test_without_the_shared_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert "GNNSCHED_DATA_DIR" in text and "\n" not in text
     # the whole command, planned and simulated only: it says what it skipped and runs
     out = tmp_path / "out"
-    assert main(["bench", "--no-real", "--no-scale", "--shapes", "gpuless", "--samples", "2",
+    assert main(["bench", "eval", "--no-real", "--no-scale", "--shapes", "gpuless", "--samples", "2",
                  "--systems", "colocation+fifo", "--launcher", "local", "--out", str(out),
                  "--work", str(tmp_path / "work")]) == 0
     said = capsys.readouterr()
@@ -170,7 +170,7 @@ def test_bench_runs_on_a_users_graph(tmp_path: Path, cache: Path) -> None:
     the reason), colocation and gnnsched, each beside the single-process reference."""
     f = write_graph(tmp_path / "mygraph.npz")
     out = tmp_path / "out"
-    rc = main(["bench", "--quick", "--datasets", str(f), "--no-scale", "--launcher", "local",
+    rc = main(["bench", "eval", "--quick", "--datasets", str(f), "--no-scale", "--launcher", "local",
                "--systems", "distdgl", "colocation+fifo", "gnnsched+gnnsched",
                "--samples", "4", "--budget", "1", "--out", str(out),
                "--work", str(tmp_path / "work")])

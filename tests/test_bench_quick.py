@@ -25,6 +25,8 @@ from gnnsched.placement.placer import split_of
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.profile import synthetic_profile
 
+TARGETS = str(Path(__file__).resolve().parents[1] / "bench" / "targets.yaml")
+
 
 def _args(*argv: str) -> argparse.Namespace:
     p = argparse.ArgumentParser()
@@ -176,7 +178,7 @@ def test_accuracy_target_compares_the_studys_means_when_it_has_the_split() -> No
     """The accuracy target compares the accuracy study's means over its seeds where the study
     has gnnsched's seed split and DistDGL's runs, else the timed runs' means; the report lists
     the study and every target row says which basis it used."""
-    st = config.resolve(_args("--launcher", "local"))
+    st = config.resolve(_args("eval", "--launcher", "local", "--targets", TARGETS))
     ctx = Context(st)
     me = {"ok": True, "split": [[0, 2, 3], [1]], "epoch_time_s": 1.0,
           "repeat_test_accuracy": [0.80, 0.79, 0.80], "speedup_vs_distdgl": 2.0}
@@ -218,7 +220,7 @@ def test_local_processes_judge_accuracy_but_not_speed_or_fidelity() -> None:
           "test_accuracy": 0.80}
     cfg = {"shape": "hetero", "dataset": "cora", "limited": False,
            "systems": {config.HEADLINE: me, "distdgl": dd}}
-    st = config.resolve(_args("--launcher", "local"))
+    st = config.resolve(_args("eval", "--launcher", "local", "--targets", TARGETS))
     ctx = Context(st)
     ctx.info["cora"] = {"profile": {}}
     local = {t["target"]: t for t in judging.targets([cfg], ctx)}
@@ -257,7 +259,7 @@ def test_bench_quick(tmp_path: Path) -> None:
     from gnnsched.cli import main
 
     out, work = tmp_path / "out", tmp_path / "work"
-    rc = main(["bench", "--quick", "--out", str(out), "--work", str(work)])
+    rc = main(["bench", "eval", "--quick", "--out", str(out), "--work", str(work)])
     doc = json.loads((out / "results.json").read_text())
     failed = [i for i in doc["invariants"] if not i["ok"]]
     assert rc == 0 and not failed, failed
@@ -287,7 +289,7 @@ def test_bench_quick(tmp_path: Path) -> None:
     # --resimulate re-derives the same predictions from the stored measurements
     before = {(c["shape"], n): c["systems"][n]["sim"]["epoch_time_s"]
               for c in doc["configs"] for n in config.RUNTIME_SYSTEMS}
-    assert main(["bench", "--quick", "--resimulate", "--out", str(out), "--work",
+    assert main(["bench", "resimulate", "--quick", "--out", str(out), "--work",
                  str(work)]) == 0
     again = json.loads((out / "results.json").read_text())
     assert again["resimulated"] and {
@@ -296,7 +298,7 @@ def test_bench_quick(tmp_path: Path) -> None:
     assert "--resimulate" in (out / "report.md").read_text()
     # --accuracy-study adds the study on the stored seed splits (the timed runs' references
     # are reused; DistDGL cannot run on this shape, so the targets keep their basis)
-    assert main(["bench", "--quick", "--accuracy-study", "--accuracy-seeds", "2", "--out",
+    assert main(["bench", "accuracy-study", "--quick", "--accuracy-seeds", "2", "--out",
                  str(out), "--work", str(work)]) == 0
     study = json.loads((out / "results.json").read_text())["accuracy_study"]["cora"]
     splits = {json.dumps(c["systems"][n]["split"]) for c in doc["configs"]

@@ -18,6 +18,10 @@ import pytest
 
 from gnnsched.commands.bench import add_arguments
 from gnnsched.evaluation import scale
+from gnnsched.evaluation.measure import interp
+from gnnsched.evaluation.targets import load_targets
+
+TARGETS = Path(__file__).resolve().parents[1] / "bench" / "targets.yaml"
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -49,7 +53,7 @@ def test_preset_is_products_like() -> None:
 
 
 def test_settings_job_and_cluster() -> None:
-    st = scale.resolve(_args("--scale", "--quick", "--launcher", "local"))
+    st = scale.resolve(_args("scale", "--quick", "--launcher", "local"))
     assert st.quick and st.nodes == 20_000 and st.epochs == 1
     assert st.out == Path("runs/bench-scale-quick")
     job = scale.make_job(st)
@@ -60,15 +64,15 @@ def test_settings_job_and_cluster() -> None:
     assert abs(test * st.nodes - st.test_nodes) < 1
     assert job.eval_every == 0 and job.eval_max_nodes == st.test_nodes
     assert job.trainers == 4 and job.num_parts == 4
-    full = scale.resolve(_args("--scale", "--launcher", "local"))
+    full = scale.resolve(_args("scale", "--launcher", "local"))
     fj = scale.make_job(full)
     assert full.epochs == 2 and full.reference  # epoch 2: the steady state
-    assert not scale.resolve(_args("--scale", "--no-reference", "--launcher", "local")).reference
-    assert scale.reproduce(full) == "gnnsched bench --scale"  # the defaults: nothing to say
-    ab = scale.resolve(_args("--scale", "--systems", "gnnsched+fifo+cache",
+    assert not scale.resolve(_args("scale", "--no-reference", "--launcher", "local")).reference
+    assert scale.reproduce(full) == "gnnsched bench scale"  # the defaults: nothing to say
+    ab = scale.resolve(_args("scale", "--systems", "gnnsched+fifo+cache",
                              "gnnsched+gnnsched+cache", "--no-reference", "--repeats", "3",
                              "--launcher", "local"))
-    assert scale.reproduce(ab) == ("gnnsched bench --scale --repeats 3 --systems "
+    assert scale.reproduce(ab) == ("gnnsched bench scale --repeats 3 --systems "
                                    "gnnsched+fifo+cache gnnsched+gnnsched+cache --no-reference")
     assert (full.nodes, fj.hidden, fj.fanouts, fj.batch_size) == (1_000_000, 256, (15, 10, 5),
                                                                   1024)
@@ -84,7 +88,7 @@ def test_settings_job_and_cluster() -> None:
     # a quick run and a full one use other cluster names and subnets
     assert scale.make_cluster(st, "plentiful").name != scale.make_cluster(full, "plentiful").name
     with pytest.raises(SystemExit, match="unknown shape"):
-        scale.resolve(_args("--scale", "--shapes", "gpuless", "--launcher", "local"))
+        scale.resolve(_args("scale", "--shapes", "gpuless", "--launcher", "local"))
 
 
 def test_policy_ab_pairs_systems_and_compares_with_the_prediction() -> None:
@@ -108,10 +112,10 @@ def test_policy_ab_pairs_systems_and_compares_with_the_prediction() -> None:
 
 def test_interp_and_limits() -> None:
     series = [(0.0, 0.0), (1.0, 2.0), (3.0, 4.0)]
-    assert scale._interp(series, -1) == 0.0
-    assert scale._interp(series, 0.5) == pytest.approx(1.0)
-    assert scale._interp(series, 2.0) == pytest.approx(3.0)
-    assert scale._interp(series, 9) == 4.0
+    assert interp(series, -1) == 0.0
+    assert interp(series, 0.5) == pytest.approx(1.0)
+    assert interp(series, 2.0) == pytest.approx(3.0)
+    assert interp(series, 9) == 4.0
     assert scale.steady_seeds_per_s(1000, [5.0, 2.0, 4.0]) == pytest.approx(1000 / 3.0)
     assert scale.steady_seeds_per_s(1000, [4.0]) == pytest.approx(250)
     comp = scale.compute_bound({"seeds_per_s": 100.0},
@@ -128,7 +132,7 @@ def _doc(gn: float, dd: float, colo: float, metric: tuple[float, float, float]) 
                 "split": [[0], [1], [2], [3]]}
 
     return {
-        "host": {"cpus": 2},
+        "host": {"cpus": 2}, "goals": load_targets(TARGETS).scale,
         "limit": {"compute": {"seeds_per_s": 1000.0, "cpu_s_per_seed": 0.0005},
                   "seeds_per_s": 1000.0},
         "reference": {"split": [[0], [1], [2], [3]], "test_metric": metric[2],
@@ -166,7 +170,8 @@ def test_targets_are_judged_from_the_measurements() -> None:
 @pytest.mark.slow
 def test_bench_scale_quick(tmp_path: Path) -> None:
     out, work = tmp_path / "out", tmp_path / "work"
-    rc = scale.run_scale(_args("--scale", "--quick", "--out", str(out), "--work", str(work)))
+    rc = scale.run_scale(_args("scale", "--quick", "--out", str(out), "--work", str(work),
+                               "--targets", str(TARGETS)))
     doc = json.loads((out / "results.json").read_text())
     assert rc == 0, doc["invariants"]
     assert all(i["ok"] for i in doc["invariants"])
@@ -182,6 +187,6 @@ def test_bench_scale_quick(tmp_path: Path) -> None:
         "partitioning peak memory <= 4x the graph's in-memory size"}
     assert doc["partition"]["peak_rss_bytes"] > 0 and doc["limit"]["seeds_per_s"] > 0
     # a second run reuses the cached partitions and their measured peak
-    st = scale.resolve(_args("--scale", "--quick", "--out", str(out), "--work", str(work)))
+    st = scale.resolve(_args("scale", "--quick", "--out", str(out), "--work", str(work)))
     parts, m = scale.Steps(st).partition()
     assert m["cached"] and m["peak_rss_bytes"] == doc["partition"]["peak_rss_bytes"]

@@ -15,7 +15,11 @@ from gnnsched.evaluation.box import BoxCalibration, load_box, save_box, wire_ove
 from gnnsched.evaluation.config import Settings
 from gnnsched.evaluation.judging import noise, same_system, scale_model_targets, twin_noise
 from gnnsched.evaluation.predict import real_epoch, row_steps
+from gnnsched.evaluation.targets import load_targets
 from gnnsched.profile import synthetic_profile
+
+TARGETS = Path(__file__).resolve().parents[1] / "bench" / "targets.yaml"
+GOALS = load_targets(TARGETS)
 
 
 def _box(**kw: Any) -> BoxCalibration:
@@ -106,7 +110,7 @@ def test_scale_model_targets_judge_error_ranking_and_speedup() -> None:
         "colocation+fifo": _sys(1.0, 1.0, (1.0, 1.01)),
         "gnnsched+fifo": _sys(1.1, 1.5, (1.5, 1.51)),  # predicted 10% slower, is 50%: 30% off
         "gnnsched+gnnsched": _sys(0.9, 1.3, (1.3, 1.31))}}  # predicted faster, measured slower
-    out = scale_model_targets([within, wrong])
+    out = scale_model_targets([within, wrong], GOALS)
     by = {(t["target"].split(" (")[0], t["config"]): t for t in out}
     assert by[("the simulator ranks the systems as measured", "a/cora")]["met"]
     rank_b = by[("the simulator ranks the systems as measured", "b/cora")]
@@ -141,7 +145,7 @@ def test_one_system_twice_has_no_order_to_rank() -> None:
     assert same_system(c, "colocation+fifo", "gnnsched+fifo")
     assert not same_system(c, "gnnsched+fifo", "gnnsched+gnnsched")
     assert twin_noise(c) == pytest.approx(0.05)  # one system measured 5% apart: the noise
-    rank = next(t for t in scale_model_targets([c]) if t["target"].startswith("the simulator"))
+    rank = next(t for t in scale_model_targets([c], GOALS) if t["target"].startswith("the simulator"))
     assert rank["value"] == 2 and "colocation+fifo < gnnsched+fifo" not in rank["why"]
     c["plans"]["gnnsched"]["trainers"] = [{"machine": "h1", "parts": [0, 1]}]
     assert not same_system(c, "colocation+fifo", "gnnsched+fifo") and twin_noise(c) == 0.0
@@ -173,8 +177,9 @@ def test_bench_on_the_scale_model_end_to_end(tmp_path: Path) -> None:
     if why:
         pytest.skip(f"scale model unavailable: {why}")
     out, work = tmp_path / "out", tmp_path / "work"
-    rc = main(["bench", "--scale-model", "--quick", "--no-scale", "--systems",
-               "colocation+fifo", "gnnsched+gnnsched", "--out", str(out), "--work", str(work)])
+    rc = main(["bench", "scale-model", "--quick", "--no-scale", "--systems",
+               "colocation+fifo", "gnnsched+gnnsched", "--out", str(out), "--work", str(work),
+               "--targets", str(TARGETS)])
     doc = json.loads((out / "results.json").read_text())
     assert rc == 0, [i for i in doc["invariants"] if not i["ok"]]
     box = load_box(out / "box.json")["cora"]
@@ -219,7 +224,7 @@ def test_scale_model_results_merge_into_the_evaluations_file(tmp_path: Path) -> 
     targets judged over all of them (the 90% share spans both datasets), a source merged
     again replaces its runs, and a full evaluation rewriting the file keeps the section."""
     from gnnsched.evaluation import merge
-    from gnnsched.evaluation.report import _scale_model as scale_model_section
+    from gnnsched.evaluation.report.evaluation import _scale_model as scale_model_section
 
     cora = _source(tmp_path, "cora", "cora", {
         "colocation+fifo": _sys(2.0, 2.0), "gnnsched+gnnsched": _sys(1.0, 1.2)})  # -16.7%
@@ -228,8 +233,8 @@ def test_scale_model_results_merge_into_the_evaluations_file(tmp_path: Path) -> 
     into = tmp_path / "results.json"
     other = {"target": "gnnsched >= 1.2x DistDGL", "config": "plentiful/cora", "met": True}
     into.write_text(json.dumps({"configs": [], "targets": [other]}))
-    merge.merge(into, cora)
-    doc = merge.merge(into, physics)
+    merge.merge(into, cora, GOALS)
+    doc = merge.merge(into, physics, GOALS)
     # kept relative to the merged file's folder: it merges again from anywhere
     assert [s["dir"] for s in doc["scale_model"]["sources"]] == ["cora", "physics"]
     assert set(doc["scale_model"]["box"]) == {"cora", "physics"}
@@ -242,14 +247,14 @@ def test_scale_model_results_merge_into_the_evaluations_file(tmp_path: Path) -> 
     doc_c = json.loads((cora / "results.json").read_text())
     doc_c["configs"][0]["systems"] = _sys_ok
     (cora / "results.json").write_text(json.dumps(doc_c))
-    doc = merge.merge(into, cora)
+    doc = merge.merge(into, cora, GOALS)
     assert [s["dir"] for s in doc["scale_model"]["sources"]] == ["cora", "physics"]
     shares = [t for t in doc["targets"] if t["target"].startswith("a-priori within 10% on")]
     assert len(shares) == 1 and shares[0]["value"] == 1.0 and shares[0]["met"]
     assert len(doc["scale_model"]["configs"]) == 2
     # a full evaluation rewriting the file carries the section and its targets over
     fresh: dict[str, Any] = {"configs": [], "targets": [other]}
-    merge.carry_over(into, fresh)
+    merge.carry_over(into, fresh, GOALS)
     assert fresh["scale_model"] == doc["scale_model"] and len(fresh["targets"]) == len(
         doc["targets"])
     lines: list[str] = []
@@ -259,15 +264,15 @@ def test_scale_model_results_merge_into_the_evaluations_file(tmp_path: Path) -> 
     assert "[physics](physics/report.md)" in text
     # a source gone from disk keeps its runs as merged before, with a warning
     (cora / "results.json").unlink()
-    kept = merge.merge(into, physics)
+    kept = merge.merge(into, physics, GOALS)
     assert [s["dir"] for s in kept["scale_model"]["sources"]] == ["cora", "physics"]
     assert kept["scale_model"]["configs"] == doc["scale_model"]["configs"]
     # only scale-model results merge, and a missing source is named
     (physics / "results.json").write_text(json.dumps({"settings": {}, "configs": []}))
     with pytest.raises(SystemExit, match="not a scale-model evaluation"):
-        merge.merge(into, physics)
+        merge.merge(into, physics, GOALS)
     with pytest.raises(SystemExit, match="nowhere/results.json not found"):
-        merge.merge(tmp_path / "other.json", tmp_path / "nowhere")
+        merge.merge(tmp_path / "other.json", tmp_path / "nowhere", GOALS)
 
 
 def test_scale_model_out_and_into_defaults() -> None:
@@ -329,10 +334,10 @@ def test_the_noise_of_one_run_is_pooled_over_the_datasets_shapes() -> None:
     tight = cfg("mixedgen", 1.0, 1.002, 1.006)
     configs = [tight, cfg("gpuless", 1.0, 1.055, 1.03), cfg("plentiful", 1.0, 1.023, 1.01)]
     assert pooled_twin_noise(configs)["products"] == pytest.approx(0.023)
-    alone = {t["target"]: t for t in scale_model_targets([tight]) if t["config"] ==
+    alone = {t["target"]: t for t in scale_model_targets([tight], GOALS) if t["config"] ==
              "mixedgen/products"}
     assert not alone["the simulator ranks the systems as measured (scale model)"]["met"]
-    pooled = {t["target"]: t for t in scale_model_targets(configs) if t["config"] ==
+    pooled = {t["target"]: t for t in scale_model_targets(configs, GOALS) if t["config"] ==
               "mixedgen/products"}
     assert pooled["the simulator ranks the systems as measured (scale model)"]["met"]
     assert pooled["gnnsched never slower than colocation (scale model)"]["met"]

@@ -1,11 +1,18 @@
 """The evaluation: gnnsched against colocation and real DistDGL on an emulated cluster, the
-simulator's fidelity, and simulated runs at 16-256 machines. Run: ``gnnsched bench`` with the
-flags of :mod:`gnnsched.commands.bench` (:func:`evaluate` takes them as parsed). Modules:
-:mod:`.config` (shapes, datasets, systems, targets, settings), :mod:`.context` (partitions,
-profiles, reference trainings), :mod:`.runs` (real runs), :mod:`.predict` (the simulator's
-predictions), :mod:`.box` (the box's calibration, for predictions before a scale-model run), :mod:`.scaling` (the simulated sweep), :mod:`.judging` (invariants, targets),
-:mod:`.report` and :mod:`.plots` (outputs), :mod:`.driver` (end to end, ``--resimulate``,
-``--accuracy-study``). The rest of this docstring is the report's Method section.
+simulator's fidelity, simulated runs at 16-256 machines, and the scale tier. Run:
+``gnnsched bench MODE`` with the flags of :mod:`gnnsched.commands.bench` (:func:`evaluate`
+and :func:`run_scale` take them as parsed). It reaches the runtime through
+:mod:`gnnsched.api` alone. Modules: :mod:`.config` (shapes, systems, settings), :mod:`.data`
+(datasets), :mod:`.targets` (the goals, read from ``--targets FILE`` only), :mod:`.context`
+(partitions, profiles, reference trainings), :mod:`.runs` (real runs of both tiers),
+:mod:`.measure` (NIC counters, process CPU and memory), :mod:`.predict` (the simulator's
+predictions), :mod:`.box` (the box's calibration, for predictions before a scale-model run),
+:mod:`.scaling` (the simulated sweep), :mod:`.judging` (invariants, targets), :mod:`.report`
+and :mod:`.plots` (outputs), :mod:`.merge` (scale-model folders into one file),
+:mod:`.driver` (end to end, ``resimulate``, ``accuracy-study``, ``calibrate-box``); the scale
+tier's :mod:`.scale` (end to end), :mod:`.scale_config`, :mod:`.scale_steps` (steps in child
+processes) and :mod:`.limit` (the box's limit); :mod:`.planning` (the planning benchmark's
+logic). The rest of this docstring is the report's Method section.
 
 **Real runs.** Four cluster shapes (``gnnsched/evaluation/shapes/*.yaml``, 4 hosts, 4 METIS
 partitions, 2 trainers, 50-200 Mbit/s NICs so the network and not this box's 2 cores
@@ -86,4 +93,12 @@ def evaluate(args: argparse.Namespace) -> int:
     return run(args)
 
 
-__all__ = ["evaluate"]
+def run_scale(args: argparse.Namespace) -> int:
+    """Run the scale tier ``args`` describe (``gnnsched bench scale``'s flags, parsed); 0
+    unless a system produced no number (``--quick``: unless an invariant fails)."""
+    from gnnsched.evaluation.scale import run_scale as run
+
+    return run(args)
+
+
+__all__ = ["evaluate", "run_scale"]

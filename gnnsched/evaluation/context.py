@@ -88,9 +88,9 @@ class Context:
         """Partition (cached) and profile dataset ``ds`` once."""
         if ds in self.profiles:
             return
+        from gnnsched.api import profile_partitions
         from gnnsched.calibrate import summarize
         from gnnsched.datasets import open_partitions
-        from gnnsched.runtime.profiler import profile_partitions
         from gnnsched.spec import fingerprint
 
         st = self.st
@@ -203,7 +203,7 @@ class Context:
     def _distdgl_study(self, ds: str, seeds: list[int], dd_split: list[list[int]] | None,
                        dd_shape: str) -> dict[str, Any]:
         """DistDGL's side of the accuracy study: local processes, its timed runs' split."""
-        from gnnsched.runtime.distdgl import run_distdgl
+        from gnnsched.api import run_distdgl
 
         split = dd_split if dd_split and all(t in g for t, g in enumerate(dd_split)) else None
         accs, cluster = [], load_shape(dd_shape)
@@ -226,7 +226,7 @@ class Context:
         """Single-process training of one seed split and job seed (cached)."""
         key = (ds, json.dumps(split), int(job.seed))
         if key not in self.references:
-            from gnnsched.runtime.reference import reference_train
+            from gnnsched.api import reference_train
 
             t0 = time.perf_counter()
             try:

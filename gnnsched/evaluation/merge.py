@@ -7,7 +7,8 @@ share within 10% over every run), so ``--into FILE`` merges OUT into FILE (norma
 ``docs/results/results.json``): FILE's ``scale_model`` section lists every merged source
 (its folder, command and start) with their configurations and box calibrations, and FILE's
 ``targets`` list gets the scale model's targets judged over all of them
-(:func:`gnnsched.evaluation.judging.scale_model_targets`), replacing the ones merged before.
+(:func:`gnnsched.evaluation.judging.scale_model_targets`, against the goals of
+``--targets``), replacing the ones merged before.
 The sources are re-read from disk on every merge, so re-running one source's command and
 merging it again refreshes its runs and every share. A full evaluation that rewrites FILE
 carries the section and its targets over (:func:`carry_over`).
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gnnsched.evaluation.judging import scale_model_targets
+from gnnsched.evaluation.targets import Targets
 
 SECTION = "scale_model"
 MARK = "(scale model)"  # every scale-model target's name ends with it
@@ -77,14 +79,15 @@ def section(sources: list[str], base: Path, before: dict[str, Any] | None = None
     return {"sources": listed, "box": box, "configs": list(configs.values())}
 
 
-def judged(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """``doc``'s targets with the scale model's judged again over its merged section."""
+def judged(doc: dict[str, Any], goals: Targets) -> list[dict[str, Any]]:
+    """``doc``'s targets with the scale model's judged again over its merged section, against
+    ``goals`` (none given: the scale model's are dropped, the others kept)."""
     keep = [t for t in doc.get("targets") or [] if not str(t.get("target", "")).endswith(MARK)]
     sm = doc.get(SECTION)
-    return keep + (scale_model_targets(sm["configs"]) if sm else [])
+    return keep + (scale_model_targets(sm["configs"], goals) if sm else [])
 
 
-def merge(into: Path, out: Path) -> dict[str, Any]:
+def merge(into: Path, out: Path, goals: Targets) -> dict[str, Any]:
     """Merge the scale-model evaluation in folder ``out`` into the results file ``into``
     (made if missing), beside the sources merged there before (a source merged again keeps
     its place, so the file changes only where its runs did); returns the written doc.
@@ -102,15 +105,15 @@ def merge(into: Path, out: Path) -> dict[str, Any]:
     sources = [s["dir"] for s in before.get("sources", [])]  # merged again: in its place
     sources += [] if me in sources else [me]
     doc[SECTION] = section(sources, base, before)
-    doc["targets"] = judged(doc)
+    doc["targets"] = judged(doc, goals)
     into.parent.mkdir(parents=True, exist_ok=True)
     into.write_text(json.dumps(doc, indent=1) + "\n")
     return doc
 
 
-def carry_over(old: Path, doc: dict[str, Any]) -> None:
+def carry_over(old: Path, doc: dict[str, Any], goals: Targets) -> None:
     """Keep the ``scale_model`` section of the results file ``old`` (about to be rewritten
-    by a full evaluation) in ``doc``, with its targets judged again."""
+    by a full evaluation) in ``doc``, with its targets judged again against ``goals``."""
     if not old.is_file() or SECTION in doc or (doc.get("settings") or {}).get("scale_model"):
         return  # a scale-model evaluation judges its own runs: nothing merged to carry
     try:
@@ -119,4 +122,4 @@ def carry_over(old: Path, doc: dict[str, Any]) -> None:
         return
     if prev.get(SECTION):
         doc[SECTION] = prev[SECTION]
-        doc["targets"] = judged(doc)
+        doc["targets"] = judged(doc, goals)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gnnsched.bounds import any_placement_bound, per_plan_bound
+from gnnsched.evaluation.targets import target_row
 from gnnsched.placement import Problem, get_placer
 from gnnsched.placement.cpsat import simulated_lower_bound
 from gnnsched.placement.placer import SEARCH_ITERATIONS, usage
@@ -73,7 +74,6 @@ NEIGHBOURS = 8
 GPU = {"a100": (4.0, 40), "v100": (2.0, 32), "t4": (1.0, 16)}  # speed, memory GB
 BATCH, FANOUTS, HIDDEN, PREFETCH = 1024, (15, 10, 5), 256, 2
 LARGE_HOSTS = 256  # the shape whose plan time is judged
-WITHIN_BOUND, OVER_BASELINE, PLAN_TIME_S = 1.10, 1.15, 60.0
 
 
 # ---------------------------------------------------------------------------- graph sizes
@@ -335,7 +335,7 @@ def _gnnsched_placer(pb: Problem, seed: int) -> Any:
                       search_scorer=Evaluator(make(seed, SEARCH_ITERATIONS)))
 
 
-def _plan_one(pb: Problem, name: str, seed: int, budget: float) -> tuple[Plan | None, float,
+def plan_one(pb: Problem, name: str, seed: int, budget: float) -> tuple[Plan | None, float,
                                                                         Any, str]:
     """(plan, planning seconds, placer, error) of placer `name`."""
     t0 = time.perf_counter()
@@ -361,7 +361,7 @@ def run_seed(pb: Problem, seed: int, budget: float, setup_s: float = 0.0) -> dic
     rows: dict[str, dict[str, Any]] = {}
     outcome = None
     for name in PLACERS:
-        plan, dt, placer, err = _plan_one(pb, name, seed, budget)
+        plan, dt, placer, err = plan_one(pb, name, seed, budget)
         if name == "gnnsched":
             dt += setup_s  # the Problem is built once per shape x size, charged to gnnsched
             outcome = getattr(placer, "outcome", None)
@@ -509,22 +509,14 @@ def _aggregate(runs: list[dict[str, Any]], noise: float) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- targets
 
 
-def target_row(target: str, config: str, value: Any, goal: Any, met: bool | None,
-               why: str = "", by: float | None = None) -> dict[str, Any]:
-    """One entry of a ``targets`` list, in the form docs/results/results.json uses."""
-    return {"target": target, "config": config, "value": value, "goal": goal, "met": met,
-            "by": by, "why": why}
-
-
-def judge(cases: list[dict[str, Any]], *, seeds: Sequence[int], quick: bool) -> list[dict]:
-    """One entry per line of issue 28's Done-when that this benchmark measures."""
-    out = []
+def _coverage(cases: list[dict[str, Any]], seeds: Sequence[int], quick: bool) -> dict:
+    """Six shapes at 8-256 hosts, two graph sizes, at least three seeds."""
     names = sorted({c["shape"] for c in cases})
     sizes = sorted({c["size"] for c in cases})
     hosts = [c["hosts"] for c in cases]
     want = set(SHAPES)
-    cover_ok = (want <= set(names) and len(sizes) >= 2 and len(seeds) >= 3
-                and min(hosts) >= 8 and max(hosts) >= LARGE_HOSTS)
+    ok = (want <= set(names) and len(sizes) >= 2 and len(seeds) >= 3
+          and min(hosts) >= 8 and max(hosts) >= LARGE_HOSTS)
     miss = []
     if not want <= set(names):
         miss.append(f"shapes missing: {', '.join(sorted(want - set(names)))}")
@@ -532,48 +524,63 @@ def judge(cases: list[dict[str, Any]], *, seeds: Sequence[int], quick: bool) -> 
         miss.append("one graph size only")
     if len(seeds) < 3:
         miss.append(f"{len(seeds)} seeds")
-    out.append(target_row("six shapes at 8-256 hosts, products- and papers-sized, >= 3 seeds",
-                       ",".join(names), {"shapes": len(names), "sizes": sizes,
-                                         "seeds": len(seeds), "hosts": [min(hosts), max(hosts)]},
-                       {"shapes": 6, "sizes": 2, "seeds": 3, "hosts": [8, 256]}, cover_ok,
-                       "; ".join(miss) + (" (--quick)" if quick else "")))
-    # 1. within 1.10x of the any-placement bound on every shape (worst size, gmean of seeds)
+    return target_row("six shapes at 8-256 hosts, products- and papers-sized, >= 3 seeds",
+                      ",".join(names), {"shapes": len(names), "sizes": sizes,
+                                        "seeds": len(seeds), "hosts": [min(hosts), max(hosts)]},
+                      {"shapes": 6, "sizes": 2, "seeds": 3, "hosts": [8, 256]}, ok,
+                      "; ".join(miss) + (" (--quick)" if quick else ""))
+
+
+def _within_bound(cases: list[dict[str, Any]], goal: float) -> dict:
+    """1. within ``goal`` x the any-placement bound on every shape (worst size, gmean of
+    seeds)."""
     worst = max(cases, key=lambda c: c["gnnsched_ratio_to_bound"])
     over = [f"{c['shape']}/{c['size']} {c['gnnsched_ratio_to_bound']:.3f}x" for c in cases
-            if c["gnnsched_ratio_to_bound"] > WITHIN_BOUND]
-    out.append(target_row(f"gnnsched within {WITHIN_BOUND}x of the any-placement bound on every "
-                       "shape", f"{worst['shape']}/{worst['size']} (worst)",
-                       worst["gnnsched_ratio_to_bound"], WITHIN_BOUND, not over,
-                       ("over on " + ", ".join(over)) if over else "",
-                       worst["gnnsched_ratio_to_bound"] - WITHIN_BOUND))
-    # 2. >= 1.15x the best simple baseline on >= 2 shapes where it is > 1.15x the bound
-    room = [c for c in cases if (c["best_baseline_ratio_to_bound"] or 0) > OVER_BASELINE]
+            if c["gnnsched_ratio_to_bound"] > goal]
+    return target_row(f"gnnsched within {goal}x of the any-placement bound on every shape",
+                      f"{worst['shape']}/{worst['size']} (worst)",
+                      worst["gnnsched_ratio_to_bound"], goal, not over,
+                      ("over on " + ", ".join(over)) if over else "",
+                      worst["gnnsched_ratio_to_bound"] - goal)
+
+
+def _over_baseline(cases: list[dict[str, Any]], goal: float) -> dict:
+    """2. >= ``goal`` x the best simple baseline on >= 2 shapes where that baseline is >
+    ``goal`` x the bound."""
+    room = [c for c in cases if (c["best_baseline_ratio_to_bound"] or 0) > goal]
     by_shape: dict[str, float] = {}
     for c in room:
         by_shape[c["shape"]] = max(by_shape.get(c["shape"], 0.0),
                                    c["speedup_vs_best_baseline"] or 0.0)
-    won = sorted(s for s, v in by_shape.items() if v >= OVER_BASELINE)
+    won = sorted(s for s, v in by_shape.items() if v >= goal)
     detail = ", ".join(f"{c['shape']}/{c['size']}: {c['speedup_vs_best_baseline']:.3f}x "
                        f"{c['best_baseline']} (baseline {c['best_baseline_ratio_to_bound']:.2f}x "
                        "bound)" for c in room)
-    out.append(target_row(f">= {OVER_BASELINE}x the best simple baseline on >= 2 shapes where "
-                       f"that baseline is > {OVER_BASELINE}x the bound",
-                       ",".join(won) or "none", len(won), 2, len(won) >= 2,
-                       ("shapes with room: " + detail) if room else
-                       "no shape where the best baseline is over 1.15x the bound"))
-    # (not a Done-when line) what the search adds over its own seed-share stage
+    return target_row(f">= {goal}x the best simple baseline on >= 2 shapes where "
+                      f"that baseline is > {goal}x the bound",
+                      ",".join(won) or "none", len(won), 2, len(won) >= 2,
+                      ("shapes with room: " + detail) if room else
+                      f"no shape where the best baseline is over {goal}x the bound")
+
+
+def _share_stage(cases: list[dict[str, Any]], goal: float) -> list[dict]:
+    """(not a Done-when line) what the search adds over its own seed-share stage."""
     stage = [c for c in cases if c.get("speedup_vs_share_stage")]
-    if stage:
-        best_c = max(stage, key=lambda c: c["speedup_vs_share_stage"])
-        out.append({**target_row(
-            "(informational) the search over its own seed-share stage (the shares placer)",
-            f"{best_c['shape']}/{best_c['size']} (best)", best_c["speedup_vs_share_stage"],
-            OVER_BASELINE, best_c["speedup_vs_share_stage"] >= OVER_BASELINE,
-            "gnnsched vs shares, geometric mean over the seeds: " + ", ".join(
-                f"{c['shape']}/{c['size']} {c['speedup_vs_share_stage']:.3f}x"
-                for c in stage)), "note": "not a Done-when target: the simple baselines "
-            "exclude gnnsched's own seed-share stage, which this line compares against"})
-    # 3. never below any baseline on any seed beyond the reported noise
+    if not stage:
+        return []
+    best_c = max(stage, key=lambda c: c["speedup_vs_share_stage"])
+    return [{**target_row(
+        "(informational) the search over its own seed-share stage (the shares placer)",
+        f"{best_c['shape']}/{best_c['size']} (best)", best_c["speedup_vs_share_stage"],
+        goal, best_c["speedup_vs_share_stage"] >= goal,
+        "gnnsched vs shares, geometric mean over the seeds: " + ", ".join(
+            f"{c['shape']}/{c['size']} {c['speedup_vs_share_stage']:.3f}x"
+            for c in stage)), "note": "not a Done-when target: the simple baselines "
+        "exclude gnnsched's own seed-share stage, which this line compares against"}]
+
+
+def _never_below(cases: list[dict[str, Any]]) -> dict:
+    """3. never below any baseline on any seed beyond the reported noise."""
     losses = [(c, lo) for c in cases for lo in c["losses_beyond_noise"]]
     strict = [(c, lo) for c in cases for lo in c["losses_beyond_gnnsched_noise"]]
     worst_loss = max((lo["ratio"] / (1 + lo["noise"]) for c, lo in losses),
@@ -587,57 +594,84 @@ def judge(cases: list[dict[str, Any]], *, seeds: Sequence[int], quick: bool) -> 
     why = said(losses) if losses else "none beyond the noisier plan of each pair"
     if strict and not losses:
         why += f"; within it, beyond gnnsched's noise alone: {said(strict)}"
-    out.append(target_row("never below any baseline on any seed beyond the reported noise",
-                       "all shapes x sizes x seeds", len(losses), 0, not losses, why,
-                       None if worst_loss is None else worst_loss - 1))
-    # 4. plan time at 256 hosts / 1024 partitions
+    return target_row("never below any baseline on any seed beyond the reported noise",
+                      "all shapes x sizes x seeds", len(losses), 0, not losses, why,
+                      None if worst_loss is None else worst_loss - 1)
+
+
+def _plan_time(cases: list[dict[str, Any]], goal: float) -> dict:
+    """4. plan time at 256 hosts / 1024 partitions."""
     big = [c for c in cases if c["hosts"] >= LARGE_HOSTS]
-    if big:
-        t = max(c["planning_s"]["gnnsched"] for c in big)
-        out.append(target_row(f"plan time <= {PLAN_TIME_S:.0f} s at 256 hosts / 1024 partitions",
-                           f"scale256 (worst of sizes x seeds, {os.cpu_count()} cores)", t,
-                           PLAN_TIME_S, t <= PLAN_TIME_S, "", t - PLAN_TIME_S))
-    else:
-        out.append(target_row(f"plan time <= {PLAN_TIME_S:.0f} s at 256 hosts / 1024 partitions",
-                           "scale256", None, PLAN_TIME_S, None, "not run (--quick)"))
-    # 5. plentiful: every GPU trains
+    name = f"plan time <= {goal:.0f} s at 256 hosts / 1024 partitions"
+    if not big:
+        return target_row(name, "scale256", None, goal, None, "not run (--quick)")
+    t = max(c["planning_s"]["gnnsched"] for c in big)
+    return target_row(name, f"scale256 (worst of sizes x seeds, {os.cpu_count()} cores)", t,
+                      goal, t <= goal, "", t - goal)
+
+
+def _plentiful(cases: list[dict[str, Any]]) -> list[dict]:
+    """5. plentiful: every GPU trains."""
     pl = [c for c in cases if c["shape"] == "plentiful"]
-    if pl:
-        used = min(c["gnnsched_gpus_used"] for c in pl)
-        gpus = pl[0]["gpus"]
-        why = pl[0]["note"] or ("" if used == gpus else
-                                f"gnnsched's plans train on {used} of {gpus} GPUs")
-        out.append(target_row("plentiful cluster (more GPUs than partitions): every GPU trains",
-                           f"plentiful ({gpus} GPUs, {pl[0]['partitions']} parts)", used, gpus,
-                           used == gpus, "trainers > partitions not yet supported"
-                           if pl[0]["note"] else why))
-    # 6. a 256-host plan uses all 768 GPUs when it pays
-    if big:
-        used = min(c["gnnsched_gpus_used"] for c in big)
-        gpus = big[0]["gpus"]
-        # "when it pays": fewer GPUs are acceptable only if no compared plan with every GPU
-        # trains faster on the same seed
-        pays = []
-        for c in big:
-            for r in c["seeds"]:
-                gn = r["placers"]["gnnsched"]
-                if gn.get("gpus_used") == gpus:
-                    continue
-                for n in BASELINES:
-                    row = r["placers"][n]
-                    if row.get("gpus_used") == gpus and row["epoch_time_s"] < gn["epoch_time_s"]:
-                        pays.append(f"{c['size']} seed {r['seed']}: {n} on all {gpus} GPUs is "
-                                    f"{gn['epoch_time_s'] / row['epoch_time_s']:.2f}x faster")
-        ok = used == gpus or not pays
-        why = big[0]["note"] or ("; ".join(pays) if pays else
-                                 ("" if used == gpus else f"uses {used} of {gpus}: no plan on "
-                                  "all of them was faster"))
-        out.append(target_row("a 256-host plan uses all 768 GPUs when it pays",
-                           f"scale256 ({gpus} GPUs, {big[0]['partitions']} parts, "
-                           f"{big[0]['trainers']} trainers)", used, gpus, ok, why))
-    else:
-        out.append(target_row("a 256-host plan uses all 768 GPUs when it pays", "scale256", None,
-                           768, None, "not run (--quick)"))
+    if not pl:
+        return []
+    used = min(c["gnnsched_gpus_used"] for c in pl)
+    gpus = pl[0]["gpus"]
+    why = pl[0]["note"] or ("" if used == gpus else
+                            f"gnnsched's plans train on {used} of {gpus} GPUs")
+    return [target_row("plentiful cluster (more GPUs than partitions): every GPU trains",
+                       f"plentiful ({gpus} GPUs, {pl[0]['partitions']} parts)", used, gpus,
+                       used == gpus, "trainers > partitions not yet supported"
+                       if pl[0]["note"] else why)]
+
+
+def _all_gpus(cases: list[dict[str, Any]]) -> dict:
+    """6. a 256-host plan uses all 768 GPUs when it pays: fewer GPUs are acceptable only if
+    no compared plan with every GPU trains faster on the same seed."""
+    big = [c for c in cases if c["hosts"] >= LARGE_HOSTS]
+    if not big:
+        return target_row("a 256-host plan uses all 768 GPUs when it pays", "scale256", None,
+                          768, None, "not run (--quick)")
+    used = min(c["gnnsched_gpus_used"] for c in big)
+    gpus = big[0]["gpus"]
+    pays = []
+    for c in big:
+        for r in c["seeds"]:
+            gn = r["placers"]["gnnsched"]
+            if gn.get("gpus_used") == gpus:
+                continue
+            for n in BASELINES:
+                row = r["placers"][n]
+                if row.get("gpus_used") == gpus and row["epoch_time_s"] < gn["epoch_time_s"]:
+                    pays.append(f"{c['size']} seed {r['seed']}: {n} on all {gpus} GPUs is "
+                                f"{gn['epoch_time_s'] / row['epoch_time_s']:.2f}x faster")
+    ok = used == gpus or not pays
+    why = big[0]["note"] or ("; ".join(pays) if pays else
+                             ("" if used == gpus else f"uses {used} of {gpus}: no plan on "
+                              "all of them was faster"))
+    return target_row("a 256-host plan uses all 768 GPUs when it pays",
+                      f"scale256 ({gpus} GPUs, {big[0]['partitions']} parts, "
+                      f"{big[0]['trainers']} trainers)", used, gpus, ok, why)
+
+
+def judge(cases: list[dict[str, Any]], *, seeds: Sequence[int], quick: bool,
+          goals: dict[str, float] | None = None) -> list[dict]:
+    """One entry per line of issue 28's Done-when that this benchmark measures, against
+    ``goals`` (``bench/targets.yaml``'s ``planning`` section: ``within_bound``,
+    ``over_baseline``, ``plan_time_s``); none without goals."""
+    if not goals:
+        return []
+    out = [_coverage(cases, seeds, quick)]
+    if "within_bound" in goals:
+        out.append(_within_bound(cases, goals["within_bound"]))
+    if "over_baseline" in goals:
+        out.append(_over_baseline(cases, goals["over_baseline"]))
+        out += _share_stage(cases, goals["over_baseline"])
+    out.append(_never_below(cases))
+    if "plan_time_s" in goals:
+        out.append(_plan_time(cases, goals["plan_time_s"]))
+    out += _plentiful(cases)
+    out.append(_all_gpus(cases))
     return out
 
 
@@ -645,8 +679,10 @@ def run(*, quick: bool = False, seeds: Sequence[int] = (0, 1, 2), budget: float 
         only: Sequence[str] | None = None, sizes: Sequence[str] | None = None,
         source: str = "auto",
         progress: Callable[[str], None] | None = None,
-        on_case: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """The whole benchmark; returns the JSON document (``targets`` included)."""
+        on_case: Callable[[dict[str, Any]], None] | None = None,
+        goals: dict[str, float] | None = None) -> dict[str, Any]:
+    """The whole benchmark; returns the JSON document (``targets``: judged against
+    ``goals``, none without)."""
     t0 = time.perf_counter()
     suite = [s for s in shapes(quick) if not only or s.name in only]
     size_names = list(sizes or (("products",) if quick else SIZES))
@@ -670,9 +706,9 @@ def run(*, quick: bool = False, seeds: Sequence[int] = (0, 1, 2), budget: float 
                                 "beyond gnnsched's alone)",
             "host": {"python": platform.python_version(), "cpus": os.cpu_count()},
             "wall_s": time.perf_counter() - t0, "cases": cases,
-            "targets": judge(cases, seeds=seeds, quick=quick)}
+            "targets": judge(cases, seeds=seeds, quick=quick, goals=goals)}
 
 
-__all__ = ["BASELINES", "PLACERS", "SIMPLE", "SHAPES", "SIZES", "GraphSize", "Shape", "graph_profile",
-           "judge", "make_job", "profile_source", "run", "run_case", "shapes",
-           "simulate_epoch", "target_row"]
+__all__ = ["BASELINES", "PLACERS", "SIMPLE", "SHAPES", "SIZES", "GraphSize", "Shape",
+           "graph_profile", "judge", "make_job", "plan_one", "profile_source", "run", "run_case",
+           "shapes", "simulate_epoch", "target_row"]

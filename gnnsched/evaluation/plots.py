@@ -1,16 +1,29 @@
-"""The evaluation's plots: speed-ups, per-stage breakdown, scaling, simulator fidelity."""
+"""The evaluation's plots (speed-ups, per-stage breakdown, scaling, simulator fidelity) and
+the scale tier's (throughput against the box's limit, CPU per trained seed)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from gnnsched.evaluation.config import COLOURS, HEADLINE, RUNTIME_SYSTEMS, SHAPES, SYSTEMS, TARGETS
+from gnnsched.evaluation.config import COLOURS, HEADLINE, RUNTIME_SYSTEMS, SHAPES, SYSTEMS
+from gnnsched.evaluation.scale_config import COLOURS as SCALE_COLOURS
+from gnnsched.evaluation.scale_config import LABELS as SCALE_LABELS
 
 
-def _save(fig: Any, plt: Any, out: Path, name: str) -> str:
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only backend (no display on a benchmarking box)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, plt: Any, out: Path, name: str, dpi: int = 120) -> str:
     """Write ``fig`` to ``out/name`` and free it; the name, for the list of files written."""
-    fig.savefig(out / name, dpi=120)
+    fig.savefig(out / name, dpi=dpi)
     plt.close(fig)
     return name
 
@@ -39,8 +52,9 @@ def _speedups(doc: dict[str, Any], out: Path, plt: Any) -> str:
                 ax.text(a, 0.05, "infeasible", rotation=90, ha="center", va="bottom",
                         fontsize=7)
     ax.axhline(1.0, color="black", lw=0.8)
-    ax.axhline(TARGETS["speedup_vs_colocation_limited"], color="grey", lw=0.8, ls="--",
-               label="1.5x target (limited shapes)")
+    goal = (doc.get("targets_goal") or {}).get("speedup_vs_colocation_limited")
+    if goal is not None:
+        ax.axhline(goal, color="grey", lw=0.8, ls="--", label=f"{goal}x target (limited shapes)")
     ax.set_xticks(x)
     ax.set_xticklabels(names, fontsize=8)
     ax.set_ylabel("speed-up over colocation + fifo (measured)")
@@ -194,10 +208,68 @@ def _fidelity(doc: dict[str, Any], out: Path, plt: Any) -> str | None:
 
 def plot_all(doc: dict[str, Any], out: Path) -> list[str]:
     """speedup.png, stages.png, scaling.png, fidelity.png; returns the files written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     written = [plot(doc, out, plt) for plot in (_speedups, _stages, _scaling, _fidelity)]
     return [f for f in written if f]
+
+
+def plot_scale(doc: dict[str, Any], out: Path) -> str:
+    """scale.png: seeds/s per system against the limit (left), CPU-ms per trained seed by
+    role (right), one row per shape."""
+    plt = _pyplot()
+    configs = doc["configs"]
+    fig, axes = plt.subplots(len(configs), 2, figsize=(12.5, 3.6 * len(configs)), squeeze=False)
+    goal = (doc.get("goals") or {}).get("limit_fraction")
+    for (ax, ax2), c in zip(axes, configs):
+        names = ["reference"] + list(c["systems"])
+        ref = doc["reference"]["runs"][0] if doc["reference"]["runs"] else {}
+        rows = {"reference": ref, **c["systems"]}
+        vals = [rows[n].get("seeds_per_s") or 0.0 for n in names]
+        ax.bar(range(len(names)), vals, color=[SCALE_COLOURS.get(n, "#777") for n in names])
+        lim = c.get("limit") or {}
+        if lim.get("compute_seeds_per_s"):
+            ax.axhline(lim["compute_seeds_per_s"], color="black", lw=1,
+                       label="compute bound (one process)")
+            if goal is not None:
+                ax.axhline(goal * lim["seeds_per_s"], color="black", lw=0.8, ls="--",
+                           label=f"{goal} of the limit")
+        top = 1.15 * max(max(vals), lim.get("seeds_per_s") or 0) or 1
+        nb = lim.get("network_seeds_per_s")
+        if nb:
+            ax.axhline(min(nb, 0.99 * top), color="#1565c0", lw=1, ls=":",
+                       label=f"network bound (NICs): {nb:,.0f}"
+                       + (" (above the chart)" if nb > top else ""))
+        ax.set_ylim(0, top)
+        for i, n in enumerate(names):
+            if rows[n].get("feasible") is False:
+                ax.text(i, 0, "infeasible", rotation=90, ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels([SCALE_LABELS.get(n, n).replace(" (", "\n(") for n in names], fontsize=7)
+        ax.set_ylabel("trained seeds / s")
+        ax.set_title(f"{c['shape']}: steady-state throughput", fontsize=9)
+        ax.legend(fontsize=7)
+        # CPU per seed by role kind
+        kinds = ["store", "sampler", "fetcher", "trainer", "server", "coordinator"]
+        sysn = [n for n in c["systems"] if c["systems"][n].get("roles")]
+        bottom = [0.0] * len(sysn)
+        for k in kinds:
+            hs = []
+            for n in sysn:
+                r = c["systems"][n]
+                seeds = (r.get("seeds_per_epoch") or 0) * len(r.get("epoch_times_s") or [])
+                cpu = sum(x.get("cpu_s_window") or 0.0 for name, x in r["roles"].items()
+                          if name.split(":")[0] == k)
+                hs.append(1e3 * cpu / seeds if seeds else 0.0)
+            if any(hs):
+                ax2.bar(range(len(sysn)), hs, bottom=bottom, label=k)
+                bottom = [b + h for b, h in zip(bottom, hs)]
+        cl = doc["limit"]["compute"].get("cpu_s_per_seed")
+        if cl:
+            ax2.axhline(1e3 * cl, color="black", lw=1, label="single-process pipeline")
+        ax2.set_xticks(range(len(sysn)))
+        ax2.set_xticklabels([SCALE_LABELS.get(n, n).replace(" (", "\n(") for n in sysn], fontsize=7)
+        ax2.set_ylabel("CPU-ms per trained seed")
+        ax2.set_title(f"{c['shape']}: CPU per trained seed by role", fontsize=9)
+        ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    return _save(fig, plt, out, "scale.png", dpi=110)

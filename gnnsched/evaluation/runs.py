@@ -1,9 +1,13 @@
 """Real runs: plan every system on one shape x dataset, train each for real (the gnnsched
-runtime or DistDGL, on network namespaces or local processes), repeat, and aggregate."""
+runtime or DistDGL, on network namespaces or local processes), repeat, and aggregate; and
+the scale tier's runs of the same two systems, measured per process (CPU over the training
+window, peak memory, the runtime's CPU ledger). Both tiers start a run the same way
+(:func:`train_system`, :func:`run_distdgl_on`, :func:`result_row`)."""
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 import traceback
@@ -13,9 +17,9 @@ from typing import Any
 from gnnsched.calibrate import allreduce_last_s, steady_steps
 from gnnsched.evaluation.config import (
     EVAL_BATCH,
+    PREDICTION_ERROR,
     SHAPES,
     SYSTEMS,
-    TARGETS,
     Settings,
     canonical,
     error_text,
@@ -30,37 +34,74 @@ from gnnsched.evaluation.config import (
     seed_split,
 )
 from gnnsched.evaluation.context import Context
-from gnnsched.evaluation.measure import NicCounters, Tracker, bytes_between, runtime_options
+from gnnsched.evaluation.measure import (
+    NicCounters,
+    ProcWatch,
+    Tracker,
+    bytes_between,
+    runtime_options,
+)
 from gnnsched.evaluation.predict import apriori_prediction, predict_run, replan
+from gnnsched.evaluation.scale_steps import steady_seeds_per_s
 from gnnsched.plan import Plan
 from gnnsched.profile import CostProfile
 from gnnsched.spec import ClusterSpec, JobSpec
+
+
+def train_system(launcher: str, cluster: ClusterSpec, job: JobSpec, plan: Plan,
+                 prof: CostProfile, policy: str, part_dir: Path, run_dir: Path, net: Any,
+                 progress: Any) -> Any:
+    """One real run of the gnnsched runtime (:func:`gnnsched.api.train`) with the benchmark's
+    runtime knobs, on the emulated cluster ``net`` (netns) or local processes."""
+    from gnnsched.api import train
+
+    lopts = {"emulated": net} if launcher == "netns" else None
+    return train(cluster, job, plan, policy=policy, launcher=launcher, out_dir=run_dir,
+                 partitions=part_dir, profile=prof, options=runtime_options(),
+                 progress=progress, launcher_options=lopts)
+
+
+def result_row(res: Any) -> dict[str, Any]:
+    """A run's summary (:func:`gnnsched.api.summary`) with its task metric, where the runtime
+    reports one, without the per-process bytes."""
+    from gnnsched.api import summary
+
+    row = summary(res)
+    row.update(metric_fields(res))
+    row.pop("bytes_by_process", None)
+    return row
+
+
+def run_distdgl_on(launcher: str, cluster: ClusterSpec, job: JobSpec, part_dir: Path,
+                   out_dir: Path, net: Any, **kw: Any) -> Any:
+    """One DistDGL run (:func:`gnnsched.api.run_distdgl`) inside the emulated cluster's
+    namespaces (netns) or on local processes."""
+    from gnnsched.api import run_distdgl
+
+    if launcher == "netns":
+        kw.update(exec_prefix=net.exec_prefix,
+                  hosts={m.name: net.address(m.name) for m in cluster.machines})
+    return run_distdgl(cluster, job, part_dir, out_dir=out_dir, **kw)
 
 
 def run_runtime_once(st: Settings, cluster: ClusterSpec, job: JobSpec, plan: Plan,
                      prof: CostProfile, sysname: str, part_dir: Path, run_dir: Path, net: Any,
                      counters: NicCounters | None, rep: int) -> dict[str, Any]:
     """Really train once with the gnnsched runtime; the run's summary plus NIC bytes."""
-    from gnnsched.api import summary, train
-
     s = SYSTEMS[sysname]
-    lopts = {"emulated": net} if st.launcher == "netns" else None
+    assert s.policy is not None
     tag = sysname if st.repeats == 1 else f"{sysname} #{rep + 1}"
     tracker = Tracker(tag, counters)
     t0 = time.perf_counter()
     before = counters.read() if counters else None
-    res = train(cluster, job, plan, policy=s.policy, launcher=st.launcher,
-                out_dir=run_dir / (sysname.replace("+", "-") + f"-{rep}"),
-                partitions=part_dir, profile=prof, options=runtime_options(),
-                progress=tracker, launcher_options=lopts)
-    row = summary(res)
-    row.update(metric_fields(res))  # the task metric, where the runtime reports one
+    res = train_system(st.launcher, cluster, job, plan, prof, s.policy, part_dir,
+                       run_dir / (sysname.replace("+", "-") + f"-{rep}"), net, tracker)
+    row = result_row(res)
     row["steps"] = steady_steps(res.run_dir)
     row["allreduce_last_s"] = allreduce_last_s(row["steps"])
     row["nic_bytes_run"] = bytes_between(before, counters.read()) if counters else None
     if row.get("recoveries"):
         say(f"    {tag}: recovered {len(row['recoveries'])} time(s): timing is suspect")
-    row.pop("bytes_by_process", None)
     # where each store's NIC queue spent the run (idle / window / held / pipe / send seconds):
     # a NIC the runtime leaves idle shows up as "window" or "held" here
     row["nic_queue_waits_s"] = {n: p["waits_s"] for n, p in res.processes.items()
@@ -148,17 +189,11 @@ def run_distdgl_once(st: Settings, cluster: ClusterSpec, job: JobSpec, part_dir:
                      run_dir: Path, net: Any, counters: NicCounters | None, rep: int,
                      split: list[list[int]] | None = None) -> dict[str, Any]:
     """One DistDGL run (``feasible: False`` and nothing started where it cannot run)."""
-    from gnnsched.runtime.distdgl import run_distdgl
-
-    kw: dict[str, Any] = {}
-    if st.launcher == "netns":
-        kw = {"exec_prefix": net.exec_prefix,
-              "hosts": {m.name: net.address(m.name) for m in cluster.machines}}
     t0 = time.perf_counter()
     before = counters.read() if counters else None
-    r = run_distdgl(cluster, job, part_dir, out_dir=run_dir / f"distdgl-{rep}",
-                    timeout_s=900, eval_fanouts=list(job.fanouts),
-                    eval_batch_size=EVAL_BATCH, split=split, **kw)
+    r = run_distdgl_on(st.launcher, cluster, job, part_dir, run_dir / f"distdgl-{rep}", net,
+                       timeout_s=900, eval_fanouts=list(job.fanouts),
+                       eval_batch_size=EVAL_BATCH, split=split)
     if not r.feasible:
         return {"feasible": False, "reason": r.reason}
     d = r.to_dict()
@@ -211,15 +246,15 @@ def make_plans(cfg: dict[str, Any], st: Settings, cluster: ClusterSpec, job: Job
 
     With ``apriori`` (the scale model: the profile with the box's runtime costs) the placers
     plan on what the runs are predicted from, and gnnsched keeps colocation's plan unless its
-    own is predicted faster by more than two predictions within the target error
-    (``sim_error``, 10%) can misjudge: 1.1 / 0.9 = 1.22x (:func:`margin_for`)."""
+    own is predicted faster by more than two predictions within the error the method allows
+    (``PREDICTION_ERROR``, 10%) can misjudge: 1.1 / 0.9 = 1.22x (:func:`margin_for`)."""
     from gnnsched.placement import get_placer
     from gnnsched.placement.search import margin_for
 
     plans: dict[str, Plan] = {}
     for placer in sorted({SYSTEMS[s].placer for s in st.systems if SYSTEMS[s].placer}):
         t0 = time.perf_counter()
-        kw = ({"keep_colocation": margin_for(TARGETS["sim_error"])}
+        kw = ({"keep_colocation": margin_for(PREDICTION_ERROR)}
               if placer == "gnnsched" and apriori is not None else {})
         try:
             plan = get_placer(placer, **kw).place(
@@ -254,9 +289,9 @@ def _simulated_rows(cfg: dict[str, Any], st: Settings, cluster: ClusterSpec, job
         rows[sysname] = cfg["systems"][sysname] = row
         if s.placer is None:
             if not st.real:
-                from gnnsched.runtime.distdgl import infeasible_reason
+                from gnnsched.api import distdgl_infeasible_reason
 
-                why = infeasible_reason(cluster)
+                why = distdgl_infeasible_reason(cluster)
                 row.update(ok=True, feasible=not why, reason=why, skipped="--no-real")
             continue
         plan = plans.get(s.placer)
@@ -285,7 +320,7 @@ class Testbed:
         self.net: Any = None
         self.counters: NicCounters | None = None
         if st.real and st.launcher == "netns":
-            from gnnsched.runtime.netns import EmulatedCluster
+            from gnnsched.api import EmulatedCluster
 
             self.net = EmulatedCluster(cluster, payload_rates=True, queue_ms=st.nic_queue_ms,
                                        bands=st.nic_bands, cgroups=st.scale_model,
@@ -476,3 +511,195 @@ def speedups(cfg: dict[str, Any]) -> None:
         r["speedup_vs_colocation"] = colo / me if colo and me else None
         r["sim_speedup_vs_colocation"] = colo_sim / me_sim if colo_sim and me_sim else None
         r["speedup_vs_distdgl"] = dd / me if dd and me else None
+
+
+# ------------------------------------------------------------------------------ the scale tier
+
+
+class ScaleProgress:
+    """The scale tier's progress callback: prints epochs, remembers when training started
+    and ended (for the CPU window) and snapshots NIC counters there."""
+
+    def __init__(self, label: str, counters: Any, epochs: int) -> None:
+        self.label, self.counters, self.epochs = label, counters, epochs
+        self.t_start: float | None = None
+        self.t_end: float | None = None
+        self.nic0: dict[str, int] | None = None
+        self.nic1: dict[str, int] | None = None
+        self.last_say = 0.0
+
+    def __call__(self, kind: str, **kw: Any) -> None:
+        now = time.perf_counter()
+        if kind == "epoch_start" and kw.get("epoch") == 0 and self.t_start is None:
+            self.t_start = now
+            self.nic0 = self.counters.read() if self.counters else None
+        elif kind == "batch":
+            if kw.get("done") == kw.get("total") and kw.get("epoch") == self.epochs - 1:
+                self.t_end = now
+                self.nic1 = self.counters.read() if self.counters else None
+            if now - self.last_say > 20 or kw.get("done") == kw.get("total"):
+                self.last_say = now
+                say(f"    {self.label}: epoch {kw.get('epoch', 0) + 1}, step {kw.get('done')}"
+                    f"/{kw.get('total')} ({now - (self.t_start or now):.0f} s)")
+        elif kind == "eval" and kw.get("done") == kw.get("total"):
+            say(f"    {self.label}: {kw.get('phase')} evaluated ({kw.get('total')} steps)")
+        elif kind == "epoch_end":
+            r = kw["record"]
+            say(f"    {self.label}: epoch {r['epoch'] + 1}: {r['epoch_time_s']:.2f} s, "
+                f"{r.get('throughput_seeds_s', 0):.0f} seeds/s, loss {r['train_loss']:.3f}")
+
+
+def _runtime_roles(res: Any, watch: ProcWatch, t0: float | None,
+                   t1: float | None) -> dict[str, dict[str, Any]]:
+    """Every role of a gnnsched run and the coordinator: machine, peak memory (the runtime's
+    own, else the poller's), CPU in total and over the training window, feature caches."""
+    roles: dict[str, dict[str, Any]] = {}
+    for name, p in res.processes.items():
+        pid = p.get("pid")
+        seen = watch.procs.get(pid, {}) if pid else {}
+        peak = p.get("peak_rss_bytes")
+        roles[name] = {"machine": p.get("machine"),
+                       "peak_rss_bytes": int(peak) if peak else seen.get("rss"),
+                       "pss_bytes": p.get("pss_bytes"),
+                       "peak_from": "runtime" if peak else ("/proc poll" if seen else None),
+                       "cpu_s_total": p.get("cpu_s"),
+                       "cpu_s_window": (watch.cpu_between(t0, t1, [pid])
+                                        if pid and t0 and t1 else None),
+                       # a gatherer's feature cache: rows, bytes, fill time, hits / lookups
+                       **{k: v for k, v in p.items()
+                          if k.startswith("cache_") or k == "shm_rows"}}
+    coord = watch.procs.get(-1, {})
+    roles["coordinator"] = {"machine": "(this process)", "peak_rss_bytes": coord.get("rss"),
+                            "peak_from": "/proc poll",
+                            "cpu_s_window": (watch.cpu_between(t0, t1, [-1])
+                                             if t0 and t1 else None)}
+    return roles
+
+
+def _runtime_cpu(row: dict[str, Any], res: Any, watch: ProcWatch, prog: ScaleProgress,
+                 seeds: int) -> None:
+    """A gnnsched run's CPU over its training window: the system's (every role and the
+    coordinator), other processes', the rest of the box's, and per trained seed."""
+    t0, t1 = prog.t_start, prog.t_end
+    if not (t0 and t1):
+        return
+    roles = row["roles"]
+    known = {p.get("pid") for p in res.processes.values() if p.get("pid")} | {-1}
+    win = sum(r["cpu_s_window"] or 0.0 for r in roles.values())
+    other = watch.cpu_between(t0, t1, [p for p in watch.procs if p not in known])
+    row["cpu_window_s"] = t1 - t0
+    row["cpu_s"] = win
+    row["cpu_s_other_processes"] = other  # fork servers, counters: not the system's
+    box = watch.box_between(t0, t1)
+    if box is not None:  # everything else on the box: other work, if any
+        row["cpu_s_elsewhere"] = max(0.0, box - win - other)
+    row["cpu_s_per_seed"] = win / seeds if seeds and win > 0 else None
+
+
+def _runtime_ledger(res: Any) -> dict[str, Any]:
+    """The runtime's CPU ledger of a run, by role and class per iteration."""
+    from gnnsched.api import ledger_breakdown, ledger_table
+
+    try:
+        b = ledger_breakdown(res)
+        return {"iterations": b["iterations"], "roles": b["roles"],
+                "processes": {n: {k: v for k, v in r.items() if k != "top"}
+                              for n, r in b["processes"].items()},
+                "cpu_s_per_iter": b["cpu_s_per_iter"],
+                "table": ledger_table(b, details=False).splitlines()}
+    except Exception as exc:  # noqa: BLE001 - a run without ledgers still has its numbers
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def run_scale_runtime(launcher: str, cluster: ClusterSpec, job: JobSpec, plan: Plan,
+                      prof: Any, parts: Path, sysname: str, run_dir: Path, net: Any,
+                      counters: Any) -> dict[str, Any]:
+    """One scale-tier run of the gnnsched runtime, measured as :mod:`.scale`'s Method says:
+    steady seeds/s, CPU per trained seed, per-role memory and CPU, bytes per iteration."""
+    prog = ScaleProgress(sysname, counters, job.epochs)
+    with ProcWatch(self_too=True) as watch:
+        res = train_system(launcher, cluster, job, plan, prof, sysname.split("+")[1], parts,
+                           run_dir, net, prog)
+    row = result_row(res)
+    seeds_epoch = [int(e.get("seeds", 0)) for e in res.epochs]
+    times = [float(e["epoch_time_s"]) for e in res.epochs]
+    row["seeds_per_epoch"] = seeds_epoch[0] if seeds_epoch else 0
+    row["seeds_per_s"] = steady_seeds_per_s(row["seeds_per_epoch"], times)
+    row["iterations"] = res.iterations_per_epoch * len(res.epochs)
+    row["roles"] = _runtime_roles(res, watch, prog.t_start, prog.t_end)
+    _runtime_cpu(row, res, watch, prog, sum(seeds_epoch))
+    if prog.nic0 is not None and prog.nic1 is not None:
+        moved = sum(prog.nic1[h] - prog.nic0.get(h, 0) for h in prog.nic1)
+        row["bytes_per_iter"] = moved / max(row["iterations"], 1)
+        row["bytes_note"] = ("NIC tx bytes of every host from the first epoch's start to the "
+                             "last training step, per iteration")
+    else:
+        row["bytes_per_iter"] = res.network_bytes / max(row["iterations"], 1)
+        row["bytes_note"] = ("the runtime's count of payload bytes that crossed machines over "
+                             "the whole run (evaluation included), per training iteration")
+    row["ledger"] = _runtime_ledger(res)
+    row["stages"] = res.stages
+    return row
+
+
+def _role_of_cmd(cmd: str) -> str | None:
+    """A DistDGL process's role (``server:P``, ``trainer:R``) from its command line."""
+    m = re.search(r"distdgl_role (server|trainer) .*--(?:part|rank) (\d+)", cmd)
+    return f"{m.group(1)}:{m.group(2)}" if m else None
+
+
+def _distdgl_roles(cluster: ClusterSpec, r: Any, watch: ProcWatch, t0: float | None,
+                   t1: float | None) -> dict[str, dict[str, Any]]:
+    """Every DistDGL server and trainer: machine, peak memory and CPU (the poller's)."""
+    hosts = {f"server:{p}": cluster.machines[cluster.store_of(p)].name
+             for p in range(cluster.num_parts)}
+    hosts.update({f"trainer:{t['rank']}": t["host"] for t in r.trainers})
+    roles: dict[str, dict[str, Any]] = {}
+    for pid, rec in watch.procs.items():
+        name = _role_of_cmd(rec["cmd"])
+        if name is None:
+            continue
+        roles[name] = {"machine": hosts.get(name), "peak_rss_bytes": rec["rss"],
+                       "peak_from": "/proc poll",
+                       "cpu_s_total": rec["cpu"][-1][1] if rec["cpu"] else None,
+                       "cpu_s_window": watch.cpu_between(t0, t1, [pid]) if t0 and t1 else None}
+    return dict(sorted(roles.items()))
+
+
+def run_scale_distdgl(launcher: str, cluster: ClusterSpec, job: JobSpec, parts: Path,
+                      run_dir: Path, net: Any, split: list[list[int]] | None
+                      ) -> dict[str, Any]:
+    """One scale-tier DistDGL run on the same partitions, job, fan-outs, batch and seed
+    split, measured like the gnnsched runtime's (:func:`run_scale_runtime`)."""
+    log = run_dir / "logs" / "trainer-0.log"
+    log.unlink(missing_ok=True)  # an earlier run's lines would mark its epochs as this one's
+    with ProcWatch() as watch:
+        watch.watch(log, r"rank 0 epoch (\d+):", "epoch{}")
+        r = run_distdgl_on(launcher, cluster, job, parts, run_dir, net, timeout_s=3600,
+                           eval_fanouts=list(job.evaluation_fanouts),
+                           eval_batch_size=job.eval_batch_size, split=split)
+    if not r.feasible:
+        return {"feasible": False, "reason": r.reason}
+    d = r.to_dict()
+    d.update(metric_fields(r))
+    seeds = sum(int(t["train_nodes"]) for t in r.trainers)
+    steps = max(math.ceil(int(t["train_nodes"]) / job.batch_size) for t in r.trainers)
+    d["seeds_per_epoch"] = seeds
+    d["seeds_per_s"] = steady_seeds_per_s(seeds, r.epoch_times_s)
+    d["iterations"] = steps * len(r.epoch_times_s)
+    ends = [watch.marks.get(f"epoch{e}") for e in range(len(r.epoch_times_s))]
+    t1 = ends[-1] if ends and ends[-1] else None
+    t0 = (ends[0] - r.epoch_times_s[0]) if ends and ends[0] else None
+    d["roles"] = _distdgl_roles(cluster, r, watch, t0, t1)
+    if t0 and t1:
+        d["cpu_window_s"] = t1 - t0
+        d["cpu_s"] = sum(x["cpu_s_window"] or 0.0 for x in d["roles"].values())
+        box = watch.box_between(t0, t1)
+        if box is not None:  # everything else on the box: other work, if any
+            d["cpu_s_elsewhere"] = max(0.0, box - watch.cpu_between(t0, t1))
+        d["cpu_s_per_seed"] = (d["cpu_s"] / (seeds * len(r.epoch_times_s))
+                               if seeds and d["cpu_s"] > 0 else None)
+    d["bytes_per_iter"] = (sum(r.bytes_sent.values()) / max(d["iterations"], 1)
+                           if r.bytes_sent else None)
+    d["bytes_note"] = r.bytes_note
+    return d

@@ -9,8 +9,9 @@ section or a goal it leaves out is not judged. The names (:data:`GOALS`):
 
 - ``evaluation``: ``speedup_vs_distdgl``, ``speedup_vs_colocation_limited``, ``sim_error``,
   ``accuracy_vs_distdgl`` (``gnnsched bench eval``; results.json's ``targets_goal``);
-- ``scale_model``: ``apriori_error``, ``apriori_error_all``, ``apriori_share`` (the scale
-  model's a-priori predictions: ``gnnsched bench scale-model`` and ``merge``);
+- ``scale_model``: ``apriori_error``, ``apriori_error_all``, ``apriori_share``,
+  ``wrong_order``, ``vs_colocation`` (the scale model's a-priori predictions and ranking:
+  ``gnnsched bench scale-model`` and ``merge``);
 - ``scale``: ``limit_fraction``, ``vs_distdgl``, ``vs_colocation``, ``metric_points``,
   ``partition_memory_x`` (``gnnsched bench scale``; results.json's ``goals``);
 - ``planning``: ``within_bound``, ``over_baseline``, ``plan_time_s``
@@ -27,7 +28,8 @@ from typing import Any
 GOALS: dict[str, tuple[str, ...]] = {
     "evaluation": ("speedup_vs_distdgl", "speedup_vs_colocation_limited", "sim_error",
                    "accuracy_vs_distdgl"),
-    "scale_model": ("apriori_error", "apriori_error_all", "apriori_share"),
+    "scale_model": ("apriori_error", "apriori_error_all", "apriori_share", "wrong_order",
+                    "vs_colocation"),
     "scale": ("limit_fraction", "vs_distdgl", "vs_colocation", "metric_points",
               "partition_memory_x"),
     "planning": ("within_bound", "over_baseline", "plan_time_s"),
@@ -45,8 +47,14 @@ class Targets:
     source: str | None = None  # the file as given (a command that reruns passes it again)
 
     def flag(self) -> str:
-        """`` --targets FILE`` for a command that judges the same goals; empty without."""
-        return f" --targets {self.source}" if self.source else ""
+        """`` --targets FILE`` for a command that judges the same goals (the file relative to
+        the current directory when it is under it); empty without."""
+        if not self.source:
+            return ""
+        path = Path(self.source)
+        if path.is_absolute() and path.is_relative_to(Path.cwd()):
+            path = path.relative_to(Path.cwd())
+        return f" --targets {path}"
 
 
 NONE = Targets()  # no file given: invariants only

@@ -1,11 +1,11 @@
-"""Judging: what must hold in every run (the invariants, which fail ``--quick``) and the
-targets (met or missed, by how much, and -- when missed -- why, from the run's own numbers)."""
+"""Judging the evaluation (``gnnsched bench eval``): what must hold in every run (the
+invariants, which fail ``--quick``) and the targets whose goals were given (met or missed, by
+how much, and -- when missed -- why, from the run's own numbers)."""
 
 from __future__ import annotations
 
 import json
 import math
-import statistics
 from typing import Any
 
 from gnnsched.evaluation.config import (
@@ -14,14 +14,13 @@ from gnnsched.evaluation.config import (
     LOCAL_NA,
     RUNTIME_SYSTEMS,
     SYSTEMS,
-    TARGETS,
     Settings,
     acc,
     load_shape,
     num,
 )
 from gnnsched.evaluation.context import Context
-from gnnsched.evaluation.predict import real_epoch
+from gnnsched.evaluation.judging.scale_model import scale_model_targets
 from gnnsched.plan import split_owned
 
 
@@ -142,7 +141,9 @@ def invariants(configs: list[dict[str, Any]], scaling: list[dict[str, Any]],
     return out
 
 
-def _why_speed(c: dict[str, Any], base: str) -> str:
+def _why_speed(c: dict[str, Any], base: str, goal: float | None = None) -> str:
+    """Why gnnsched's speed-up over ``base`` is short of ``goal`` (the colocation goal: what
+    re-planning on the run's costs would reach against it)."""
     r = c["systems"][HEADLINE]
     b = c["systems"].get(base, {})
     bits = []
@@ -164,8 +165,7 @@ def _why_speed(c: dict[str, Any], base: str) -> str:
                         f"({bound:.3f} s), so placement has "
                         f"{'little' if colo_sim / bound < 1.5 else 'some'} headroom here")
     rp = c.get("replan_insitu") or {}
-    if base == "colocation+fifo" and rp.get("speedup"):
-        goal = TARGETS["speedup_vs_colocation_limited"]
+    if base == "colocation+fifo" and rp.get("speedup") and goal is not None:
         bits.append(f"on the costs the colocation run measured, the better of the gnnsched "
                     f"placer's plan for them and the plan run here is simulated at "
                     f"{rp['epoch_time_s']:.3f} s against "
@@ -251,49 +251,67 @@ def _why_sim(r: dict[str, Any], prof_info: dict[str, Any], shape: str | None = N
     return "; ".join(bits)
 
 
-def targets(configs: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]:
-    """The issue's targets, per configuration: met or missed, by how much and why."""
+def _speed_targets(c: dict[str, Any], goals: dict[str, float]) -> list[dict[str, Any]]:
+    """gnnsched's speed-up over DistDGL (or why it cannot be judged) and, on a limited shape,
+    over colocation + fifo, where their goals are given."""
     out: list[dict[str, Any]] = []
+    where = f"{c['shape']}/{c['dataset']}"
+    me, dd = c["systems"].get(HEADLINE, {}), c["systems"].get("distdgl", {})
+    goal = goals.get("speedup_vs_distdgl")
+    if goal is not None and dd.get("epoch_time_s") and me.get("epoch_time_s"):
+        v = me["speedup_vs_distdgl"]
+        out.append({"target": f"gnnsched >= {goal}x DistDGL", "config": where,
+                    "value": v, "goal": goal, "met": v >= goal,
+                    "by": v / goal - 1.0, "why": "" if v >= goal else
+                    _why_speed(c, "distdgl", goals.get("speedup_vs_colocation_limited"))})
+    elif goal is not None and dd.get("feasible") is False:
+        out.append({"target": f"gnnsched >= {goal}x DistDGL", "config": where, "value": None,
+                    "goal": goal, "met": None, "by": None,
+                    "why": f"DistDGL cannot run here: {dd.get('reason')}"})
+    goal = goals.get("speedup_vs_colocation_limited")
+    if goal is not None and c["limited"] and me.get("speedup_vs_colocation"):
+        v = me["speedup_vs_colocation"]
+        out.append({"target": f"gnnsched >= {goal}x colocation (resource-limited)",
+                    "config": where, "value": v, "goal": goal, "met": v >= goal,
+                    "by": v / goal - 1.0,
+                    "why": "" if v >= goal else _why_speed(c, "colocation+fifo", goal)})
+    return out
+
+
+def _fidelity_targets(c: dict[str, Any], goal: float | None,
+                      ctx: Context) -> list[dict[str, Any]]:
+    """Every gnnsched-runtime run's simulated epoch within ``goal`` of the measured one."""
+    if goal is None:
+        return []
+    out = []
+    for name in RUNTIME_SYSTEMS:
+        r = c["systems"].get(name, {})
+        if r.get("sim_error") is None:
+            continue
+        v = r["sim_error"]
+        ok = abs(v) <= goal
+        out.append({"target": f"simulated epoch within {goal:.0%} of measured",
+                    "config": f"{c['shape']}/{c['dataset']}/{name}", "value": v, "goal": goal,
+                    "met": ok, "by": abs(v) - goal,
+                    "why": "" if ok else _why_sim(r, ctx.info[c["dataset"]]["profile"],
+                                                  c["shape"])})
+    return out
+
+
+def targets(configs: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]:
+    """The targets whose goals were given (``ctx.st.targets``), per configuration: met or
+    missed, by how much and why; none without goals."""
+    out: list[dict[str, Any]] = []
+    goals = ctx.st.targets.evaluation
     for c in configs:
-        where = f"{c['shape']}/{c['dataset']}"
-        sy = c["systems"]
-        me = sy.get(HEADLINE, {})
-        dd = sy.get("distdgl", {})
-        if dd.get("epoch_time_s") and me.get("epoch_time_s"):
-            v = me["speedup_vs_distdgl"]
-            goal = TARGETS["speedup_vs_distdgl"]
-            out.append({"target": f"gnnsched >= {goal}x DistDGL", "config": where,
-                        "value": v, "goal": goal, "met": v >= goal,
-                        "by": v / goal - 1.0, "why": "" if v >= goal else
-                        _why_speed(c, "distdgl")})
-        elif dd.get("feasible") is False:
-            out.append({"target": "gnnsched >= 1.2x DistDGL", "config": where, "value": None,
-                        "goal": TARGETS["speedup_vs_distdgl"], "met": None, "by": None,
-                        "why": f"DistDGL cannot run here: {dd.get('reason')}"})
-        if c["limited"] and me.get("speedup_vs_colocation"):
-            v = me["speedup_vs_colocation"]
-            goal = TARGETS["speedup_vs_colocation_limited"]
-            out.append({"target": f"gnnsched >= {goal}x colocation (resource-limited)",
-                        "config": where, "value": v, "goal": goal, "met": v >= goal,
-                        "by": v / goal - 1.0,
-                        "why": "" if v >= goal else _why_speed(c, "colocation+fifo")})
-        for name in RUNTIME_SYSTEMS:
-            r = sy.get(name, {})
-            if r.get("sim_error") is None:
-                continue
-            v = r["sim_error"]
-            goal = TARGETS["sim_error"]
-            ok = abs(v) <= goal
-            out.append({"target": "simulated epoch within 10% of measured",
-                        "config": f"{where}/{name}", "value": v, "goal": goal, "met": ok,
-                        "by": abs(v) - goal,
-                        "why": "" if ok else _why_sim(r, ctx.info[c["dataset"]]["profile"],
-                                                      c["shape"])})
-        t = _accuracy_target(c, me, dd, ctx)
+        out += _speed_targets(c, goals)
+        out += _fidelity_targets(c, goals.get("sim_error"), ctx)
+        t = _accuracy_target(c, c["systems"].get(HEADLINE, {}), c["systems"].get("distdgl", {}),
+                             ctx, goals.get("accuracy_vs_distdgl"))
         if t is not None:
             out.append(t)
     if getattr(ctx.st, "scale_model", False) or any(c.get("dilation") for c in configs):
-        out += scale_model_targets(configs)
+        out += scale_model_targets(configs, ctx.st.targets)
     if ctx.st.launcher == "local":  # speed and fidelity are the emulated cluster's targets
         for t in out:
             if t["met"] is not None and not t["target"].startswith("accuracy"):
@@ -302,17 +320,17 @@ def targets(configs: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]
 
 
 def _accuracy_target(c: dict[str, Any], me: dict[str, Any], dd: dict[str, Any],
-                     ctx: Context) -> dict[str, Any] | None:
+                     ctx: Context, goal: float | None) -> dict[str, Any] | None:
     """The accuracy target where DistDGL ran (:func:`_accuracy_vs_distdgl`), with why a gap
     is what it is: seed noise, another seed split, or DistDGL's own mini-batches."""
     where = f"{c['shape']}/{c['dataset']}"
     sy = c["systems"]
     pair = _accuracy_vs_distdgl(c, me, dd, ctx)
-    if pair is None:
+    if pair is None or goal is None:
         return None
     a, b, basis = pair
     d = a - b
-    ok = abs(d) <= TARGETS["accuracy_vs_distdgl"] + 1e-9
+    ok = abs(d) <= goal + 1e-9
     why = basis
     if not ok and basis:  # judged on the study
         why += ("; the gap is above the study's noise" if abs(d) > 2 * _study_se(
@@ -339,154 +357,5 @@ def _accuracy_target(c: dict[str, Any], me: dict[str, Any], dd: dict[str, Any],
         if ref is not None:
             why += (f"; gnnsched's runs equal single-process training of their split "
                     f"({ref:.4f}), so the gap is not the runtime's")
-    return {"target": "accuracy within 1 point of DistDGL", "config": where, "value": d,
-            "goal": TARGETS["accuracy_vs_distdgl"], "met": ok,
-            "by": abs(d) - TARGETS["accuracy_vs_distdgl"], "why": why}
-
-
-# ------------------------------------------------------------------------------ the scale model
-
-APRIORI_GOAL, APRIORI_ALL, APRIORI_SHARE = 0.10, 0.20, 0.90
-
-
-def noise(r: dict[str, Any]) -> float:
-    """A system's run-to-run noise: the spread of its repeated epochs over their median (0
-    with one run)."""
-    ts = [float(t) for t in r.get("repeat_epoch_times_s") or [] if t]
-    if len(ts) < 2:
-        return 0.0
-    ts.sort()
-    return (ts[-1] - ts[0]) / ts[len(ts) // 2]
-
-
-def _apriori(r: dict[str, Any]) -> float | None:
-    """A run's a-priori prediction: the box-calibrated profile's, in the real cluster's s."""
-    v = (r.get("sim_isolated") or r.get("sim") or {}).get("epoch_time_s")
-    return float(v) if v else None
-
-
-def _real(r: dict[str, Any]) -> float | None:
-    return real_epoch(r) if r.get("epoch_time_s") else None
-
-
-def same_system(c: dict[str, Any], a: str, b: str) -> bool:
-    """Whether systems ``a`` and ``b`` of config ``c`` ran the same plan with the same policy
-    (gnnsched + fifo where gnnsched kept colocation's plan): they can differ only by noise."""
-    ra, rb = c["systems"].get(a, {}), c["systems"].get(b, {})
-    plans = c.get("plans", {})
-    pa, pb = plans.get(ra.get("placer"), {}), plans.get(rb.get("placer"), {})
-    return (ra.get("policy") == rb.get("policy") and "trainers" in pa
-            and pa.get("trainers") == pb.get("trainers"))
-
-
-def _twin_gaps(c: dict[str, Any]) -> list[float]:
-    """The relative differences between config ``c``'s systems that ran the same plan with
-    the same policy (:func:`same_system`)."""
-    sy = c["systems"]
-    names = [n for n in RUNTIME_SYSTEMS if _real(sy.get(n, {}))]
-    reals = {n: float(_real(sy[n]) or 0.0) for n in names}
-    return [max(reals[a], reals[b]) / min(reals[a], reals[b]) - 1.0
-            for i, a in enumerate(names) for b in names[i + 1:] if same_system(c, a, b)]
-
-
-def twin_noise(c: dict[str, Any]) -> float:
-    """How far apart two runs of one system measured on config ``c``: the largest relative
-    difference between systems that ran the same plan with the same policy
-    (:func:`same_system`), 0 without such a pair. Their difference can only be noise, and two
-    repeats' spread underestimates it: on mixedgen/Physics colocation + fifo and gnnsched +
-    fifo ran one plan 3.1% apart, with repeats 0.5% and 1.4% wide."""
-    return max(_twin_gaps(c), default=0.0)
-
-
-def pooled_twin_noise(configs: list[dict[str, Any]]) -> dict[str, float]:
-    """Per dataset, the median :func:`twin_noise` over its configurations where one system
-    ran twice: how far two runs of one system land apart on this box with this graph. One
-    shape's pair is one sample of that noise; with one repeat per system it is the only
-    other one. On the million-node graph the four pairs were 0.2%, 0.4%, 2.3% and 5.5%
-    apart, so a 0.6% difference on one shape is not an order to get right."""
-    by: dict[str, list[float]] = {}
-    for c in configs:
-        gaps = _twin_gaps(c)
-        if gaps:
-            by.setdefault(c["dataset"], []).append(max(gaps))
-    return {ds: statistics.median(v) for ds, v in by.items()}
-
-
-def scale_model_targets(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Issue 27's targets on the scale model: the a-priori prediction within 10% of every
-    measured epoch (and of 90% of them, and within 20% of all), the simulator's ranking of
-    colocation + fifo, gnnsched + fifo and gnnsched per shape where they differ by more than
-    the noise, and gnnsched's speed-up over colocation + fifo where the a-priori simulation
-    predicts >= 1.5x (and never slower than colocation beyond the noise). The noise of a pair
-    is the largest of their repeats' spreads, :func:`twin_noise` and the dataset's
-    :func:`pooled_twin_noise`."""
-    out: list[dict[str, Any]] = []
-    errors: list[float] = []
-    pooled = pooled_twin_noise(configs)
-    for c in configs:
-        where = f"{c['shape']}/{c['dataset']}"
-        sy = c["systems"]
-        for name in RUNTIME_SYSTEMS:
-            r = sy.get(name, {})
-            pred, real = _apriori(r), _real(r)
-            if not pred or not real:
-                continue
-            e = pred / real - 1.0
-            errors.append(e)
-            ok = abs(e) <= APRIORI_GOAL
-            out.append({"target": "a-priori prediction within 10% of measured (scale model)",
-                        "config": f"{where}/{name}", "value": e, "goal": APRIORI_GOAL,
-                        "met": ok, "by": abs(e) - APRIORI_GOAL, "why": "" if ok else (
-                            f"predicted {pred:.3f} s before the run from the profile and the "
-                            f"box's calibration; measured {real:.3f} s of the real cluster "
-                            f"({float(r['epoch_time_s']):.3f} s on the model / D "
-                            f"{float(r.get('dilation') or 1):.3g}); the run's own costs "
-                            f"predict {r.get('sim_error', 0.0):+.1%} (in-situ)")})
-        ranked = [(n, _apriori(sy[n]), _real(sy[n])) for n in RUNTIME_SYSTEMS
-                  if _apriori(sy.get(n, {})) and _real(sy.get(n, {}))]
-        twins = max(twin_noise(c), pooled.get(c["dataset"], 0.0))
-        wrong = []
-        for i, (a, pa, ma) in enumerate(ranked):
-            for b, pb, mb in ranked[i + 1:]:
-                tol = max(noise(sy[a]), noise(sy[b]), twins)
-                if abs(ma / mb - 1.0) <= tol or same_system(c, a, b):
-                    continue  # within the noise, or one system twice: no order to get right
-                if (pa < pb) != (ma < mb):
-                    wrong.append(f"{a} {'<' if ma < mb else '>'} {b} measured ({ma:.3f} vs "
-                                 f"{mb:.3f} s, noise {tol:.1%}), predicted {pa:.3f} vs "
-                                 f"{pb:.3f} s")
-        if len(ranked) >= 2:
-            out.append({"target": "the simulator ranks the systems as measured (scale model)",
-                        "config": where, "value": len(wrong), "goal": 0, "met": not wrong,
-                        "by": len(wrong), "why": "; ".join(wrong)})
-        me, colo = sy.get(HEADLINE, {}), sy.get("colocation+fifo", {})
-        pm, pc, mm, mc = _apriori(me), _apriori(colo), _real(me), _real(colo)
-        if pm and pc and mm and mc:
-            sim_x, real_x = pc / pm, mc / mm
-            tol = max(noise(me), noise(colo), twins)
-            goal = TARGETS["speedup_vs_colocation_limited"]
-            if sim_x >= goal:
-                out.append({"target": f"gnnsched >= {goal}x colocation where predicted "
-                                      "(scale model)", "config": where, "value": real_x,
-                            "goal": goal, "met": real_x >= goal, "by": real_x / goal - 1.0,
-                            "why": "" if real_x >= goal else
-                            f"predicted {sim_x:.2f}x a priori, measured {real_x:.2f}x"})
-            ok = real_x >= 1.0 - tol
-            out.append({"target": "gnnsched never slower than colocation (scale model)",
-                        "config": where, "value": real_x, "goal": 1.0, "met": ok,
-                        "by": real_x - 1.0, "why": "" if ok else (
-                            f"measured {real_x:.3f}x, beyond the noise {tol:.1%}; predicted "
-                            f"{sim_x:.3f}x a priori")})
-    if errors:
-        within = sum(abs(e) <= APRIORI_GOAL for e in errors) / len(errors)
-        worst = max(abs(e) for e in errors)
-        out.append({"target": "a-priori within 10% on >= 90% of runs (scale model)",
-                    "config": "all", "value": within, "goal": APRIORI_SHARE,
-                    "met": within >= APRIORI_SHARE, "by": within - APRIORI_SHARE,
-                    "why": "" if within >= APRIORI_SHARE else
-                    f"{sum(abs(e) <= APRIORI_GOAL for e in errors)} of {len(errors)} runs"})
-        out.append({"target": "a-priori within 20% on every run (scale model)",
-                    "config": "all", "value": worst, "goal": APRIORI_ALL,
-                    "met": worst <= APRIORI_ALL, "by": worst - APRIORI_ALL,
-                    "why": "" if worst <= APRIORI_ALL else f"worst {worst:.1%}"})
-    return out
+    return {"target": f"accuracy within {100 * goal:g} point of DistDGL", "config": where,
+            "value": d, "goal": goal, "met": ok, "by": abs(d) - goal, "why": why}
