@@ -121,6 +121,22 @@ class Instance:
         self.cores = [int(x) for x in wl.cores]
         self.latency = float(cl.latency)
         self.names = list(wl.names)
+        self._draw_batches(wl, plan, seed, K)
+        self.allreduce_s = float(wl.allreduce_s(plan))
+        self.release: list[list[float]] | None = self._draw_release(wl.profile, seed, K)
+        ar_bytes = float(wl.allreduce_bytes(plan))
+        self.grad_rate: dict[int, float] = {}  # trainer machine -> reserved bytes/s
+        if self.allreduce_s > 0 and ar_bytes > 0:
+            for m in set(self.T):
+                n = self.T.count(m)
+                self.grad_rate[m] = min(n * ar_bytes / self.allreduce_s,
+                                        self.egress[m], self.ingress[m])
+        self.ar_bytes = ar_bytes
+        self._expected_costs(wl, plan)
+
+    def _draw_batches(self, wl: Workload, plan: Plan, seed: int, K: int) -> None:
+        """Every trainer's K mini-batches from the profile: their sampling and training
+        seconds, block bytes, and feature and remote-hop bytes per source machine."""
         tab = _tables(wl)
         prof = wl.profile
         self.sample_s: list[list[float]] = []
@@ -163,28 +179,26 @@ class Instance:
             self.feat.append(fe)
             self.struct.append(st)
             self.feat_total.append(ft)
-        self.allreduce_s = float(wl.allreduce_s(plan))
-        # when each trainer leaves all-reduce k after the first one: a measured row per
-        # iteration (profile.barrier_skew_s), trainer for trainer when the run had W trainers
-        self.release: list[list[float]] | None = None
+
+    def _draw_release(self, prof: CostProfile, seed: int, K: int) -> list[list[float]] | None:
+        """When each trainer leaves all-reduce k after the first one: a measured row per
+        iteration (profile.barrier_skew_s), trainer for trainer when the run had W trainers;
+        None when the profile measured no skew."""
         rows = [r for r in prof.barrier_skew_s if r]
-        if rows and self.W > 1 and max(max(r) for r in rows) > 0:
-            rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 0xBA55])
-            self.release = [[0.0] * K for _ in range(self.W)]
-            for k in range(K):
-                row = rows[int(rng.integers(len(rows)))]
-                vals = row if len(row) == self.W else rng.choice(row, size=self.W).tolist()
-                for w in range(self.W):
-                    self.release[w][k] = float(vals[w])
-        ar_bytes = float(wl.allreduce_bytes(plan))
-        self.grad_rate: dict[int, float] = {}  # trainer machine -> reserved bytes/s
-        if self.allreduce_s > 0 and ar_bytes > 0:
-            for m in set(self.T):
-                n = self.T.count(m)
-                self.grad_rate[m] = min(n * ar_bytes / self.allreduce_s,
-                                        self.egress[m], self.ingress[m])
-        self.ar_bytes = ar_bytes
-        # expected costs (what a policy may know before anything is sampled)
+        if not (rows and self.W > 1 and max(max(r) for r in rows) > 0):
+            return None
+        rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 0xBA55])
+        release = [[0.0] * K for _ in range(self.W)]
+        for k in range(K):
+            row = rows[int(rng.integers(len(rows)))]
+            vals = row if len(row) == self.W else rng.choice(row, size=self.W).tolist()
+            for w in range(self.W):
+                release[w][k] = float(vals[w])
+        return release
+
+    def _expected_costs(self, wl: Workload, plan: Plan) -> None:
+        """Expected costs: what a policy may know before anything is sampled."""
+        cl = wl.cluster
         self.exp_sample, self.exp_train, self.exp_fetch, self.buffer = [], [], [], []
         for w, t in enumerate(plan.trainers):
             c = wl.trainer_cost(t.parts, t.shares)
