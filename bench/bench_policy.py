@@ -299,11 +299,11 @@ def committed_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
             name, ", ".join(sorted(vs)), worst["value"], 1.2,
             all(t["met"] for t in vs.values()),
             "the lower of " + ", ".join(f"{c} {t['value']:.3f}x" for c, t in sorted(vs.items()))
-            + "; from docs/results-bands-plentiful/results.json (gnnsched bench --shapes "
+            + "; from docs/results-bands-plentiful/results.json (gnnsched bench eval --shapes "
             "plentiful --datasets cora physics --nic-bands)"))
     else:
         out.append(target_row(name, "plentiful", None, 1.2, None,
-                              f"{res} is not there: run gnnsched bench --shapes plentiful "
+                              f"{res} is not there: run gnnsched bench eval --shapes plentiful "
                               "--datasets cora physics --nic-bands"))
     return out
 

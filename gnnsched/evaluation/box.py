@@ -7,7 +7,7 @@ than its bytes at line rate. On the scale model those costs are CPU work inside 
 quota (:mod:`gnnsched.runtime.cgroups`), so, as the real cluster's seconds (measured / D),
 they are a property of the runtime and the box, not of the shape it runs on.
 
-``gnnsched bench --calibrate-box`` measures them once: one colocation + fifo run per dataset
+``gnnsched bench calibrate-box`` measures them once: one colocation + fifo run per dataset
 on the calibration cluster (``shapes/calibration.yaml``, two hosts, which no evaluation shape
 is), on the scale model, read with :func:`gnnsched.calibrate.insitu_profile`: ``train`` (a
 training step's seconds over the profile's), ``sample`` (a mini-batch's sampling seconds
@@ -97,11 +97,11 @@ def load_box(path: str | Path) -> dict[str, BoxCalibration]:
                 for ds, d in doc["datasets"].items()}
     except FileNotFoundError:
         raise SystemExit(f"{p}: no box calibration there (make one with `gnnsched bench "
-                         "--calibrate-box --box FILE`)") from None
+                         "calibrate-box --box FILE`)") from None
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise SystemExit(f"{p}: not a box calibration ({type(exc).__name__}: {exc}); expected "
                          '{"datasets": {NAME: {"train", "sample", "allreduce_overhead_s", '
-                         '"dilation", "epoch_time_s"}}} as `gnnsched bench --calibrate-box` '
+                         '"dilation", "epoch_time_s"}}} as `gnnsched bench calibrate-box` '
                          "writes it") from None
 
 

@@ -29,7 +29,7 @@ DATASETS: dict[str, DatasetCfg] = {
     "cora": DatasetCfg("cora", "cora", "Cora", None, 8),
     "physics": DatasetCfg("physics", "coauthor_physics", "Coauthor Physics", 128, 32,
                           (1000, 500, 5000)),
-    # the scale tier's graph (`bench --scale`: the products preset, 1M nodes, 40M edges,
+    # the scale tier's graph (`bench scale`: the products preset, 1M nodes, 40M edges,
     # 100-d) under the evaluation's job (2 trainers, fan-outs 10/25) with 128 seeds per
     # trainer and a training set of 12 iterations, so a run on the scale model, dilated D
     # times, takes minutes rather than hours: the graph and its partitions are the scale

@@ -1,4 +1,4 @@
-"""The scale model's results in the evaluation's own file: ``gnnsched bench --scale-model
+"""The scale model's results in the evaluation's own file: ``gnnsched bench scale-model
 --into FILE``.
 
 Each scale-model evaluation (one dataset, its shapes) writes its own ``OUT/results.json``.
@@ -34,7 +34,7 @@ def _source(path: Path) -> dict[str, Any]:
     f = path / "results.json" if path.is_dir() or path.suffix != ".json" else path
     if not f.is_file():
         raise SystemExit(f"gnnsched bench --into: {f} not found (run that scale-model "
-                         "evaluation first: `gnnsched bench --scale-model --out FOLDER`)")
+                         "evaluation first: `gnnsched bench scale-model --out FOLDER`)")
     try:
         doc = json.loads(f.read_text())
     except json.JSONDecodeError as exc:
@@ -42,7 +42,7 @@ def _source(path: Path) -> dict[str, Any]:
     if not (doc.get("settings") or {}).get("scale_model") or not doc.get("box"):
         raise SystemExit(f"gnnsched bench --into: {f} is not a scale-model evaluation "
                          "(settings.scale_model false or no box calibration): only "
-                         "`gnnsched bench --scale-model` results merge")
+                         "`gnnsched bench scale-model` results merge")
     return doc
 
 

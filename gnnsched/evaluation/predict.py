@@ -64,7 +64,7 @@ def policy_gains(cluster: ClusterSpec, job: JobSpec, plan: Plan, prof: CostProfi
     (:func:`steady_epoch`) and on the ideal one (every NIC in the policy's order), each the mean
     over :data:`SIM_SEEDS` simulator seeds, and each policy's predicted gain over the first
     (``gain_windowed``: the runtime's network; ``gain_ideal``). What a policy A/B compares its
-    measured gain with (``bench/bench_policy.py``, ``gnnsched bench --scale``)."""
+    measured gain with (``bench/bench_policy.py``, ``gnnsched bench scale``)."""
     from gnnsched.simulator import simulate
 
     out: dict[str, dict[str, float]] = {}
