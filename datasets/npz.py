@@ -167,28 +167,7 @@ def load_npz(
     """
     path = Path(path)
     source = str(path)
-    if not path.is_file():
-        raise SpecError(source, "", "file not found", "a .npz file in the shared dataset schema")
-    try:
-        archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise SpecError(source, "", f"not a readable .npz archive ({exc})") from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise SpecError(source, "", "is a single .npy array, not an .npz archive")
-    with archive:
-        missing = [k for k in REQUIRED_KEYS if k not in archive.files]
-        if missing:
-            raise SpecError(source, missing[0], "is missing (required)", ", ".join(REQUIRED_KEYS))
-        data: dict[str, np.ndarray] = {}
-        for key in REQUIRED_KEYS:
-            try:
-                data[key] = archive[key]
-            except ValueError as exc:  # object arrays need pickle, which is refused
-                raise SpecError(source, key, f"cannot be read without pickle ({exc})",
-                                "numeric arrays only") from None
-            except (OSError, zipfile.BadZipFile, EOFError) as exc:
-                raise SpecError(source, key, f"is corrupt ({exc})") from None
-
+    data = _read_archive(path)
     n_arr = data["num_nodes"]
     if n_arr.shape != () or n_arr.dtype.kind not in "iu" or int(n_arr) < 0:
         raise SpecError(source, "num_nodes", f"must be a non-negative integer scalar, got "
@@ -201,57 +180,18 @@ def load_npz(
     if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= n):
         raise SpecError(source, "edge_index", f"node ids must lie in [0, {n}), got "
                         f"[{edge_index.min()}, {edge_index.max()}]")
-
-    shape = _int_array(source, "x_shape", data["x_shape"], 1)
-    if shape.shape != (2,) or shape[0] != n or shape[1] < 1:
-        raise SpecError(source, "x_shape", f"must be [num_nodes={n}, F>=1], got {shape.tolist()}")
-    indptr = _int_array(source, "x_indptr", data["x_indptr"], 1)
-    indices = _int_array(source, "x_indices", data["x_indices"], 1)
-    values = data["x_data"]
-    if values.dtype.kind != "f" or values.ndim != 1:
-        raise SpecError(source, "x_data", f"must be a 1-D float array, got {values.dtype} "
-                        f"shape {values.shape}", "float32")
-    if indptr.shape != (n + 1,):
-        raise SpecError(source, "x_indptr", f"must have shape [{n + 1}], got {indptr.shape}")
-    nnz = indices.shape[0]
-    if indptr[0] != 0 or indptr[-1] != nnz or np.any(np.diff(indptr) < 0):
-        raise SpecError(source, "x_indptr", f"must rise from 0 to len(x_indices)={nnz} "
-                        "without decreasing")
-    if values.shape[0] != nnz:
-        raise SpecError(source, "x_data", f"must have len(x_indices)={nnz} values, got "
-                        f"{values.shape[0]}")
-    if nnz and (indices.min() < 0 or indices.max() >= shape[1]):
-        raise SpecError(source, "x_indices", f"column ids must lie in [0, {shape[1]})")
-
+    x = _sparse_features(source, data, n)
+    width = int(x.shape[1])
     labels = _int_array(source, "y", data["y"], 1)
     if labels.shape != (n,):
         raise SpecError(source, "y", f"must have shape [{n}], got {labels.shape}")
     if n and labels.min() < 0:
         raise SpecError(source, "y", f"labels must be >= 0, got {labels.min()}")
+    masks = _masks(source, data, n, split)
 
-    masks: dict[str, np.ndarray] = {}
-    for key in MASK_KEYS:
-        mask = data[key]
-        if mask.dtype != np.bool_:
-            raise SpecError(source, key, f"must be bool, got {mask.dtype}", "bool")
-        if mask.ndim == 1 and mask.shape == (n,):
-            splits = 1
-            row = mask
-        elif mask.ndim == 2 and mask.shape[1] == n:
-            splits = mask.shape[0]
-            row = mask[split] if 0 <= split < splits else None
-        else:
-            raise SpecError(source, key, f"must have shape [{n}] or [S, {n}], got {mask.shape}")
-        if row is None or (mask.ndim == 1 and split != 0):
-            raise SpecError(source, key, f"split {split} is out of range",
-                            f"0..{splits - 1}")
-        masks[key] = np.ascontiguousarray(row)
-
-    x = sp.csr_matrix((values.astype(np.float32, copy=False), indices, indptr),
-                      shape=(n, int(shape[1])))
     if normalize == "row":
         x = sp.csr_matrix(row_normalize(x))
-    if feature_dim is not None and feature_dim != shape[1]:
+    if feature_dim is not None and feature_dim != width:
         if feature_dim < 1:
             raise SpecError(source, "feature_dim", f"must be >= 1, got {feature_dim}")
         features = random_projection(x, int(feature_dim), seed)
@@ -273,6 +213,83 @@ def load_npz(
         val_mask=masks["val_mask"],
         test_mask=masks["test_mask"],
         num_classes=int(labels.max()) + 1 if n else 0,
-        meta={"source": source, "split": split, "raw_feature_dim": int(shape[1]),
+        meta={"source": source, "split": split, "raw_feature_dim": width,
               "projected": projected, "seed": seed, "normalize": normalize},
     )
+
+
+def _read_archive(path: Path) -> dict[str, np.ndarray]:
+    """The schema's arrays from an ``.npz`` file (no pickle), or a SpecError naming the
+    file and the key."""
+    source = str(path)
+    if not path.is_file():
+        raise SpecError(source, "", "file not found", "a .npz file in the shared dataset schema")
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise SpecError(source, "", f"not a readable .npz archive ({exc})") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise SpecError(source, "", "is a single .npy array, not an .npz archive")
+    with archive:
+        missing = [k for k in REQUIRED_KEYS if k not in archive.files]
+        if missing:
+            raise SpecError(source, missing[0], "is missing (required)", ", ".join(REQUIRED_KEYS))
+        data: dict[str, np.ndarray] = {}
+        for key in REQUIRED_KEYS:
+            try:
+                data[key] = archive[key]
+            except ValueError as exc:  # object arrays need pickle, which is refused
+                raise SpecError(source, key, f"cannot be read without pickle ({exc})",
+                                "numeric arrays only") from None
+            except (OSError, zipfile.BadZipFile, EOFError) as exc:
+                raise SpecError(source, key, f"is corrupt ({exc})") from None
+    return data
+
+
+def _sparse_features(source: str, data: dict[str, np.ndarray], n: int) -> sp.csr_matrix:
+    """The stored CSR features ``[n, F]`` (float32), checked."""
+    shape = _int_array(source, "x_shape", data["x_shape"], 1)
+    if shape.shape != (2,) or shape[0] != n or shape[1] < 1:
+        raise SpecError(source, "x_shape", f"must be [num_nodes={n}, F>=1], got {shape.tolist()}")
+    indptr = _int_array(source, "x_indptr", data["x_indptr"], 1)
+    indices = _int_array(source, "x_indices", data["x_indices"], 1)
+    values = data["x_data"]
+    if values.dtype.kind != "f" or values.ndim != 1:
+        raise SpecError(source, "x_data", f"must be a 1-D float array, got {values.dtype} "
+                        f"shape {values.shape}", "float32")
+    if indptr.shape != (n + 1,):
+        raise SpecError(source, "x_indptr", f"must have shape [{n + 1}], got {indptr.shape}")
+    nnz = indices.shape[0]
+    if indptr[0] != 0 or indptr[-1] != nnz or np.any(np.diff(indptr) < 0):
+        raise SpecError(source, "x_indptr", f"must rise from 0 to len(x_indices)={nnz} "
+                        "without decreasing")
+    if values.shape[0] != nnz:
+        raise SpecError(source, "x_data", f"must have len(x_indices)={nnz} values, got "
+                        f"{values.shape[0]}")
+    if nnz and (indices.min() < 0 or indices.max() >= shape[1]):
+        raise SpecError(source, "x_indices", f"column ids must lie in [0, {shape[1]})")
+    return sp.csr_matrix((values.astype(np.float32, copy=False), indices, indptr),
+                         shape=(n, int(shape[1])))
+
+
+def _masks(source: str, data: dict[str, np.ndarray], n: int, split: int
+           ) -> dict[str, np.ndarray]:
+    """The train/val/test masks of split ``split`` (one row of ``[S, N]`` masks)."""
+    masks: dict[str, np.ndarray] = {}
+    for key in MASK_KEYS:
+        mask = data[key]
+        if mask.dtype != np.bool_:
+            raise SpecError(source, key, f"must be bool, got {mask.dtype}", "bool")
+        if mask.ndim == 1 and mask.shape == (n,):
+            splits = 1
+            row = mask
+        elif mask.ndim == 2 and mask.shape[1] == n:
+            splits = mask.shape[0]
+            row = mask[split] if 0 <= split < splits else None
+        else:
+            raise SpecError(source, key, f"must have shape [{n}] or [S, {n}], got {mask.shape}")
+        if row is None or (mask.ndim == 1 and split != 0):
+            raise SpecError(source, key, f"split {split} is out of range",
+                            f"0..{splits - 1}")
+        masks[key] = np.ascontiguousarray(row)
+    return masks
