@@ -71,3 +71,59 @@ def test_prepare_loads_and_checks_once(made: dict[str, Path]) -> None:
     assert res.policy == "fifo"
     with pytest.raises(TypeError):
         api.simulate(CLUSTER, JOB)
+
+
+def test_the_runtime_entry_points_are_reexported_lazily() -> None:
+    """The evaluation reaches the runtime through these alone: each is the runtime's own
+    object, loaded on first use (importing the API loads no torch)."""
+    import importlib
+    import subprocess
+    import sys
+
+    for name, (module, attr) in api.RUNTIME.items():
+        assert getattr(api, name) is getattr(importlib.import_module(module), attr), name
+        assert name in api.__all__
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        api.nope  # noqa: B018
+    code = "import sys, gnnsched.api; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_the_box_limit_probe_times_the_jobs_own_batches(tmp_path: Path) -> None:
+    """:func:`gnnsched.api.pipeline_limit` on Cora's partitions: both thread counts timed,
+    the limit the higher of the CPU bound and the wall clock, per-stage medians kept."""
+    from dataclasses import replace
+
+    from gnnsched.datasets.cache import partitions_for
+    from gnnsched.evaluation.config import make_job
+
+    job = replace(make_job("cora", 1), batch_size=16)
+    parts = partitions_for(job, quiet=True)
+    done = subprocess_limit(job, parts)
+    assert set(done["phases"]) == {"1", "2"} and done["timed"] == 2 and done["warm"] == 1
+    assert done["seeds_per_s"] == max(done["cpu_bound_seeds_per_s"], done["wall_seeds_per_s"])
+    assert done["by"] in ("CPU", "wall") and done["cpu_s_per_seed"] > 0
+    one = done["phases"]["1"]
+    assert one["sample_by"] in ("DGL", "gnnsched") and len(one["batches"]) == 3
+    assert one["stage_s_per_batch"]["gather_s"] is not None
+
+
+def subprocess_limit(job: object, parts: Path) -> dict:
+    """The probe in a process of its own (it sets torch's and DGL's threads)."""
+    import subprocess
+    import sys
+
+    code = ("import json, sys\n"
+            "from gnnsched import api\n"
+            "from gnnsched.spec import job_from_dict\n"
+            "a = json.loads(sys.argv[1])\n"
+            "out = api.pipeline_limit(job_from_dict(a['job'], 'test'), a['parts'],"
+            " [[0, 1], [2, 3]], 2, (1, 2))\n"
+            "print(json.dumps(out, default=float))\n")
+    arg = json.dumps({"job": job.to_dict(), "parts": str(parts)})  # type: ignore[attr-defined]
+    done = subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
