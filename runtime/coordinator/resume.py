@@ -4,12 +4,13 @@ Everything needed is already in the run folder: ``metrics.jsonl`` holds every tr
 mini-batch, every finished epoch and every checkpoint the trainers reported, and
 ``checkpoints/`` the model and optimizer states. The newest checkpoint whose step every
 trainer finished (its barrier is in the records) and whose file is intact is the one to go
-on from; the records up to it are restored as if this process had seen them, and training starts at the
-next step (the steps after it run again, with the same seeds from the same model state, so
-they compute the same thing; their first records stay in ``metrics.jsonl``, which the
-resumed run appends to after a ``resume`` record, as a recovery's replay does). The new process's
-clock continues from the checkpoint's time, so epoch times and curves read as one run; the
-time between the interruption and the resume is not counted, the new start-up is.
+on from; the records up to it are restored as if this process had seen them, and training
+starts at the next step (the steps after it run again, with the same seeds from the same
+model state, so they compute the same thing; their first records stay in ``metrics.jsonl``,
+which the resumed run appends to after a ``resume`` record, as a recovery's replay does).
+The new process's clock continues from the checkpoint's time, so epoch times and curves read
+as one run; the time between the interruption and the resume is not counted, the new
+start-up is.
 """
 
 from __future__ import annotations
