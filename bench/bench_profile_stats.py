@@ -159,14 +159,80 @@ def merge(profs: list[Any]) -> Any:
     return replace(base, parts=parts)
 
 
+def _compare(a: argparse.Namespace, n: int, pset: Any, path: Path, measured: Any,
+             ref_stats: Any, reference: Any, prep_s: float) -> tuple[dict[str, Any], list]:
+    """One graph size: the statistics profile (from the reference's statistics, scaled to
+    ``n`` nodes) against the measured one, and the estimated partition bytes against the
+    files; its row and, away from the reference, its three targets."""
+    from gnnsched.api import partition_bytes
+    from gnnsched.graphstats import fanout_law, summary
+    from gnnsched.profile import profile_from_stats
+
+    ref_n = a.reference_nodes
+    params = make_job(a, n).synthetic
+    stats = ref_stats.scaled(n)  # the statistics, not the target's own partitioning
+    pred = profile_from_stats(stats, batch_size=a.batch, fanouts=a.fanouts, model="sage",
+                              hidden=a.hidden, reference=reference, seed=a.seed)
+    meas = means(measured)
+    law = means(pred)
+    real_bytes = partition_bytes(path)
+    est_bytes = stats.part_bytes(4 * pset.feature_dim)
+    # partitions of two METIS runs are not the same partitions: the largest against the
+    # largest (the one a memory check binds on), and so on down
+    bytes_err = max(abs(e / r - 1) for e, r in zip(sorted(est_bytes), sorted(real_bytes)))
+    own = measured_stats(pset, params)
+    row = {"nodes": n, "role": "reference" if n == ref_n else "target",
+           "directed_edges": int(pset.meta["num_edges"]),
+           "measured": meas, "stats_profile": law,
+           "error": {k: law[k] / meas[k] - 1 for k in
+                     ("cost_s", "sample_s", "train_s", "input_nodes", "feature_bytes",
+                      "edges")},
+           "law": summary(fanout_law(stats, a.batch, a.fanouts)),
+           "stats_used": stats.to_dict(),
+           "partitioning_measured": {"locality": own.locality,
+                                     "part_nodes": list(own.part_nodes)},
+           "part_bytes": {"estimated": [round(x) for x in est_bytes],
+                          "files": [round(x) for x in real_bytes],
+                          "max_error": bytes_err},
+           "prepare_s": prep_s}
+    if n == ref_n:
+        return row, []
+    cfg = (f"products preset, {n:,} nodes, {a.parts} METIS parts, sage {a.hidden} hidden, "
+           f"fan-outs {list(a.fanouts)}, batch {a.batch}; stats profile from the "
+           f"{ref_n:,}-node reference")
+    err = row["error"]
+    targets = [{
+        "target": f"stats profile's mini-batch cost within 15% of the measured one at "
+                  f"{n:,} nodes",
+        "config": cfg, "value": round(err["cost_s"], 4), "goal": GOAL,
+        "met": abs(err["cost_s"]) <= GOAL,
+        "why": (f"measured {1e3 * meas['cost_s']:.1f} ms (sampling "
+                f"{1e3 * meas['sample_s']:.1f} + training {1e3 * meas['train_s']:.1f}, "
+                f"{a.clock} clock) per mini-batch, the law's profile "
+                f"{1e3 * law['cost_s']:.1f} ms ({1e3 * law['sample_s']:.1f} + "
+                f"{1e3 * law['train_s']:.1f}); input nodes {meas['input_nodes']:,.0f} "
+                f"measured, {law['input_nodes']:,.0f} by the law ({err['input_nodes']:+.1%}"
+                f"), sampled edges {err['edges']:+.1%}")}, {
+        "target": f"stats profile's input nodes (feature bytes) within 15% at {n:,} nodes",
+        "config": cfg, "value": round(err["input_nodes"], 4), "goal": GOAL,
+        "met": abs(err["input_nodes"]) <= GOAL,
+        "why": f"{meas['input_nodes']:,.0f} measured, {law['input_nodes']:,.0f} by the "
+               f"fan-out law; local share {meas['local_share']:.2f} measured, "
+               f"{law['local_share']:.2f} by the law"}, {
+        "target": f"estimated partition bytes within 15% of the files at {n:,} nodes",
+        "config": cfg, "value": round(bytes_err, 4), "goal": GOAL, "met": bytes_err <= GOAL,
+        "why": "the profile's meta.part_bytes (placement's memory check) against "
+               "gnnsched.api.partition_bytes of the METIS partitions, sorted by size (the "
+               "largest against the largest); the worst pair"}]
+    return row, targets
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     os.environ["GNNSCHED_CACHE"] = str(a.cache)
-    from gnnsched.api import partition_bytes
     from gnnsched.datasets import open_partitions
     from gnnsched.datasets.cache import partitions_for
-    from gnnsched.graphstats import CostReference, fanout_law, summary
-    from gnnsched.profile import profile_from_stats
+    from gnnsched.graphstats import CostReference
     from gnnsched.runtime.profiler import profile_partitions
 
     t_start = time.perf_counter()
@@ -217,64 +283,10 @@ def main(argv: list[str] | None = None) -> int:
 
     rows, targets = [], []
     for n in sizes:
-        params = make_job(a, n).synthetic
-        stats = ref_stats.scaled(n)  # the statistics, not the target's own partitioning
-        pred = profile_from_stats(stats, batch_size=a.batch, fanouts=a.fanouts, model="sage",
-                                  hidden=a.hidden, reference=reference, seed=a.seed)
-        meas = means(measured[(n, a.batch)])
-        law = means(pred)
-        real_bytes = partition_bytes(paths[n])
-        est_bytes = stats.part_bytes(4 * psets[n].feature_dim)
-        # partitions of two METIS runs are not the same partitions: the largest against the
-        # largest (the one a memory check binds on), and so on down
-        bytes_err = max(abs(e / r - 1) for e, r in zip(sorted(est_bytes), sorted(real_bytes)))
-        own = measured_stats(psets[n], params)
-        row = {"nodes": n, "role": "reference" if n == ref_n else "target",
-               "directed_edges": int(psets[n].meta["num_edges"]),
-               "measured": meas, "stats_profile": law,
-               "error": {k: law[k] / meas[k] - 1 for k in
-                         ("cost_s", "sample_s", "train_s", "input_nodes", "feature_bytes",
-                          "edges")},
-               "law": summary(fanout_law(stats, a.batch, a.fanouts)),
-               "stats_used": stats.to_dict(),
-               "partitioning_measured": {"locality": own.locality,
-                                         "part_nodes": list(own.part_nodes)},
-               "part_bytes": {"estimated": [round(x) for x in est_bytes],
-                              "files": [round(x) for x in real_bytes],
-                              "max_error": bytes_err},
-               "prepare_s": prep_s[n]}
+        row, tg = _compare(a, n, psets[n], paths[n], measured[(n, a.batch)], ref_stats,
+                           reference, prep_s[n])
         rows.append(row)
-        if n == ref_n:
-            continue
-        cfg = (f"products preset, {n:,} nodes, {a.parts} METIS parts, sage {a.hidden} hidden, "
-               f"fan-outs {list(a.fanouts)}, batch {a.batch}; stats profile from the "
-               f"{ref_n:,}-node reference")
-        err = row["error"]
-        targets.append({
-            "target": f"stats profile's mini-batch cost within 15% of the measured one at "
-                      f"{n:,} nodes",
-            "config": cfg, "value": round(err["cost_s"], 4), "goal": GOAL,
-            "met": abs(err["cost_s"]) <= GOAL,
-            "why": (f"measured {1e3 * meas['cost_s']:.1f} ms (sampling "
-                    f"{1e3 * meas['sample_s']:.1f} + training {1e3 * meas['train_s']:.1f}, "
-                    f"{a.clock} clock) per mini-batch, the law's profile "
-                    f"{1e3 * law['cost_s']:.1f} ms ({1e3 * law['sample_s']:.1f} + "
-                    f"{1e3 * law['train_s']:.1f}); input nodes {meas['input_nodes']:,.0f} "
-                    f"measured, {law['input_nodes']:,.0f} by the law ({err['input_nodes']:+.1%}"
-                    f"), sampled edges {err['edges']:+.1%}")})
-        targets.append({
-            "target": f"stats profile's input nodes (feature bytes) within 15% at {n:,} nodes",
-            "config": cfg, "value": round(err["input_nodes"], 4), "goal": GOAL,
-            "met": abs(err["input_nodes"]) <= GOAL,
-            "why": f"{meas['input_nodes']:,.0f} measured, {law['input_nodes']:,.0f} by the "
-                   f"fan-out law; local share {meas['local_share']:.2f} measured, "
-                   f"{law['local_share']:.2f} by the law"})
-        targets.append({
-            "target": f"estimated partition bytes within 15% of the files at {n:,} nodes",
-            "config": cfg, "value": round(bytes_err, 4), "goal": GOAL, "met": bytes_err <= GOAL,
-            "why": "the profile's meta.part_bytes (placement's memory check) against "
-                   "gnnsched.api.partition_bytes of the METIS partitions, sorted by size (the "
-                   "largest against the largest); the worst pair"})
+        targets += tg
 
     out = {
         "bench": "profile_stats", "issue": 28, "item": 2,
