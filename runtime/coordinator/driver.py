@@ -1,4 +1,4 @@
-"""The policy driver: the coordinator's half that plays the simulator's part for a Policy.
+"""The policy driver: the coordinator's component that plays the simulator's part for a Policy.
 
 Event by event it asks the same :class:`~gnnsched.policy.Policy` object the simulator drives:
 
@@ -25,8 +25,7 @@ run (moving averages of the measured train time per edge and fetch time per trai
 :class:`PolicyDriver` is a component the :class:`~.core.Coordinator` owns: it reads the plan
 and the clock from the :class:`~.state.RunState`, the processes from the
 :class:`~.roles.RoleTable`, and talks through a :class:`~.messenger.Messenger`; the core
-dispatches the control ops in :meth:`PolicyDriver.handlers` to it. The NIC chunk and window
-sizes every role is configured with are :func:`nic_sizes`.
+dispatches the control ops in :meth:`PolicyDriver.handlers` to it.
 """
 
 from __future__ import annotations
@@ -46,9 +45,7 @@ from gnnsched.policy import (
     gradient_contenders,
 )
 from gnnsched.runtime.coordinator.messenger import Messenger
-from gnnsched.runtime.coordinator.options import (
-    RuntimeOptions,
-)
+from gnnsched.runtime.coordinator.options import RuntimeOptions
 from gnnsched.runtime.coordinator.schedule import Item, Schedule
 from gnnsched.runtime.coordinator.state import RunState
 from gnnsched.runtime.role import seeds_hash
