@@ -143,16 +143,17 @@ def test_coordinator_pairs_a_push_with_its_receipt_in_either_order() -> None:
     connections: one transfer record either way, never done < queued."""
     from types import SimpleNamespace
 
-    from gnnsched.runtime.coordinator import Coordinator
+    from gnnsched.runtime.coordinator import PolicyDriver
 
     out: list[dict] = []
-    c = SimpleNamespace(handoffs={}, T=[1], event=out.append, cluster=SimpleNamespace(
+    state = SimpleNamespace(T=[1], cluster=SimpleNamespace(
         machines=[SimpleNamespace(name="store0"), SimpleNamespace(name="gpu0")]))
-    Coordinator._handoff(c, 0, 3, "relay", src=0, queued=1.0)
+    c = SimpleNamespace(handoffs={}, event=out.append, state=state)
+    PolicyDriver._handoff(c, 0, 3, "relay", src=0, queued=1.0)
     assert not out
-    Coordinator._handoff(c, 0, 3, "relay", done=1.25, bytes=4096)
-    Coordinator._handoff(c, 0, 4, "block", done=2.0, bytes=512)  # receipt first
-    Coordinator._handoff(c, 0, 4, "block", src=0, queued=2.1)
+    PolicyDriver._handoff(c, 0, 3, "relay", done=1.25, bytes=4096)
+    PolicyDriver._handoff(c, 0, 4, "block", done=2.0, bytes=512)  # receipt first
+    PolicyDriver._handoff(c, 0, 4, "block", src=0, queued=2.1)
     assert out == [
         {"type": "transfer", "trainer": 0, "seq": 3, "kind": "relay", "src": "store0",
          "dst": "gpu0", "bytes": 4096, "queued": 1.0, "done": 1.25},

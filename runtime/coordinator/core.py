@@ -41,7 +41,6 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -665,14 +664,6 @@ class Coordinator:
                                           if r.stats and r.stats.get("ledger")},
                     "stale_messages": self.stale, "rejected_messages": self.rejected})
         return result
-
-    @staticmethod
-    def _handoff(c: Any, w: int, seq: int, kind: str, **known: Any) -> None:
-        """The driver's pairing of a push with its receipt (:meth:`PolicyDriver._handoff`) on
-        a stand-in ``c`` with ``handoffs``, ``T``, ``cluster`` and ``event``: the entry
-        tests/test_trace.py still calls."""
-        stand_in = SimpleNamespace(handoffs=c.handoffs, event=c.event, state=c)
-        PolicyDriver._handoff(stand_in, w, seq, kind, **known)  # type: ignore[arg-type]
 
 
 __all__ = ["Coordinator"]
