@@ -104,10 +104,10 @@ from gnnsched.evaluation.config import (
     error_text,
     mean_row_metric,
     plan_rows,
+    row_metric,
     say,
     seed_split,
 )
-from gnnsched.evaluation.config import row_metric as _metric
 from gnnsched.evaluation.driver import json_default, versions
 from gnnsched.evaluation.judging.scale import invariants, targets
 from gnnsched.evaluation.limit import box_limit, compute_bound, limit_text, network_bound
@@ -159,8 +159,8 @@ def _describe(row: dict[str, Any]) -> str:
         parts.append(f"{1e3 * row['cpu_s_per_seed']:.2f} CPU-ms/seed")
     if row.get("bytes_per_iter"):
         parts.append(f"{row['bytes_per_iter'] / 1e6:.0f} MB/iteration")
-    if _metric(row) is not None:
-        parts.append(f"test {row.get('metric') or 'accuracy'} {_metric(row):.4f}")
+    if row_metric(row) is not None:
+        parts.append(f"test {row.get('metric') or 'accuracy'} {row_metric(row):.4f}")
     return ", ".join(parts) or "no numbers"
 
 
@@ -341,7 +341,7 @@ def _aggregate(row: dict[str, Any], reps: list[dict[str, Any]]) -> None:
     row.update(best)
     row["seeds_per_s"] = med
     row["repeat_seeds_per_s"] = vals
-    row["repeat_test_metric"] = [_metric(r) for r in ok]
+    row["repeat_test_metric"] = [row_metric(r) for r in ok]
     row["test_metric_mean"] = mean_row_metric(ok)
     row["job_seeds"] = [r.get("job_seed") for r in ok]
 
