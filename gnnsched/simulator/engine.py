@@ -1,8 +1,9 @@
 """The simulator's event engine: one epoch of a drawn :class:`Instance` under a policy.
 
-:func:`simulate` draws the instance from a plan and runs it; :func:`run` is the event loop
-(sampling on cores, transfers on the network model of :mod:`.network`, training, the
-all-reduce barrier); :class:`SimResult` is what it reports, with the instance's lower bound
+:func:`simulate` draws the instance from a plan and runs it; :func:`run` runs the event loop
+of :class:`_Epoch` (one handler per event: sampling on cores, transfers on the network model
+of :mod:`.network` or :mod:`.window`, training, the all-reduce barrier); :class:`SimResult`
+is what it reports, with the instance's lower bound
 (:func:`gnnsched.bounds.instance_bound`) and the critical path (:func:`critical_path`).
 The semantics are in the package's docstring (:mod:`gnnsched.simulator`).
 """
@@ -161,100 +162,120 @@ def run(inst: Instance, policy: str | Policy = "gnnsched", *, record: bool = Fal
     wall0 = time.perf_counter()
     pol = get_policy(policy)
     pol.reset(inst.context(prefetch or inst.workload.job.prefetch))
-    W, K, M = inst.W, inst.K, inst.M
-    pf = [pol.prefetch(w) for w in range(W)]
-    names = inst.names
-    caps = inst.egress + inst.ingress
-    heap: list[tuple] = []
-    counter = itertools.count()
-    hpush, hpop = heapq.heappush, heapq.heappop
-    spans: list[Span] | None = [] if record else None
+    ep = _Epoch(inst, pol, record)
+    ep.loop()
+    if ep.nbar < inst.K:
+        raise RuntimeError(f"simulation stalled at iteration {ep.nbar} of {inst.K} "
+                           "(a transfer with no bandwidth?)")
+    wall = time.perf_counter() - wall0
+    return _result(inst, pol, ep.pf, np.array(ep.barrier), ep.times(), ep.spans, ep.nevents,
+                   wall, ep.bytes_out, ep.bytes_in, ep.cpu_busy)
 
-    def schedule(t: float, obj: Any) -> None:
-        hpush(heap, (t, next(counter), _FLOW_DONE, obj, obj.ver))
 
-    rec_flow = None
-    if spans is not None:
-        def rec_flow(f: _Flow, t0: float, t1: float, rate: float) -> None:
-            st = KINDS[f.kind]
-            spans.append(Span(f"egress:{names[f.src]}", t0, t1, st, f.w, f.k, rate))
-            spans.append(Span(f"ingress:{names[f.dst]}", t0, t1, st, f.w, f.k, rate))
-
+def _network(inst: Instance, pol: Policy, caps: list[float], schedule: Any,
+             rec_flow: Any) -> Any:
+    """The NIC model the policy's sharing and the instance's window ask for."""
     priority = pol.sharing in ("priority", "classes")
     if pol.sharing not in ("priority", "fair", "classes"):
         raise ValueError(f"policy {pol.name!r}: sharing must be 'fair' or 'priority'")
-    net: Any
     if inst.nic_window_s is not None:
         # nic_window_s is a sender's window in all; each receiver's stream gets the
         # runtime's per-receiver share of it (PEER_WINDOW_S of NIC_WINDOW_S)
-        net = _WindowNet(caps, schedule, rec_flow, inst.nic_window_s, M, priority,
-                         inst.nic_window_s * PEER_WINDOW_S / NIC_WINDOW_S,
-                         piece_s=inst.nic_chunk_s or NIC_CHUNK_S,
-                         levels=pol.wire_levels)
-    else:
-        net = (_PriorityNet if pol.sharing == "priority" else _FairNet)(caps, schedule,
-                                                                        rec_flow)
-    latency = inst.latency
-    T, F = inst.T, inst.F
-    sample_s, train_s, block, feat, struct, feat_total = (
-        inst.sample_s, inst.train_s, inst.block, inst.feat, inst.struct, inst.feat_total)
-    A = inst.allreduce_s
-    grad = inst.grad_rate
+        return _WindowNet(caps, schedule, rec_flow, inst.nic_window_s, inst.M, priority,
+                          inst.nic_window_s * PEER_WINDOW_S / NIC_WINDOW_S,
+                          piece_s=inst.nic_chunk_s or NIC_CHUNK_S, levels=pol.wire_levels)
+    return (_PriorityNet if pol.sharing == "priority" else _FairNet)(caps, schedule, rec_flow)
 
-    # state
-    cores_free = list(inst.cores)
-    sampler_on: list[list[tuple[int, int]]] = [[] for _ in range(M)]  # S -> [(w, slot idx)]
-    slot_free: list[list[int]] = []
-    slot_machine: list[list[int]] = []
-    for w in range(W):
-        slot_free.append([c for _, c in inst.samplers[w]])
-        slot_machine.append([m for m, _ in inst.samplers[w]])
-        for j, (m, _) in enumerate(inst.samplers[w]):
-            sampler_on[m].append((w, j))
-    next_disp = [0] * W
-    next_train = [0] * W
-    ready_since = [0.0] * W
-    busy = [False] * W
-    nan = math.nan
-    t_sample = [[nan] * K for _ in range(W)]
-    t_cpu = [[nan] * K for _ in range(W)]
-    t_sampled = [[nan] * K for _ in range(W)]
-    t_block = [[nan] * K for _ in range(W)]
-    t_featF = [[nan] * K for _ in range(W)]
-    t_feat = [[nan] * K for _ in range(W)]
-    t_start = [[nan] * K for _ in range(W)]
-    t_end = [[nan] * K for _ in range(W)]
-    where = [[-1] * K for _ in range(W)]
-    pend_struct = [[0] * K for _ in range(W)]
-    pend_feat = [[0] * K for _ in range(W)]
-    trained = [0] * K
-    ar_start = [0.0] * K
-    barrier = [nan] * K
-    nbar = [0]
-    passed = [0] * W  # barriers each trainer has left (later than nbar with barrier skew)
-    release = inst.release
-    fids = itertools.count()
-    bytes_out = [0.0] * M
-    bytes_in = [0.0] * M
-    cpu_busy = [0.0] * M
-    nevents = 0
 
-    def flow(kind: int, w: int, k: int, src: int, dst: int, nbytes: float, now: float) -> None:
-        fid = next(fids)
-        f = _Flow(fid, src, dst, M, nbytes, kind, w, k)
+class _Epoch:
+    """One epoch's state and its event handlers: the event loop of :func:`run`.
+
+    The loop is the planner's inner loop, so handlers bind what they use to locals; every
+    handler keeps the original loop's order of heap pushes and float operations, so that
+    the same instance gives bit-identical epochs.
+    """
+
+    def __init__(self, inst: Instance, pol: Policy, record: bool) -> None:
+        W, K, M = inst.W, inst.K, inst.M
+        self.inst, self.pol, self.W, self.K, self.M = inst, pol, W, K, M
+        self.pf = [pol.prefetch(w) for w in range(W)]
+        self.names = inst.names
+        self.caps = inst.egress + inst.ingress
+        self.heap: list[tuple] = []
+        self.counter = itertools.count()
+        self.spans: list[Span] | None = [] if record else None
+        self.priority = pol.sharing in ("priority", "classes")
+        self.net = _network(inst, pol, self.caps, self.schedule,
+                            self.rec_flow if record else None)
+        self.T, self.F = inst.T, inst.F
+        self.sample_s, self.train_s, self.block, self.feat = (
+            inst.sample_s, inst.train_s, inst.block, inst.feat)
+        self.struct, self.feat_total = inst.struct, inst.feat_total
+        self.grad, self.release = inst.grad_rate, inst.release
+        self.cores_free = list(inst.cores)
+        self.sampler_on: list[list[tuple[int, int]]] = [[] for _ in range(M)]  # S->[(w, j)]
+        self.slot_free: list[list[int]] = []
+        self.slot_machine: list[list[int]] = []
+        for w in range(W):
+            self.slot_free.append([c for _, c in inst.samplers[w]])
+            self.slot_machine.append([m for m, _ in inst.samplers[w]])
+            for j, (m, _) in enumerate(inst.samplers[w]):
+                self.sampler_on[m].append((w, j))
+        self.next_disp = [0] * W
+        self.next_train = [0] * W
+        self.ready_since = [0.0] * W
+        self.busy = [False] * W
+        nan = math.nan
+        (self.t_sample, self.t_cpu, self.t_sampled, self.t_block, self.t_featF, self.t_feat,
+         self.t_start, self.t_end) = ([[nan] * K for _ in range(W)] for _ in range(8))
+        self.where = [[-1] * K for _ in range(W)]
+        self.pend_struct = [[0] * K for _ in range(W)]
+        self.pend_feat = [[0] * K for _ in range(W)]
+        self.trained = [0] * K
+        self.ar_start = [0.0] * K
+        self.barrier = [nan] * K
+        self.nbar = 0
+        self.passed = [0] * W  # barriers each trainer has left (later than nbar with skew)
+        self.fids = itertools.count()
+        self.bytes_out = [0.0] * M
+        self.bytes_in = [0.0] * M
+        self.cpu_busy = [0.0] * M
+        self.nevents = 0
+
+    def schedule(self, t: float, obj: Any) -> None:
+        """A network completion (the models' ``schedule`` callback)."""
+        heapq.heappush(self.heap, (t, next(self.counter), _FLOW_DONE, obj, obj.ver))
+
+    def rec_flow(self, f: _Flow, t0: float, t1: float, rate: float) -> None:
+        """A flow's busy interval on both of its NICs (the models' ``record`` callback)."""
+        st, names, spans = KINDS[f.kind], self.names, self.spans
+        assert spans is not None
+        spans.append(Span(f"egress:{names[f.src]}", t0, t1, st, f.w, f.k, rate))
+        spans.append(Span(f"ingress:{names[f.dst]}", t0, t1, st, f.w, f.k, rate))
+
+    def flow(self, kind: int, w: int, k: int, src: int, dst: int, nbytes: float,
+             now: float) -> None:
+        fid = next(self.fids)
+        f = _Flow(fid, src, dst, self.M, nbytes, kind, w, k)
         tr = Transfer(BatchKey(w, k), KINDS[kind], src, dst, nbytes, now, fid)
         f.tr = tr
-        if priority:
-            f.skey = tuple(pol.priority(tr)) + (fid,)
-        bytes_out[src] += nbytes
-        bytes_in[dst] += nbytes
-        net.add(f, now)
+        if self.priority:
+            f.skey = tuple(self.pol.priority(tr)) + (fid,)
+        self.bytes_out[src] += nbytes
+        self.bytes_in[dst] += nbytes
+        self.net.add(f, now)
 
-    def dispatch(S: int, now: float) -> None:
+    def dispatch(self, S: int, now: float) -> None:
+        """Start batches on the free cores of machine `S`, as the policy picks them."""
+        cores_free = self.cores_free
+        if cores_free[S] <= 0:  # the common case: bind nothing more
+            return
+        next_disp, slot_free, next_train = self.next_disp, self.slot_free, self.next_train
+        pf, ready_since, K, on = self.pf, self.ready_since, self.K, self.sampler_on[S]
         while cores_free[S] > 0:
             cands = []
             slot: dict[int, int] = {}  # trainer -> its first idle sampler slot here
-            for w, j in sampler_on[S]:
+            for w, j in on:
                 nd = next_disp[w]
                 if slot_free[w][j] > 0 and nd < K and nd < next_train[w] + pf[w]:
                     cands.append((ready_since[w], w))
@@ -262,187 +283,211 @@ def run(inst: Instance, policy: str | Policy = "gnnsched", *, record: bool = Fal
                         slot[w] = j
             if not cands:
                 return
-            w = choose_sampling(cands, next_disp, pol, now)  # the runtime's rule too
+            w = choose_sampling(cands, next_disp, self.pol, now)  # the runtime's rule too
             j = slot[w]
             k = next_disp[w]
             next_disp[w] = k + 1
             ready_since[w] = now
             slot_free[w][j] -= 1
             cores_free[S] -= 1
-            t_sample[w][k] = now
-            where[w][k] = j
-            hpush(heap, (now + sample_s[w][k], next(counter), _CPU_DONE, w, k))
+            self.t_sample[w][k] = now
+            self.where[w][k] = j
+            heapq.heappush(self.heap, (now + self.sample_s[w][k], next(self.counter),
+                                       _CPU_DONE, w, k))
 
-    def sampled(w: int, k: int, S: int, j: int, now: float) -> None:
-        t_sampled[w][k] = now
-        slot_free[w][j] += 1
-        ft = feat_total[w][k]
-        pol.on_sampled(BatchKey(w, k), BatchInfo(ft, block[w][k], train_s[w][k], feat[w][k], S),
-                       now)
-        Tw, Fw = T[w], F[w]
-        if S != Tw and block[w][k] > 0:
-            flow(_BLOCK, w, k, S, Tw, block[w][k], now)
+    def sampled(self, w: int, k: int, S: int, j: int, now: float) -> None:
+        """Batch (w, k) sampled on `S`: send its block and features, free its sampler."""
+        self.t_sampled[w][k] = now
+        self.slot_free[w][j] += 1
+        block, feat = self.block[w][k], self.feat[w][k]
+        self.pol.on_sampled(BatchKey(w, k), BatchInfo(self.feat_total[w][k], block,
+                                                      self.train_s[w][k], feat, S), now)
+        Tw, Fw = self.T[w], self.F[w]
+        if S != Tw and block > 0:
+            self.flow(_BLOCK, w, k, S, Tw, block, now)
         else:
-            t_block[w][k] = now
+            self.t_block[w][k] = now
         n = 0
-        for m, b in feat[w][k]:
+        for m, b in feat:
             if m != Fw and b > 0:
-                flow(_FEAT, w, k, m, Fw, b, now)
+                self.flow(_FEAT, w, k, m, Fw, b, now)
                 n += 1
-        pend_feat[w][k] = n
+        self.pend_feat[w][k] = n
         if n == 0:
-            feat_at_fetch(w, k, now)
-        dispatch(S, now)
-        try_train(w, now)
+            self.feat_at_fetch(w, k, now)
+        self.dispatch(S, now)
+        self.try_train(w, now)
 
-    def feat_at_fetch(w: int, k: int, now: float) -> None:
-        t_featF[w][k] = now
-        if F[w] != T[w] and feat_total[w][k] > 0:
-            flow(_RELAY, w, k, F[w], T[w], feat_total[w][k], now)
+    def feat_at_fetch(self, w: int, k: int, now: float) -> None:
+        self.t_featF[w][k] = now
+        F, T, total = self.F[w], self.T[w], self.feat_total[w][k]
+        if F != T and total > 0:
+            self.flow(_RELAY, w, k, F, T, total, now)
         else:
-            t_feat[w][k] = now
+            self.t_feat[w][k] = now
 
-    def try_train(w: int, now: float) -> None:
-        k = next_train[w]
-        if k >= K or busy[w] or passed[w] < k:
+    def try_train(self, w: int, now: float) -> None:
+        k = self.next_train[w]
+        if k >= self.K or self.busy[w] or self.passed[w] < k:
             return
-        if t_block[w][k] != t_block[w][k] or t_feat[w][k] != t_feat[w][k]:  # NaN: not yet
+        tb, tf = self.t_block[w][k], self.t_feat[w][k]
+        if tb != tb or tf != tf:  # NaN: not yet
             return
-        busy[w] = True
-        next_train[w] = k + 1
-        t_start[w][k] = now
-        hpush(heap, (now + train_s[w][k], next(counter), _TRAIN_DONE, w, k))
-        if next_disp[w] == k + pf[w]:  # the window just opened
-            ready_since[w] = now
-        for m, _ in inst.samplers[w]:
-            dispatch(m, now)
+        self.busy[w] = True
+        self.next_train[w] = k + 1
+        self.t_start[w][k] = now
+        heapq.heappush(self.heap, (now + self.train_s[w][k], next(self.counter), _TRAIN_DONE,
+                                   w, k))
+        if self.next_disp[w] == k + self.pf[w]:  # the window just opened
+            self.ready_since[w] = now
+        for m, _ in self.inst.samplers[w]:
+            self.dispatch(m, now)
 
-    def barrier_done(k: int, now: float) -> None:
-        barrier[k] = now
-        nbar[0] = k + 1
-        pol.on_barrier(k, now)
-        for w in range(W):
+    def barrier_done(self, k: int, now: float) -> None:
+        self.barrier[k] = now
+        self.nbar = k + 1
+        self.pol.on_barrier(k, now)
+        release = self.release
+        for w in range(self.W):
             if release is not None and release[w][k] > 0:
-                hpush(heap, (now + release[w][k], next(counter), _RELEASE, w, k))
+                heapq.heappush(self.heap, (now + release[w][k], next(self.counter), _RELEASE,
+                                           w, k))
             else:
-                passed[w] = k + 1
-                try_train(w, now)
+                self.passed[w] = k + 1
+                self.try_train(w, now)
 
-    for S in range(M):
-        if sampler_on[S]:
-            dispatch(S, 0.0)
-
-    now = 0.0
-    while heap:
-        t, _, code, a, b = hpop(heap)
-        if code == _FLOW_DONE:
-            f = net.done(a, b, t)
-            if f is None:  # invalidated, or a piece of a transfer that goes on
-                # the instant's changes still need their rates (a stale completion at the
-                # same time as the event that made them must not postpone them)
-                if net.dirty and (not heap or heap[0][0] > t):
-                    net.commit(t)
-                continue
-            now = t
-            nevents += 1
-            if latency > 0:
-                hpush(heap, (t + latency, next(counter), _ARRIVE, f, 0))
-            else:
-                code, a = _ARRIVE, f
+    def arrived(self, f: _Flow, now: float) -> None:
+        """A transfer's last byte arrived (after the latency)."""
+        self.pol.on_transfer_done(f.tr, now)
+        w, k, kind = f.w, f.k, f.kind
+        if kind == _FEAT:
+            self.pend_feat[w][k] -= 1
+            if self.pend_feat[w][k] == 0:
+                self.feat_at_fetch(w, k, now)
+                self.try_train(w, now)
+        elif kind == _BLOCK:
+            self.t_block[w][k] = now
+            self.try_train(w, now)
+        elif kind == _RELAY:
+            self.t_feat[w][k] = now
+            self.try_train(w, now)
         else:
-            now = t
-            nevents += 1
-        if code == _ARRIVE:
-            f = a
-            pol.on_transfer_done(f.tr, now)
-            w, k, kind = f.w, f.k, f.kind
-            if kind == _FEAT:
-                pend_feat[w][k] -= 1
-                if pend_feat[w][k] == 0:
-                    feat_at_fetch(w, k, now)
-                    try_train(w, now)
-            elif kind == _BLOCK:
-                t_block[w][k] = now
-                try_train(w, now)
-            elif kind == _RELAY:
-                t_feat[w][k] = now
-                try_train(w, now)
-            else:
-                pend_struct[w][k] -= 1
-                if pend_struct[w][k] == 0:
-                    j = where[w][k]
-                    sampled(w, k, slot_machine[w][j], j, now)
-        elif code == _CPU_DONE:
-            w, k = a, b
-            j = where[w][k]
-            S = slot_machine[w][j]
-            cores_free[S] += 1
-            t_cpu[w][k] = now
-            cpu_busy[S] += sample_s[w][k]
-            if spans is not None:
-                spans.append(Span(f"cpu:{names[S]}", t_sample[w][k], now, "sample", w, k))
-            n = 0
-            for m, nb in struct[w][k]:
-                if m != S and nb > 0:
-                    flow(_STRUCT, w, k, m, S, nb, now)
-                    n += 1
-            pend_struct[w][k] = n
-            if n == 0:
-                sampled(w, k, S, j, now)
-            else:
-                dispatch(S, now)
-        elif code == _TRAIN_DONE:
-            w, k = a, b
-            busy[w] = False
-            t_end[w][k] = now
-            if spans is not None:
-                spans.append(Span(f"gpu:{names[T[w]]}/{inst.dev[w]}", t_start[w][k], now,
-                                  "train", w, k))
-            pol.on_trained(BatchKey(w, k), now)
-            trained[k] += 1
-            if trained[k] == W:
-                if A > 0:
-                    ar_start[k] = now
-                    for m, g in grad.items():
-                        net.set_cap(m, caps[m] - g)
-                        net.set_cap(M + m, caps[M + m] - g)
-                    hpush(heap, (now + A, next(counter), _AR_DONE, k, 0))
-                else:
-                    barrier_done(k, now)
-        elif code == _RELEASE:
-            w, k = a, b
-            passed[w] = k + 1
-            try_train(w, now)
-        elif code == _AR_DONE:
-            k = a
-            for m, g in grad.items():
-                net.set_cap(m, caps[m])
-                net.set_cap(M + m, caps[M + m])
-                bytes_out[m] += g * A
-                bytes_in[m] += g * A
-                if spans is not None:
-                    spans.append(Span(f"egress:{names[m]}", ar_start[k], now, "allreduce", -1,
-                                      k, g))
-                    spans.append(Span(f"ingress:{names[m]}", ar_start[k], now, "allreduce",
-                                      -1, k, g))
-            if spans is not None:
-                for w in range(W):
-                    spans.append(Span(f"gpu:{names[T[w]]}/{inst.dev[w]}", ar_start[k], now,
-                                      "allreduce", w, k))
-            barrier_done(k, now)
-        if net.dirty and (not heap or heap[0][0] > now):
-            net.commit(now)
+            self.pend_struct[w][k] -= 1
+            if self.pend_struct[w][k] == 0:
+                j = self.where[w][k]
+                self.sampled(w, k, self.slot_machine[w][j], j, now)
 
-    if nbar[0] < K:
-        raise RuntimeError(f"simulation stalled at iteration {nbar[0]} of {K} "
-                           "(a transfer with no bandwidth?)")
-    wall = time.perf_counter() - wall0
-    times = {n: np.array(v) for n, v in (
-        ("sample_start", t_sample), ("cpu_end", t_cpu), ("sampled", t_sampled),
-        ("block", t_block), ("feat_at_fetch", t_featF), ("ready_feat", t_feat),
-        ("train_start", t_start), ("train_end", t_end))}
-    return _result(inst, pol, pf, np.array(barrier), times, spans, nevents, wall,
-                   bytes_out, bytes_in, cpu_busy)
+    def cpu_done(self, w: int, k: int, now: float) -> None:
+        """Batch (w, k)'s sampling left its core: fetch its remote hops, or it is sampled."""
+        j = self.where[w][k]
+        S = self.slot_machine[w][j]
+        self.cores_free[S] += 1
+        self.t_cpu[w][k] = now
+        self.cpu_busy[S] += self.sample_s[w][k]
+        if self.spans is not None:
+            self.spans.append(Span(f"cpu:{self.names[S]}", self.t_sample[w][k], now, "sample",
+                                   w, k))
+        n = 0
+        for m, nb in self.struct[w][k]:
+            if m != S and nb > 0:
+                self.flow(_STRUCT, w, k, m, S, nb, now)
+                n += 1
+        self.pend_struct[w][k] = n
+        if n == 0:
+            self.sampled(w, k, S, j, now)
+        else:
+            self.dispatch(S, now)
+
+    def train_done(self, w: int, k: int, now: float) -> None:
+        """Batch (w, k) trained; the last of iteration k starts its all-reduce."""
+        self.busy[w] = False
+        self.t_end[w][k] = now
+        if self.spans is not None:
+            self.spans.append(Span(f"gpu:{self.names[self.T[w]]}/{self.inst.dev[w]}",
+                                   self.t_start[w][k], now, "train", w, k))
+        self.pol.on_trained(BatchKey(w, k), now)
+        self.trained[k] += 1
+        if self.trained[k] == self.W:
+            A = self.inst.allreduce_s
+            if A > 0:
+                self.ar_start[k] = now
+                net, caps, M = self.net, self.caps, self.M
+                for m, g in self.grad.items():
+                    net.set_cap(m, caps[m] - g)
+                    net.set_cap(M + m, caps[M + m] - g)
+                heapq.heappush(self.heap, (now + A, next(self.counter), _AR_DONE, k, 0))
+            else:
+                self.barrier_done(k, now)
+
+    def allreduce_done(self, k: int, now: float) -> None:
+        """Iteration k's all-reduce ended: the NICs get their gradient rate back."""
+        net, caps, M, A, spans = self.net, self.caps, self.M, self.inst.allreduce_s, self.spans
+        names, start = self.names, self.ar_start[k]
+        for m, g in self.grad.items():
+            net.set_cap(m, caps[m])
+            net.set_cap(M + m, caps[M + m])
+            self.bytes_out[m] += g * A
+            self.bytes_in[m] += g * A
+            if spans is not None:
+                spans.append(Span(f"egress:{names[m]}", start, now, "allreduce", -1, k, g))
+                spans.append(Span(f"ingress:{names[m]}", start, now, "allreduce", -1, k, g))
+        if spans is not None:
+            for w in range(self.W):
+                spans.append(Span(f"gpu:{names[self.T[w]]}/{self.inst.dev[w]}", start, now,
+                                  "allreduce", w, k))
+        self.barrier_done(k, now)
+
+    def loop(self) -> None:
+        """Pop events until none is left; the instant's rates are committed once, after its
+        last event."""
+        for S in range(self.M):
+            if self.sampler_on[S]:
+                self.dispatch(S, 0.0)
+        heap, net, counter, latency = self.heap, self.net, self.counter, self.inst.latency
+        hpush, hpop = heapq.heappush, heapq.heappop
+        nevents = 0
+        now = 0.0
+        while heap:
+            t, _, code, a, b = hpop(heap)
+            if code == _FLOW_DONE:
+                f = net.done(a, b, t)
+                if f is None:  # invalidated, or a piece of a transfer that goes on
+                    # the instant's changes still need their rates (a stale completion at
+                    # the same time as the event that made them must not postpone them)
+                    if net.dirty and (not heap or heap[0][0] > t):
+                        net.commit(t)
+                    continue
+                now = t
+                nevents += 1
+                if latency > 0:
+                    hpush(heap, (t + latency, next(counter), _ARRIVE, f, 0))
+                else:
+                    code, a = _ARRIVE, f
+            else:
+                now = t
+                nevents += 1
+            if code == _ARRIVE:
+                self.arrived(a, now)
+            elif code == _CPU_DONE:
+                self.cpu_done(a, b, now)
+            elif code == _TRAIN_DONE:
+                self.train_done(a, b, now)
+            elif code == _RELEASE:
+                self.passed[a] = b + 1
+                self.try_train(a, now)
+            elif code == _AR_DONE:
+                self.allreduce_done(a, now)
+            if net.dirty and (not heap or heap[0][0] > now):
+                net.commit(now)
+        self.nevents = nevents
+
+    def times(self) -> dict[str, np.ndarray]:
+        """Per batch [W, K]: when each step of every mini-batch happened."""
+        return {n: np.array(v) for n, v in (
+            ("sample_start", self.t_sample), ("cpu_end", self.t_cpu),
+            ("sampled", self.t_sampled), ("block", self.t_block),
+            ("feat_at_fetch", self.t_featF), ("ready_feat", self.t_feat),
+            ("train_start", self.t_start), ("train_end", self.t_end))}
 
 
 # ------------------------------------------------------------------------------ results
