@@ -7,10 +7,12 @@ diff line by line), loaded back and validated against the cluster they were made
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gnnsched.prediction import Prediction
 from gnnsched.spec import MAX_GPUS, ClusterSpec, JobSpec, SpecError, _kind, _Reader
 
 PLAN_VERSION = 1
@@ -172,7 +174,7 @@ class Plan:
     cluster_fingerprint: str
     trainers: tuple[TrainerPlan, ...]
     job: str = ""
-    predicted: dict[str, Any] = field(default_factory=dict)  # epoch_time_s, lower_bound_s, ...
+    prediction: Prediction | None = None  # what `gnnsched plan` predicted (None: nothing)
     notes: tuple[str, ...] = ()  # what a person should know (e.g. colocation infeasible)
     # JobSpec.plan_key() of the job it was made for (`gnnsched plan` records it); empty: not
     # known (older plan files, plans built in code), and then not checked
@@ -183,14 +185,28 @@ class Plan:
     # its own memory instead of asking their stores. Empty: no caches (the default).
     caches: dict[str, int] = field(default_factory=dict)
 
-    def with_prediction(self, **predicted: Any) -> Plan:
-        return replace(self, predicted={**self.predicted, **predicted})
+    @property
+    def predicted(self) -> dict[str, Any]:
+        """Deprecated: the prediction as the mapping the plan file holds (a copy; empty when
+        there is none). Read :attr:`prediction` instead."""
+        warnings.warn("Plan.predicted is deprecated: read Plan.prediction (a Prediction)",
+                      DeprecationWarning, stacklevel=2)
+        return self.prediction.as_legacy_dict() if self.prediction is not None else {}
+
+    def with_prediction(self, prediction: Prediction | None = None, /, **keys: Any) -> Plan:
+        """This plan with `prediction` (default: its own), and `keys` set as the plan file
+        names them (:meth:`Prediction.with_legacy`: for callers that still write them)."""
+        pred = self.prediction if prediction is None else prediction
+        if keys:
+            pred = (pred or Prediction()).with_legacy(**keys)
+        return replace(self, prediction=None if pred is None or pred.empty else pred)
 
     def to_dict(self) -> dict[str, Any]:
+        pred = self.prediction.to_dict() if self.prediction is not None else {}
         return {"version": PLAN_VERSION, "placer": self.placer, "cluster": self.cluster,
                 "cluster_fingerprint": self.cluster_fingerprint, "job": self.job,
                 "trainers": [t.to_dict() for t in self.trainers],
-                "predicted": self.predicted, "notes": list(self.notes),
+                "predicted": pred, "notes": list(self.notes),
                 **({"job_key": self.job_key} if self.job_key else {}),
                 **({"caches": dict(sorted(self.caches.items()))} if self.caches else {})}
 
@@ -277,8 +293,10 @@ class Plan:
         r.done()
         trainers = tuple(_trainer(r.item("trainers", i), i)
                          for i in range(len(d["trainers"])))
-        return cls(placer, cluster, fp, trainers, job, dict(predicted), tuple(notes or ()),
-                   dict(job_key), {str(m): int(v) for m, v in caches.items() if v})
+        pred = Prediction.from_dict(predicted, source) if predicted else None
+        if pred is not None and pred.empty:
+            pred = None
+        return cls(placer, cluster, fp, trainers, job, pred, tuple(notes or ()), dict(job_key), {str(m): int(v) for m, v in caches.items() if v})
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
@@ -423,4 +441,5 @@ def plan_dict_diff(a: Plan, b: Plan) -> list[str]:
     return out
 
 
-__all__ = ["Plan", "TrainerPlan", "owned_key", "plan_dict_diff", "seed_slices", "split_owned", "split_slices"]
+__all__ = ["Plan", "Prediction", "TrainerPlan", "owned_key", "plan_dict_diff", "seed_slices",
+           "split_owned", "split_slices"]

@@ -41,7 +41,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from gnnsched.placement.placer import Problem, fill_samplers, seeds_of, usage
+from gnnsched.placement.feasibility import fill_samplers, usage
+from gnnsched.placement.problem import Problem
+from gnnsched.placement.splits import seeds_of
 from gnnsched.plan import Plan
 
 STEP = 0.15  # the first step of a weight: x (1 + STEP) or / (1 + STEP)

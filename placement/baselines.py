@@ -16,23 +16,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gnnsched.placement.placer import (
-    MAX_SAMPLERS,
-    Placer,
-    Problem,
+from gnnsched.placement.base import Placer, register
+from gnnsched.placement.feasibility import fill_samplers, is_feasible
+from gnnsched.placement.problem import MAX_SAMPLERS, Problem, fmt_bytes, transfers
+from gnnsched.placement.splits import (
     bundle_parts,
-    fill_samplers,
-    fmt_bytes,
-    is_feasible,
     main_store,
-    register,
     seed_line,
     seeds_of,
     store_groups,
     store_slices,
-    transfers,
 )
 from gnnsched.plan import Plan, TrainerPlan
+from gnnsched.prediction import Prediction
 from gnnsched.spec import SpecError
 
 
@@ -200,7 +196,8 @@ class Colocation(Placer):
             ledger.take_sampler(S, parts, shares[i])
             trainers.append(_trainer(i, problem, m, d, parts, S, shares=shares[i]))
         feasible = all(placed[i][0] in homes[i] for i in range(len(groups)))
-        plan = problem.make_plan("colocation", trainers, notes, colocation_feasible=feasible)
+        plan = problem.make_plan("colocation", trainers, notes,
+                                 Prediction(colocation_feasible=feasible))
         return fill_samplers(problem, plan)
 
 

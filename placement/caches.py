@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 
-from gnnsched.placement.placer import Problem, gatherers, usage
+from gnnsched.placement.feasibility import gatherers, usage
+from gnnsched.placement.problem import Problem
 from gnnsched.plan import Plan
 
 DEFAULT_SHARE = 0.5  # of a gathering host's free memory

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from gnnsched.bounds import per_plan_bound
+from gnnsched.placement.base import Placer, register
 from gnnsched.placement.cpsat_instance import (
     BALANCE,
     AssignmentInstance,
@@ -42,17 +43,10 @@ from gnnsched.placement.cpsat_instance import (
 )
 from gnnsched.placement.cpsat_model import CpSatResult, solve
 from gnnsched.placement.cpsat_solution import Solution, solution_from_plan, to_plan
-from gnnsched.placement.placer import (
-    MAX_SAMPLERS,
-    Placer,
-    Problem,
-    bundle_parts,
-    candidate_splits,
-    has_shares,
-    register,
-    split_of,
-)
+from gnnsched.placement.problem import MAX_SAMPLERS, Problem
+from gnnsched.placement.splits import bundle_parts, candidate_splits, has_shares, split_of
 from gnnsched.plan import Plan
+from gnnsched.prediction import CpSatRecord, Prediction
 from gnnsched.profile import EDGE_BYTES
 from gnnsched.spec import SpecError
 
@@ -85,6 +79,14 @@ class CpSatOutcome:
         else:
             s = f"placements with the {len(self.bounds)} part splits solved"
         return s + " and every plan compared (with the drawn mini-batches when simulated)"
+
+    def record(self, with_aggregated: bool = True) -> CpSatRecord:
+        """What the prediction records of this run (the cpsat placer's has never said
+        whether the model was aggregated)."""
+        r = self.result
+        return CpSatRecord(r.status, r.objective_s, self.lower_bound_iter_s, r.wall_s,
+                           r.variables, r.instance.exact_parts,
+                           r.instance.aggregated if with_aggregated else None, r.cpu_model)
 
 
 def _solve_once(problem: Problem, inst: AssignmentInstance, *, time_limit: float, seed: int,
@@ -556,13 +558,10 @@ class CpSatPlacer(Placer):
         out = run_cpsat(problem, time_limit=budget or 10.0, seed=seed)
         self.outcome = out
         it = problem.wl.iterations
-        return out.plan.with_prediction(
+        return out.plan.with_prediction(Prediction(
             lower_bound_s=out.lower_bound_iter_s * it,
             lower_bound_iteration_s=out.lower_bound_iter_s, lower_bound_scope=out.scope(),
-            cpsat={"status": out.result.status, "objective_iteration_s": out.result.objective_s,
-                   "bound_iteration_s": out.lower_bound_iter_s, "wall_s": out.result.wall_s,
-                   "variables": out.result.variables, "exact_parts": out.result.instance.exact_parts,
-                   "cpu_model": out.result.cpu_model})
+            cpsat=out.record(with_aggregated=False)))
 
 
 __all__ = ["BALANCE", "AssignmentInstance", "CpSatOutcome", "CpSatPlacer", "CpSatResult", "Host",

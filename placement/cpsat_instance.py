@@ -23,13 +23,8 @@ import math
 from dataclasses import dataclass
 from itertools import combinations
 
-from gnnsched.placement.placer import (
-    MAX_SAMPLERS,
-    Problem,
-    bundle_parts,
-    main_store,
-    transfers,
-)
+from gnnsched.placement.problem import MAX_SAMPLERS, Problem, transfers
+from gnnsched.placement.splits import bundle_parts, main_store
 
 ENUM_SUBSETS = 256  # enumerate part bundles exactly while there are at most this many
 BALANCE = 0.5  # a multi-part bundle's seeds stay within 50% of the per-trainer average

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gnnsched.placement.cpsat_instance import AssignmentInstance
-from gnnsched.placement.placer import fill_samplers, transfers
+from gnnsched.placement.feasibility import fill_samplers
+from gnnsched.placement.problem import transfers
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.spec import SpecError
 

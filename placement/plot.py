@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from gnnsched.placement.placer import Problem, plan_transfers
+from gnnsched.placement.problem import Problem, plan_transfers
 from gnnsched.plan import Plan
 
 MAX_LABELLED = 40  # beyond this many machines, boxes show counts instead of task lists
@@ -84,7 +84,7 @@ def draw(problem: Problem, plan: Plan, path: str | Path, *, arrows: int = 12,
         my = (centre[src][1] + centre[dst][1]) / 2
         if not big:
             ax.text(mx, my, f"{b / 1e6:.2g} MB", fontsize=5, color="#c0392b")
-    ep = plan.predicted.get("epoch_time_s")
+    ep = plan.prediction.epoch_time_s if plan.prediction is not None else None
     bn = problem.seconds_per_iteration(plan)[1].split(' (')[0]
     ax.set_title(title or f"{plan.placer} on {plan.cluster}: "
                  + (f"epoch {ep:.3g} s, " if ep else "") + f"bottleneck {bn}; arrows: "

@@ -45,14 +45,11 @@ from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
 
-from gnnsched.placement.placer import (
-    Placer,
-    Problem,
-    fill_samplers,
-    is_feasible,
-    register,
-)
+from gnnsched.placement.base import Placer, register
+from gnnsched.placement.feasibility import fill_samplers, is_feasible
+from gnnsched.placement.problem import Problem
 from gnnsched.plan import Plan
+from gnnsched.prediction import Prediction, ShareModel
 from gnnsched.spec import SpecError
 
 UNITS = 24  # a partition's seeds in this many units: shares are multiples of 1/24
@@ -276,8 +273,8 @@ def to_plan(inst: ShareInstance, sol: ShareSolution, placer: str = "shares") -> 
         trainers.append(replace(t, parts=parts,
                                 shares=() if all(u == UNITS for _, u in own) else shares))
     plan = replace(inst.plan, placer=placer, trainers=tuple(trainers),
-                   predicted={"share_model_s": sol.load_s, "share_bound_s": sol.bound_s,
-                              "share_status": sol.status})
+                   prediction=Prediction(share_model=ShareModel(sol.load_s, sol.bound_s,
+                                                                sol.status)))
     return fill_samplers(inst.problem, plan)
 
 
@@ -311,7 +308,7 @@ def _better(problem: Problem, a: Plan, b: Plan) -> bool:
 
 def starting_plans(problem: Problem, *, seed: int = 0) -> list[Plan]:
     """The placements shares are rebalanced on: colocation (even and whole) and greedy."""
-    from gnnsched.placement.placer import get_placer
+    from gnnsched.placement.base import get_placer
 
     out: list[Plan] = []
     for name in ("colocation", "colocation-even", "greedy"):

@@ -115,11 +115,11 @@ def test_gnnsched_starts_from_the_balanced_cut(mini: Problem) -> None:
     placer = GnnschedPlacer()
     placer.max_evals = 10
     plan = placer.place_problem(mini, seed=0, budget=4.0)
-    d = plan.predicted["search"]["draws"]
-    assert any("balanced" in n.split(" = ") for n in d["starts"])
+    d = plan.prediction.search.draws
+    assert any("balanced" in n.split(" = ") for n in d.starts)
     even = get_placer("colocation-even").place_problem(mini, seed=0)
     sc = simulator_scorer(mini, seed=0)
-    assert plan.predicted["epoch_time_s"] == pytest.approx(sc(plan))
+    assert plan.prediction.epoch_time_s == pytest.approx(sc(plan))
     assert sc(plan) < 0.95 * sc(even)
 
 
@@ -213,5 +213,5 @@ def test_staggered_shares_win_where_the_nics_bind_and_lose_where_compute_does() 
             placer = GnnschedPlacer()
             placer.max_evals = 4
             plan = placer.place_problem(pb, seed=0, budget=6.0)
-            assert "staggered" in plan.predicted["search"]["draws"]["starts"]
-            assert plan.predicted["epoch_time_s"] < 0.95 * sc(even)
+            assert "staggered" in plan.prediction.search.draws.starts
+            assert plan.prediction.epoch_time_s < 0.95 * sc(even)

@@ -212,11 +212,12 @@ def test_plan_with_caches_is_compared_with_colocation_and_the_same_caches() -> N
     pb = _problem()
     plan = plan_and_compare(pb, "gnnsched", seed=0, budget=2.0, cache_share=0.5)
     assert plan.caches
-    base = plan.predicted["baselines"]
-    assert base["colocation+cache"]["caches"]
-    assert base["colocation+cache"]["epoch_time_s"] <= base["colocation"]["epoch_time_s"] * 1.001
+    base = plan.prediction
+    assert base.baseline("colocation+cache").caches
+    assert base.baseline("colocation+cache").epoch_time_s <= \
+        base.baseline("colocation").epoch_time_s * 1.001
     plain = plan_and_compare(pb, "gnnsched", seed=0, budget=2.0)
-    assert not plain.caches and "colocation+cache" not in plain.predicted["baselines"]
+    assert not plain.caches and plain.prediction.baseline("colocation+cache") is None
     # the same placement without its caches (the two searches stop on the clock, so under
     # load they need not reach the same placement)
     from dataclasses import replace
@@ -224,4 +225,4 @@ def test_plan_with_caches_is_compared_with_colocation_and_the_same_caches() -> N
     from gnnsched.placement.placer import default_scorer
 
     score = default_scorer(pb, 0)[0]
-    assert plan.predicted["epoch_time_s"] <= score(replace(plan, caches=())) * 1.001
+    assert plan.prediction.epoch_time_s <= score(replace(plan, caches=())) * 1.001

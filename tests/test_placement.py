@@ -60,7 +60,7 @@ def test_every_placer_is_feasible_on_every_example(problems, example: str) -> No
 
 def test_colocation_reports_infeasibility(problems) -> None:
     plan = get_placer("colocation").place_problem(problems["lab4"])
-    assert plan.predicted["colocation_feasible"] is False
+    assert plan.prediction.colocation_feasible is False
     assert any("store0 has no GPU" in n for n in plan.notes)
     # every store trains on its own data when it can: samplers stay with the partitions
     for t in plan.trainers:
@@ -76,7 +76,7 @@ def test_colocation_feasible_when_every_store_has_a_gpu() -> None:
     j = job_from_dict({"num_parts": 3, "trainers": 3, "dataset": "synthetic"})
     pb = Problem(c, j, synthetic_profile(3, seeds_per_part=64))
     plan = get_placer("colocation").place_problem(pb)
-    assert plan.predicted["colocation_feasible"] is True
+    assert plan.prediction.colocation_feasible is True
     assert all(t.machine == f"m{t.parts[0]}" for t in plan.trainers)
 
 
@@ -219,10 +219,10 @@ def test_gnnsched_is_never_slower_than_the_baselines(problems) -> None:
 
     pb = problems["lab4"]
     plan = plan_and_compare(pb, "gnnsched", seed=0, budget=4.0)
-    pr = plan.predicted
-    d = pr["search"]["draws"]
-    starts = d["start_epochs_s"]
-    ref = [min(v[k] for v in starts.values()) for k in range(len(d["seeds"]))]
+    pr = plan.prediction
+    d = pr.search.draws
+    starts = d.start_epochs_s
+    ref = [min(v[k] for v in starts.values()) for k in range(len(d.seeds))]
 
     def worst(v):
         return max(a / b for a, b in zip(v, ref))
@@ -231,13 +231,14 @@ def test_gnnsched_is_never_slower_than_the_baselines(problems) -> None:
         return (max(v) - min(v)) / min(v)
 
     for name, v in starts.items():
-        assert worst(d["epoch_s"]) <= worst(v) * (1 + 1e-9), name
-    for name, row in pr["baselines"].items():
+        assert worst(d.epoch_s) <= worst(v) * (1 + 1e-9), name
+    for row in pr.baselines:
+        name = row.name
         start = next((v for k, v in starts.items() if name in k.split(" = ")), None)
-        tol = max(spread(d["epoch_s"]), spread(start)) if start else 0.0
-        assert pr["epoch_time_s"] <= row["epoch_time_s"] * (1 + tol) * (1 + 1e-9), name
+        tol = max(spread(d.epoch_s), spread(start)) if start else 0.0
+        assert pr.epoch_time_s <= row.epoch_time_s * (1 + tol) * (1 + 1e-9), name
     assert {"colocation", "greedy"} <= {n for k in starts for n in k.split(" = ")}
-    assert 0 < pr["lower_bound_s"] <= pr["epoch_time_s"]
+    assert 0 < pr.lower_bound_s <= pr.epoch_time_s
 
 
 # ---------------------------------------------------------------------- CLI
@@ -279,7 +280,7 @@ def test_cli_plan_json_plot(tmp_path: Path, examples: Path,
     assert set(data["baselines"]) == {"colocation", "greedy", "random"}
     assert all("epoch_time_s" in v for v in data["baselines"].values())
     saved = Plan.load(out)
-    assert saved.predicted["baselines"]["colocation"]["colocation_feasible"] is False
+    assert saved.prediction.baseline("colocation").colocation_feasible is False
     assert png.stat().st_size > 10_000
     from gnnsched.cli import main
 
@@ -355,10 +356,10 @@ def test_reported_bound_holds_for_every_simulated_plan() -> None:
                 assert sim >= lb * (1 - 1e-9)
                 undercut += sim < K * plan_floor(pb, p)
         plan = plan_and_compare(pb, "gnnsched", seed=0, budget=4.0)
-        pr = plan.predicted
-        assert pr["epoch_time_s"] >= pr["lower_bound_s"] * (1 - 1e-9)
-        for row in pr["baselines"].values():
-            assert row["epoch_time_s"] >= pr["lower_bound_s"] * (1 - 1e-9)
+        pr = plan.prediction
+        assert pr.epoch_time_s >= pr.lower_bound_s * (1 - 1e-9)
+        for row in pr.baselines:
+            assert row.epoch_time_s >= pr.lower_bound_s * (1 - 1e-9)
     assert undercut > 0  # the mean-cost floor alone would have been reported as a bound
 
 
@@ -433,8 +434,9 @@ prof = synthetic_profile(4, seeds_per_part=35, batch_size=8, fanouts=[10, 25],
 # bounded by work (max_evals), not by the clock: a search the clock stops depends on how
 # loaded the machine is (CI stopped three processes at three points with budget=3 s)
 plan = get_placer("gnnsched", max_evals=40).place(c, j, prof, seed=0, budget=120.0)
-search = {k: v for k, v in plan.predicted["search"].items() if k not in ("wall_s", "scoring_s")}
-print(repr(plan.key()), repr(plan.predicted["epoch_time_s"]), sorted(search.items()))
+search = {k: v for k, v in plan.prediction.search.to_dict().items()
+          if k not in ("wall_s", "scoring_s")}
+print(repr(plan.key()), repr(plan.prediction.epoch_time_s), sorted(search.items()))
 """
 
 

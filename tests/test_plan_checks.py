@@ -70,16 +70,17 @@ def test_plan_prints_floors_below_its_prediction(placer: str) -> None:
     for shape, trainers in (("plentiful", 4), ("hetero", 2)):
         pb = _shape_problem(shape, trainers, 40)
         plan = plan_and_compare(pb, placer, seed=0, budget=2.0)
-        pr = plan.predicted
-        per = pr["epoch_time_s"] / pr["iterations"]
-        assert pr["iteration_s"] == pytest.approx(per)
-        assert 0 < pr["bottleneck_iteration_s"] <= per * (1 + 1e-9)
-        assert 0 < pr["chain_iteration_s"] <= per * (1 + 1e-9)
-        for name, row in pr["baselines"].items():
-            assert "error" not in row, (shape, name, row)
-            base_per = row["epoch_time_s"] / pr["iterations"]
-            assert row["bottleneck_iteration_s"] <= base_per * (1 + 1e-9), name
-            assert row["chain_iteration_s"] <= base_per * (1 + 1e-9), name
+        pr = plan.prediction
+        per = pr.epoch_time_s / pr.iterations
+        assert pr.iteration_s == pytest.approx(per)
+        assert 0 < pr.floors.bottleneck_iteration_s <= per * (1 + 1e-9)
+        assert 0 < pr.floors.chain_iteration_s <= per * (1 + 1e-9)
+        for row in pr.baselines:
+            name = row.name
+            assert row.error is None, (shape, name, row)
+            base_per = row.epoch_time_s / pr.iterations
+            assert row.floors.bottleneck_iteration_s <= base_per * (1 + 1e-9), name
+            assert row.floors.chain_iteration_s <= base_per * (1 + 1e-9), name
 
 
 def test_why_line_orders_the_floors() -> None:
@@ -238,7 +239,7 @@ def test_colocation_is_feasible_on_the_plentiful_shape(trainers: int) -> None:
 
     pb = _shape_problem("plentiful", trainers, 200)
     colo = get_placer("colocation").place_problem(pb)
-    assert colo.predicted["colocation_feasible"] is True
+    assert colo.prediction.colocation_feasible is True
     assert not any("infeasible" in n for n in colo.notes)
     for t in colo.trainers:  # on a store of its own partitions
         assert t.machine in {pb.names[pb.store_of[p]] for p in t.parts}
@@ -262,7 +263,7 @@ def test_colocation_infeasible_only_where_a_store_cannot_host_its_trainer() -> N
     pb0 = _shape_problem("plentiful", 4, 200)
     pb = Problem(small, pb0.job, pb0.profile)
     colo = get_placer("colocation").place_problem(pb)
-    assert colo.predicted["colocation_feasible"] is False
+    assert colo.prediction.colocation_feasible is False
     (note,) = [n for n in colo.notes if "infeasible" in n]
     assert note.startswith("colocation infeasible: store h0 has ")
     assert "of memory left after what it stores and runs, a trainer needs" in note
@@ -274,7 +275,7 @@ def test_colocation_infeasible_only_where_a_store_cannot_host_its_trainer() -> N
     # store holds the trainer's data too, so colocation is still feasible
     pb2 = Problem(small, _shape_problem("plentiful", 2, 200).job, pb0.profile)
     colo = get_placer("colocation").place_problem(pb2)
-    assert colo.predicted["colocation_feasible"] is True
+    assert colo.prediction.colocation_feasible is True
     assert 0 in colo.trainers[0].parts and colo.trainers[0].machine != "h0"
     for t in colo.trainers:
         assert t.machine in {pb2.names[pb2.store_of[p]] for p in t.parts}
@@ -283,7 +284,7 @@ def test_colocation_infeasible_only_where_a_store_cannot_host_its_trainer() -> N
     data["machines"][1]["gpus"] = [{"kind": "tiny", "speed": 1.0, "memory_gb": 1e-6}]
     pb = Problem(cluster_from_dict(data), pb0.job, pb0.profile)
     colo = get_placer("colocation").place_problem(pb)
-    assert colo.predicted["colocation_feasible"] is False
+    assert colo.prediction.colocation_feasible is False
     assert any("store h1 has no GPU with the" in n and "a trainer needs" in n
                for n in colo.notes)
 

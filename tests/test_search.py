@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from gnnsched.placement import Problem, check_resources, get_placer
+from gnnsched.placement.moves import Moves
 from gnnsched.placement.placer import fill_samplers, usage
 from gnnsched.placement.search import (
     SeedEvaluator,
-    _Moves,
     draw_seeds,
     fallback,
     repair,
@@ -130,7 +130,7 @@ def test_moves_keep_plans_valid_with_seed_shares() -> None:
                                             fanouts=[5, 10], hidden=32))
     start = get_placer("colocation").place_problem(pb)
     assert any(t.shares for t in start.trainers)
-    moves = _Moves(pb, np.random.default_rng(0))
+    moves = Moves(pb, np.random.default_rng(0))
     made = 0
     for k in range(300):
         kind = ("move", "swap", "samplers", "sampler_host", "fetch", "part", "share")[k % 7]
@@ -159,18 +159,18 @@ def test_placer_reports_the_draws_and_the_noise(hetero16) -> None:
     placer = GnnschedPlacer(seed_scorer=lambda s, its: _noisy(pb, s))
     placer.max_evals = 30
     plan = placer.place_problem(pb, seed=4, budget=6.0)
-    pr = plan.predicted
-    d = pr["search"]["draws"]
-    assert d["seeds"] == [4, 1004, 2004] and list(pr["epoch_time_by_seed_s"]) == \
+    pr = plan.prediction
+    d = pr.search.draws
+    assert d.seeds == (4, 1004, 2004) and list(pr.epoch_time_by_seed_s) == \
         ["4", "1004", "2004"]
-    assert pr["noise"] == pytest.approx(spread(d["epoch_s"]))
-    assert pr["epoch_time_s"] == d["epoch_s"][0]
-    if d["won_on_every_draw"]:
-        assert all(a < b for a, b in zip(d["epoch_s"], d["best_start_s"]))
+    assert pr.noise == pytest.approx(spread(d.epoch_s))
+    assert pr.epoch_time_s == d.epoch_s[0]
+    if d.won_on_every_draw:
+        assert all(a < b for a, b in zip(d.epoch_s, d.best_start_s))
     else:
-        assert d["kept"] in d["starts"]
-        vecs = list(d["start_epochs_s"].values())
-        assert d["epoch_s"] == vecs[fallback(vecs)]
+        assert d.kept in d.starts
+        vecs = list(d.start_epochs_s.values())
+        assert d.epoch_s == vecs[fallback(vecs)]
     check_resources(pb, plan)
 
 
@@ -189,15 +189,15 @@ def test_placer_keeps_colocation_within_its_margin(hetero16) -> None:
         return placer.place_problem(pb, seed=4, budget=6.0)
 
     free = place(0.0)
-    d = free.predicted["search"]["draws"]
+    d = free.prediction.search.draws
     # a start that is colocation's plan under another name too is named by both
-    (colo_name,) = [n for n in d["start_epochs_s"] if "colocation" in n.split(" = ")]
-    gain = min(c / v for v, c in zip(d["epoch_s"], d["start_epochs_s"][colo_name]))
+    (colo_name,) = [n for n in d.start_epochs_s if "colocation" in n.split(" = ")]
+    gain = min(c / v for v, c in zip(d.epoch_s, d.start_epochs_s[colo_name]))
     assert gain > 1.5  # hetero16: colocation leaves the fast GPUs idle
     assert place(gain - 1 - 0.05).key() == free.key()
     kept = place(gain - 1 + 0.05)
     colo = get_placer("colocation").place_problem(pb, seed=4)
-    assert kept.key() == colo.key() and kept.predicted["search"]["kept"] == "colocation (margin)"
+    assert kept.key() == colo.key() and kept.prediction.search.kept == "colocation (margin)"
     assert any("kept the colocation placer's plan" in n for n in kept.notes)
     assert margin_for(0.10) == pytest.approx(1.1 / 0.9 - 1)
     with pytest.raises(ValueError, match="fraction"):
