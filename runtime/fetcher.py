@@ -11,7 +11,7 @@ never from a peer's header). It runs wherever the plan's ``fetch_at`` says:
   ``FEATS`` message per mini-batch to the trainer.
 
 Rows of a store on the gatherer's own machine do not go through a socket at all: the store's
-rows are in shared memory (:class:`~gnnsched.runtime.store.FeatureTable`), mapped read-only
+rows are in shared memory (:class:`~gnnsched.runtime.feature_table.FeatureTable`), mapped read-only
 here, and gathered straight into the batch buffer (``shm_rows`` / ``shm_bytes`` in the stats:
 bytes read, not sent -- no socket and no NIC counts them). Rows from other machines arrive
 in chunks that are decoded as views of the received frames and scattered once into the
@@ -31,8 +31,9 @@ import numpy as np
 import zmq
 
 from gnnsched.runtime.ledger import section
+from gnnsched.runtime.nicqueue import Holds
 from gnnsched.runtime.role import Role
-from gnnsched.runtime.store import Holds, StoreClient
+from gnnsched.runtime.store_client import StoreClient
 from gnnsched.runtime.transport import (
     BULK,
     BULK_OUT,

@@ -29,7 +29,8 @@ import zmq
 
 from gnnsched.runtime.ledger import section
 from gnnsched.runtime.role import Role, seed_of
-from gnnsched.runtime.store import PartGraph, StoreClient, load_parts
+from gnnsched.runtime.store import PartGraph, load_parts
+from gnnsched.runtime.store_client import StoreClient
 from gnnsched.runtime.transport import BULK_OUT, Channel, Kind, Message, MessageError
 
 MAX_EDGES = 1 << 31

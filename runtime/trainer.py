@@ -72,7 +72,7 @@ from gnnsched.runtime.step import (
     predictions,
     set_grads,
 )
-from gnnsched.runtime.store import StoreClient
+from gnnsched.runtime.store_client import StoreClient
 from gnnsched.runtime.transport import BULK, Channel, Kind, Message, MessageError, ctrl
 
 

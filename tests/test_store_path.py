@@ -27,7 +27,9 @@ import pytest
 import zmq
 from procs import survivors
 
-from gnnsched.runtime.store import FeatureTable, NicQueue, OutTransfer, StoreClient
+from gnnsched.runtime.feature_table import FeatureTable
+from gnnsched.runtime.nicqueue import NicQueue, OutTransfer
+from gnnsched.runtime.store_client import StoreClient
 from gnnsched.runtime.transport import (
     CONTROL,
     BufferPool,

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import zmq
 
-from gnnsched.runtime.store import NicQueue, OutTransfer, StoreClient, chunked
+from gnnsched.runtime.nicqueue import NicQueue, OutTransfer, chunked
+from gnnsched.runtime.store_client import StoreClient
 from gnnsched.runtime.transport import (
     BULK,
     CONTROL,
