@@ -34,13 +34,11 @@ test code: ``tests/exact_schedules.py``.
 from __future__ import annotations
 
 import heapq
-import importlib.util
+import importlib
 import math
-import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from gnnsched.instance import Instance
@@ -595,23 +593,19 @@ _MOVED = ("ExactResult", "MAX_EXACT_BATCHES", "MAX_EXACT_MACHINES", "exact_sched
 
 def __getattr__(name: str) -> Any:
     """The exact schedules moved to ``tests/exact_schedules.py`` (test code, not shipped).
-    In a checkout the old names still resolve there, with a deprecation warning, until their
-    last users (``bench/bench_scheduler.py``, ``tests/test_policy.py``) import the new place."""
-    path = Path(__file__).resolve().parents[1] / "tests" / "exact_schedules.py"
+    Where that module is importable (tests/ on ``sys.path``, as under pytest) the old names
+    still resolve there, with a deprecation warning, until their last users
+    (``bench/bench_scheduler.py``, ``tests/test_policy.py``) import it themselves; this
+    bridge then goes."""
     if name not in _MOVED:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if not path.is_file():
+    try:
+        mod = importlib.import_module("exact_schedules")
+    except ImportError:
         raise AttributeError(f"{__name__}.{name} moved to tests/exact_schedules.py (test "
-                             "code, in a checkout of gnnsched only)")
+                             "code: put tests/ on sys.path and import it from there)") from None
     warnings.warn(f"{__name__}.{name} moved to tests/exact_schedules.py", DeprecationWarning,
                   stacklevel=2)
-    mod = sys.modules.get("exact_schedules")
-    if mod is None or Path(getattr(mod, "__file__", "") or "").resolve() != path:
-        spec = importlib.util.spec_from_file_location("exact_schedules", path)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["exact_schedules"] = mod
-        spec.loader.exec_module(mod)
     return getattr(mod, name)
 
 

@@ -539,13 +539,4 @@ class _FairNet:
         resched.clear()
 
 
-def __getattr__(name: str) -> Any:
-    """The runtime's windowed NIC model lives in :mod:`.window`; its old path still works."""
-    if name in ("_WindowNet", "_RECEIVER"):
-        from gnnsched.simulator import window
-
-        return getattr(window, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = ["_FairNet", "_Flow", "_Group", "_PriorityNet"]
