@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gnnsched.runtime.procs import end_piped
+
 DISTS = ("gnnsched", "torch", "dgl", "pyzmq")  # a different version is a problem
 SOFT_DISTS = ("numpy",)  # a different version is a warning
 DIGEST_PACKAGES = ("gnnsched", "gnnsched.runtime", "gnnsched.datasets")
@@ -413,19 +415,7 @@ class _Session:
                 return None
 
     def close(self, grace: float = 2.0) -> None:
-        try:
-            if self.popen.stdin is not None:
-                self.popen.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.popen.wait(grace)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(self.popen.pid, 9)
-            except OSError:
-                pass
-            self.popen.wait(5)
+        end_piped(self.popen, grace)
         for fh in (self.popen.stdout, self.popen.stderr):
             if fh is not None:
                 try:

@@ -96,6 +96,23 @@ def stop_groups(procs: Sequence[Leader], grace: float, *, kill_wait: float = 5.0
     return live
 
 
+def end_piped(popen: subprocess.Popen, grace: float) -> None:
+    """End a child that reads commands on its stdin (a fork server, a probe session): close
+    its stdin (it exits on end of input), wait ``grace``, then SIGKILL its group and reap it.
+    The caller closes its other pipes."""
+    try:
+        if popen.stdin is not None:
+            popen.stdin.close()
+    except OSError:
+        pass
+    try:
+        popen.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(popen.pid, signal.SIGKILL)
+        popen.wait(5.0)
+
+
 class Child:
     """A started child leading its own session: poll, signal, wait, read its log's tail."""
 
@@ -128,4 +145,4 @@ class Child:
         return "\n".join(text[-lines:])
 
 
-__all__ = ["Child", "GroupLeader", "signal_group", "start_in_session", "stop_groups"]
+__all__ = ["Child", "GroupLeader", "end_piped", "signal_group", "start_in_session", "stop_groups"]

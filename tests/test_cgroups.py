@@ -195,7 +195,8 @@ def test_cpu_quota_holds() -> None:
 def test_memory_limit_kills_like_a_real_host() -> None:
     """A process that touches more than its host's memory_gb is killed by the kernel (SIGKILL,
     the group's OOM counter rises), as on a host without swap."""
-    from gnnsched.runtime.launcher import NetnsLauncher, Process, RoleLaunch
+    from gnnsched.runtime.netns_launcher import NetnsLauncher
+    from gnnsched.runtime.role_process import Process, RoleLaunch
 
     spec = _spec("o", [{"name": "small", "cpus": 1, "memory_gb": 0.1}])
     with netns.emulated(spec, cgroups=True, dilation=1.0) as ec:
@@ -283,7 +284,8 @@ def test_netns_launcher_starts_roles_in_their_hosts_groups(tmp_path: Path) -> No
     """A role forked by a host's fork server runs in its own group under the host's CPU group,
     a trainer in its device's group, the fork server in the host's; without a fork server the
     role is in its group as well."""
-    from gnnsched.runtime.launcher import NetnsLauncher, RoleLaunch
+    from gnnsched.runtime.netns_launcher import NetnsLauncher
+    from gnnsched.runtime.role_process import RoleLaunch
 
     spec = _spec("l", [{"name": "g", "cpus": 1, "memory_gb": 2, "gpus": [{"speed": 1.0}]}])
     with netns.emulated(spec, cgroups=True, cores=1.0) as ec:

@@ -292,7 +292,7 @@ def test_ssh_trains_like_netns_and_leaves_nothing(ssh_cluster: SshCluster, tmp_p
     # the same plan through the netns launcher: the same accuracy, and the reference's
     from gnnsched.api import train
     from gnnsched.runtime.coordinator import RuntimeOptions
-    from gnnsched.runtime.launcher import NetnsLauncher
+    from gnnsched.runtime.netns_launcher import NetnsLauncher
 
     t0 = time.monotonic()
     netres = train(sc.cluster, sc.job, _plan(sc.cluster),
@@ -427,7 +427,8 @@ def _nobody(sc: SshCluster) -> str:
 
 
 def _preflight(sc: SshCluster, cluster_file: Path, **kw) -> str:
-    from gnnsched.runtime.launcher import LaunchError, SshLauncher
+    from gnnsched.runtime.role_process import LaunchError
+    from gnnsched.runtime.ssh_launcher import SshLauncher
 
     launcher = SshLauncher(load_cluster(cluster_file), remote_python=kw.pop("python", PY),
                            connect_timeout=3, **kw)
