@@ -31,20 +31,19 @@ namespace and root link. Deleting a namespace deletes its veths, bridge and qdis
 Run a process on host ``h``: ``cluster.exec_prefix(h) + [sys.executable, ...]`` (needs root;
 the environment, virtual environment included, is inherited).
 
-This module is the cluster's lifecycle (addresses, state file, up/down, measuring); the
-primitives it runs -- ``ip``/``tc``, the tbf queue arithmetic, entering a namespace, ping --
-are in :mod:`.netns_ops` and importable from here as well.
+This module is the cluster's lifecycle (up/down, measuring); the primitives it runs --
+``ip``/``tc``, the tbf queue arithmetic, entering a namespace, ping -- are in
+:mod:`.netns_ops`, the names and addresses in :mod:`.netns_addresses`, the state file and its
+lock in :mod:`.netns_state`; all are importable from here as well.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import ipaddress
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -52,11 +51,19 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from gnnsched.runtime import cgroups as cg
+from gnnsched.runtime.netns_addresses import (
+    IFNAMSIZ,
+    HostNet,
+    _clean,
+    _plan_addresses,
+    _short,
+    namespace_name,
+)
 from gnnsched.runtime.netns_ops import (
     _RECV,
     _SEND,
@@ -76,6 +83,14 @@ from gnnsched.runtime.netns_ops import (
     shape_params,
     tsq_bytes,
 )
+from gnnsched.runtime.netns_state import (
+    _lock,
+    _state_dir,
+    dilation,
+    list_states,
+    read_state,
+    state_path,
+)
 from gnnsched.runtime.procs import signals_deferred
 from gnnsched.runtime.qos import QosError, attach_classifier
 from gnnsched.spec import ClusterSpec
@@ -83,7 +98,6 @@ from gnnsched.spec import ClusterSpec
 BRIDGE = "br0"
 HOST_IF = "eth0"
 GATEWAY_PORT = "gw"
-IFNAMSIZ = 15  # Linux interface names: at most 15 characters
 
 # --------------------------------------------------------------------------------------
 # Privileges and availability
@@ -135,116 +149,6 @@ def unavailable_reason() -> str | None:
         return None
     finally:
         subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-
-
-# --------------------------------------------------------------------------------------
-# Names and addresses
-
-
-def _clean(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "_"
-
-
-def _short(base: str, limit: int) -> str:
-    """`base` if it fits, else a prefix plus a hash, so long names stay unique and legal."""
-    if len(base) <= limit:
-        return base
-    digest = hashlib.sha1(base.encode()).hexdigest()[:6]
-    return f"{base[:limit - 7]}-{digest}"
-
-
-def namespace_name(cluster: str, host: str | None = None) -> str:
-    """``gs-<cluster>`` (the switch) or ``gs-<cluster>-<host>``."""
-    base = f"{PREFIX}{_clean(cluster)}" + (f"-{_clean(host)}" if host is not None else "")
-    return _short(base, 64)
-
-
-def _check_private(addr: ipaddress.IPv4Address, where: str) -> None:
-    if not addr.is_private or addr.is_loopback or addr.is_link_local or addr.is_multicast:
-        raise NetnsError(f"{where}: address {addr} is not a private unicast address; the "
-                         "emulated cluster only uses private ranges (e.g. 10.77.0.0/16) so no "
-                         "traffic can leave the box")
-
-
-def _plan_addresses(spec: ClusterSpec, gateway: bool) -> tuple[dict[str, str], str | None, int]:
-    """Host addresses (from the file, else 10.77.X.Y), the gateway's, and the prefix length."""
-    given: dict[str, ipaddress.IPv4Address] = {}
-    for m in spec.machines:
-        if m.address:
-            try:
-                addr = ipaddress.IPv4Address(m.address)
-            except ValueError:
-                raise NetnsError(f"{spec.source}: machines[{m.name}].address: {m.address!r} is "
-                                 "not an IPv4 address (e.g. 10.77.0.1)") from None
-            _check_private(addr, f"{spec.source}: machines[{m.name}].address")
-            if addr in given.values():
-                raise NetnsError(f"{spec.source}: machines[{m.name}].address: {addr} is used "
-                                 "by two machines (each needs its own)")
-            given[m.name] = addr
-    if given:
-        base = ipaddress.ip_network(f"{next(iter(given.values()))}/24", strict=False)
-    else:  # a /24 per cluster name, so two auto-addressed clusters rarely overlap
-        third = 100 + int(hashlib.sha1(spec.name.encode()).hexdigest(), 16) % 100
-        base = ipaddress.ip_network(f"10.77.{third}.0/24")
-    used = set(given.values())
-
-    def fresh() -> Iterator[ipaddress.IPv4Address]:
-        cur = int(base.network_address)
-        while True:
-            cur += 1
-            addr = ipaddress.IPv4Address(cur)
-            if cur & 0xFF in (0, 254, 255) or addr in used:
-                continue
-            if not addr.is_private:
-                raise NetnsError(f"{spec.source}: ran out of private addresses for "
-                                 f"{len(spec.machines)} machines; give each an `address`")
-            yield addr
-
-    gen = fresh()
-    addrs = {m.name: given.get(m.name) or next(gen) for m in spec.machines}
-    gw = None
-    if gateway:
-        gw = base.network_address + 254
-        if gw in addrs.values():
-            gw = next(gen)
-    everything = [int(a) for a in addrs.values()] + ([int(gw)] if gw is not None else [])
-    plen = min(24, 32 - (min(everything) ^ max(everything)).bit_length())
-    net = ipaddress.ip_network(f"{ipaddress.IPv4Address(min(everything))}/{plen}", strict=False)
-    if plen < 8 or not net.is_private:
-        raise NetnsError(f"{spec.source}: machine addresses span {net}, too wide for one "
-                         "emulated switch; keep them in one private /16 (e.g. 10.77.0.0/16)")
-    for name, a in addrs.items():
-        if a in (net.network_address, net.broadcast_address):
-            raise NetnsError(f"{spec.source}: machines[{name}].address: {a} is the network or "
-                             f"broadcast address of {net}")
-    return {k: str(v) for k, v in addrs.items()}, (str(gw) if gw else None), plen
-
-
-@dataclass(frozen=True)
-class HostNet:
-    """One emulated host: where its processes run and what its NIC is shaped to."""
-
-    name: str
-    ns: str  # network namespace
-    address: str
-    prefix: int
-    egress: float  # bytes/s, shaped on eth0 in `ns` (the file's rate / the dilation)
-    ingress: float  # bytes/s, shaped on `port` in the switch namespace (likewise)
-    port: str  # the host's veth port on the switch
-
-
-def _state_dir() -> Path:
-    env = os.environ.get("GNNSCHED_NETNS_STATE")
-    if env:
-        return Path(env)
-    run = Path("/run")
-    if os.access(run, os.W_OK):
-        return run / "gnnsched" / "netns"
-    return Path("/tmp/gnnsched-netns")
-
-
-def state_path(cluster: str) -> Path:
-    return _state_dir() / f"{_clean(cluster)}.json"
 
 
 # --------------------------------------------------------------------------------------
@@ -694,19 +598,6 @@ def _share_row(share: cg.HostShare) -> dict[str, Any]:
             "device_quota_cores": list(share.device_cores), "memory_limit": share.memory}
 
 
-@contextlib.contextmanager
-def _lock() -> Iterator[None]:
-    """Serialise up/down across processes (one lock for all clusters: they share the box)."""
-    d = _state_dir()
-    d.mkdir(parents=True, exist_ok=True)
-    with open(d / "netns.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _remove(namespaces: list[str], links: list[str]) -> list[str]:
     """Delete root links and namespaces that exist (killing what runs inside them first)."""
     removed: list[str] = []
@@ -729,22 +620,6 @@ def _remove(namespaces: list[str], links: list[str]) -> list[str]:
         raise NetnsError(f"processes survived SIGKILL ({stuck}); their namespaces are unnamed "
                          "but live on, with their veths, until those processes exit")
     return removed
-
-
-def read_state(cluster: str) -> dict[str, Any] | None:
-    try:
-        return json.loads(state_path(cluster).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def list_states() -> list[dict[str, Any]]:
-    d = _state_dir()
-    out = []
-    for p in sorted(d.glob("*.json")) if d.is_dir() else []:
-        with contextlib.suppress(OSError, ValueError):
-            out.append(json.loads(p.read_text()))
-    return out
 
 
 def down_cluster(name: str) -> list[str]:
@@ -776,16 +651,6 @@ def down_all() -> list[str]:
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
     return removed
-
-
-def dilation(cluster: str) -> float | None:
-    """The dilation factor D of emulated cluster ``cluster`` (its name) as it was brought up:
-    every time measured on it is D times the real cluster's (1.0: not a scale model); None when
-    it is not up."""
-    state = read_state(_clean(cluster))
-    if state is None:
-        return None
-    return float(state.get("dilation") or 1.0)
 
 
 def dilated(spec: ClusterSpec, factor: float) -> ClusterSpec:
