@@ -1,4 +1,4 @@
-"""`gnnsched bench --quick` end to end, plus the evaluation's pure pieces.
+"""`gnnsched bench eval --quick` end to end, plus the evaluation's pure pieces.
 
 The quick mode trains Cora on the GPU-less shape with every gnnsched-runtime system (network
 namespaces when root, else local processes), records DistDGL's infeasibility there, simulates

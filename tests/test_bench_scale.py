@@ -1,4 +1,4 @@
-"""`gnnsched bench --scale --quick` end to end, plus the scale tier's pure pieces.
+"""`gnnsched bench scale --quick` end to end, plus the scale tier's pure pieces.
 
 The quick mode takes a 20k-node products-like graph through partition, profile, plan and
 train on the emulated cluster (network namespaces when root, else local processes) for the
