@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from exact_schedules import small_instance
 from test_simulator import make_problem
 
-from gnnsched.bounds import isolation_bound, small_instance
+from gnnsched.bounds import isolation_bound
 from gnnsched.policy import (
     POLICIES,
     BatchInfo,
