@@ -190,7 +190,7 @@ def run_scenario(sc: Scenario, budget: float, seed: int) -> dict[str, Any]:
     t1 = time.perf_counter()
     plan = plan_and_compare(pb, "gnnsched", seed=seed, budget=budget, scorer=ev, how=how)
     gn_planning = time.perf_counter() - t1
-    pr = plan.predicted
+    pr = plan.prediction.as_legacy_dict()  # the plan file's mapping: baselines by name
     rows: dict[str, dict[str, Any]] = {"gnnsched": {
         "epoch_time_s": pr["epoch_time_s"], "planning_s": gn_planning + setup,
         "bottleneck": pr["bottleneck"]}}

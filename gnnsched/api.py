@@ -111,15 +111,15 @@ def plan_profile(plan: Plan, job: JobSpec, cost: CostProfile | str | Path | None
         cost.check_job(job, "profile")
         return cost
     if cost is None:
-        made = plan.predicted.get("made_for", {})
-        path = made.get("cost")
+        made = plan.prediction.made_for if plan.prediction is not None else None
+        path = made.cost if made is not None else None
         if path:
             p = Path(path)
             if not p.is_file():
                 raise SpecError(source, "predicted.made_for.cost",
                                 f"the plan was made with profile {path}, which is not there "
                                 "(from this folder)", "pass --cost PROFILE.json")
-            digest = made.get("cost_sha256")
+            digest = made.cost_sha256 if made is not None else None
             if digest and file_digest(p) != digest:
                 raise SpecError(source, "predicted.made_for.cost",
                                 f"profile {path} changed since the plan was made",

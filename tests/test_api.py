@@ -25,9 +25,9 @@ def made(tmp_path: Path) -> dict[str, Path]:
     cost = tmp_path / "cost.json"
     prof.save(cost)
     plan = api.plan(CLUSTER, JOB, cost, placer="greedy", seed=0)
-    made_for = plan.predicted["made_for"]
-    assert made_for["cost"] == str(cost) and len(made_for["cost_sha256"]) == 64
-    assert made_for["cluster"] == str(CLUSTER)
+    made_for = plan.prediction.made_for
+    assert made_for.cost == str(cost) and len(made_for.cost_sha256) == 64
+    assert made_for.cluster == str(CLUSTER)
     path = tmp_path / "plan.json"
     plan.save(path)
     return {"cost": cost, "plan": path}

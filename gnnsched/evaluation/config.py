@@ -352,6 +352,19 @@ def seed_split(plan: Plan) -> list[list[int]]:
     return [list(g) for g in split_of(plan)]
 
 
+def predicted(plan: Plan, name: str) -> Any:
+    """Field ``name`` of the plan's prediction (:class:`gnnsched.prediction.Prediction`);
+    None where the plan has none or did not record it."""
+    return getattr(plan.prediction, name, None) if plan.prediction is not None else None
+
+
+def predicted_scalars(plan: Plan) -> dict[str, Any]:
+    """The plan's prediction as results.json keeps it beside the plan: its numbers, names
+    and flags by the names the plan file uses (nested records left out)."""
+    legacy = plan.prediction.as_legacy_dict() if plan.prediction is not None else {}
+    return {k: v for k, v in legacy.items() if isinstance(v, (int, float, str, bool))}
+
+
 def plan_rows(plan: Plan) -> list[dict[str, Any]]:
     return [{"trainer": i, "machine": t.machine, "device": t.device, "parts": list(t.parts),
              **({"shares": list(t.shares)} if t.shares else {}),

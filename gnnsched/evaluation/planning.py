@@ -371,12 +371,13 @@ def run_seed(pb: Problem, seed: int, budget: float, setup_s: float = 0.0) -> dic
             continue
         plans[name] = plan
         rows[name]["gpus_used"] = gpus_used(plan)
-        if "search" in plan.predicted:  # which start the search kept (or "search")
-            rows[name]["kept"] = plan.predicted["search"].get("kept")
-        if "planning_phases_s" in plan.predicted:  # where gnnsched's seconds went
-            rows[name]["planning_phases_s"] = plan.predicted["planning_phases_s"]
-        if "colocation_feasible" in plan.predicted:
-            rows[name]["colocation_feasible"] = plan.predicted["colocation_feasible"]
+        pred = plan.prediction
+        if pred is not None and pred.search is not None:  # the start kept (or "search")
+            rows[name]["kept"] = pred.search.kept
+        if pred is not None and pred.planning_phases_s is not None:  # gnnsched's seconds
+            rows[name]["planning_phases_s"] = dict(pred.planning_phases_s)
+        if pred is not None and pred.colocation_feasible is not None:
+            rows[name]["colocation_feasible"] = pred.colocation_feasible
     if "gnnsched" not in plans:
         raise SpecError("planning", "gnnsched", f"its plan does not fit: "
                         f"{rows['gnnsched'].get('error')}")

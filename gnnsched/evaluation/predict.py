@@ -18,6 +18,7 @@ from gnnsched.evaluation.config import (
     canonical,
     error_text,
     plan_rows,
+    predicted,
     say,
 )
 from gnnsched.plan import Plan
@@ -208,7 +209,7 @@ def replan_insitu(cfg: dict[str, Any], cluster: ClusterSpec, job: JobSpec, prof:
     same = next((k for k, p in plans.items() if p.key() == plan.key()), None)
     return {"epoch_time_s": best, "replanned_s": new, "planned_s": None if old == math.inf
             else old, "colocation_s": float(colo_sim), "speedup": float(colo_sim) / best,
-            "bound_s": plan.predicted.get("lower_bound_s"), "same_plan_as": same,
+            "bound_s": predicted(plan, "lower_bound_s"), "same_plan_as": same,
             "trainers": plan_rows(plan), "seconds": time.perf_counter() - t0}
 
 

@@ -30,6 +30,7 @@ from gnnsched.evaluation.config import (
     metric_fields,
     metric_text,
     plan_rows,
+    predicted_scalars,
     say,
     seed_split,
 )
@@ -267,7 +268,7 @@ def make_plans(cfg: dict[str, Any], st: Settings, cluster: ClusterSpec, job: Job
         plan = canonical(plan)
         plans[placer] = plan
         plan.save(run_dir / f"plan-{placer}.json")
-        pred = {k: v for k, v in plan.predicted.items() if isinstance(v, (int, float, str, bool))}
+        pred = predicted_scalars(plan)
         cfg["plans"][placer] = {"trainers": plan_rows(plan), "notes": list(plan.notes),
                                 "predicted": pred, "split": seed_split(plan),
                                 "planning_s": time.perf_counter() - t0}

@@ -104,6 +104,7 @@ from gnnsched.evaluation.config import (
     error_text,
     mean_row_metric,
     plan_rows,
+    predicted_scalars,
     row_metric,
     say,
     seed_split,
@@ -204,8 +205,7 @@ def _plan_shape(st: ScaleSettings, steps: Steps, shape: str, cluster: ClusterSpe
         plan = canonical(plan)
         plan.save(run_dir / f"plan-{key}.json")
         plans[key] = plan
-        pred = {k: v for k, v in plan.predicted.items()
-                if isinstance(v, (int, float, str, bool))}
+        pred = predicted_scalars(plan)
         cfg["plans"][key] = {"trainers": plan_rows(plan), "notes": list(plan.notes),
                              "predicted": pred, "split": seed_split(plan),
                              "network_bound": network_bound(cluster, job, prof, plan)}

@@ -14,6 +14,7 @@ from gnnsched.evaluation.config import (
     SYSTEMS,
     error_text,
     load_shape,
+    predicted,
     say,
 )
 from gnnsched.evaluation.context import Context
@@ -96,11 +97,11 @@ def scale_point(ctx: Context, ds: str, shape: str, base: ClusterSpec, M: int) ->
             sim = simulate_system(cluster, job, plans[s.placer], prof, s.policy, st.seed)
             row["systems"][sysname] = {k: sim[k] for k in (
                 "epoch_time_s", "epoch_time_full_s", "lower_bound_s", "lower_bound_full_s")}
-        row["bound_any_placement_s"] = plans["gnnsched"].predicted.get("lower_bound_s")
+        row["bound_any_placement_s"] = predicted(plans["gnnsched"], "lower_bound_s")
         colo = row["systems"]["colocation+fifo"]["epoch_time_s"]
         me = row["systems"][HEADLINE]["epoch_time_s"]
         row["speedup_vs_colocation"] = colo / me if me else None
-        row["colocation_feasible"] = plans["colocation"].predicted.get("colocation_feasible")
+        row["colocation_feasible"] = predicted(plans["colocation"], "colocation_feasible")
         row["ok"] = True
     except Exception as exc:  # noqa: BLE001
         row.update(ok=False, error=error_text(exc))
