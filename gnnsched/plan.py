@@ -296,7 +296,8 @@ class Plan:
         pred = Prediction.from_dict(predicted, source) if predicted else None
         if pred is not None and pred.empty:
             pred = None
-        return cls(placer, cluster, fp, trainers, job, pred, tuple(notes or ()), dict(job_key), {str(m): int(v) for m, v in caches.items() if v})
+        return cls(placer, cluster, fp, trainers, job, pred, tuple(notes or ()), dict(job_key),
+                   {str(m): int(v) for m, v in caches.items() if v})
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import cache
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
@@ -370,11 +370,5 @@ def _scalar(value: Any, hint: Any) -> bool:
     return isinstance(value, hint)
 
 
-def replace_prediction(prediction: Prediction | None, **changes: Any) -> Prediction:
-    """`prediction` (or an empty one) with `changes` to its typed fields."""
-    return replace(prediction or Prediction(), **changes)
-
-
 __all__ = ["PREDICTION_VERSION", "BaselineRow", "BoundsRecord", "CpSatRecord", "Floors",
-           "MadeFor", "Prediction", "SearchDraws", "SearchRecord", "ShareModel",
-           "replace_prediction"]
+           "MadeFor", "Prediction", "SearchDraws", "SearchRecord", "ShareModel"]

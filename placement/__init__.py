@@ -7,10 +7,10 @@ search scored by the simulator), ``cpsat`` (the model alone), and the baselines
 and the baselines ``colocation`` (DistDGL), ``random`` and ``greedy`` (HEFT-style).
 """
 
-from gnnsched.placement.base import PLACERS, Placer, get_placer, register
+from gnnsched.placement.base import PLACERS, Placer, PlanningContext, get_placer, register
 from gnnsched.placement.feasibility import check_resources
 from gnnsched.placement.problem import Problem
 from gnnsched.placement.scoring import Scorer, default_scorer
 
-__all__ = ["PLACERS", "Placer", "Problem", "Scorer", "check_resources", "default_scorer",
-           "get_placer", "register"]
+__all__ = ["PLACERS", "Placer", "PlanningContext", "Problem", "Scorer", "check_resources",
+           "default_scorer", "get_placer", "register"]

@@ -77,7 +77,8 @@ class Ledger:
         return (f"has no free GPU: its {len(mach.gpus)} GPU(s) already run trainers of other "
                 "partitions")
 
-    def take_trainer(self, m: int, d: int, parts: Sequence[int], shares: Sequence[float] = ()) -> None:
+    def take_trainer(self, m: int, d: int, parts: Sequence[int], shares: Sequence[float] = ()
+                     ) -> None:
         self.devices[m].remove(d)
         self.cores[m] -= 1
         self.memory[m] -= self.pb.trainer_host_bytes(self.pb.cost(parts, shares))

@@ -342,7 +342,8 @@ def barrier_chain_bound(problem: Problem, split: Sequence[tuple[int, ...]], seed
     once batch ``k - d`` started training. With each drawn batch's chain floored by what no
     placement avoids (its sampling CPU time, then its features from every store but the
     trainer's own machine at the fastest rate any GPU machine could receive them; hops and
-    blocks counted as zero; its remote hops' edges to the best sampler host) and its training at the fastest GPU that fits, the recursion
+    blocks counted as zero; its remote hops' edges to the best sampler host) and its training
+    at the fastest GPU that fits, the recursion
     ``start[w][k] >= max(B_{k-1}, start[w][k-d] + chain[w][k])`` gives ``B_{K-1}``. Unlike the
     per-resource bound it takes the *maximum over trainers in every iteration*. Valid because
     the simulator's depth never exceeds the job's prefetch and the batches depend only on

@@ -73,6 +73,11 @@ class Moves:
             ts[i] = t
         return self._set(plan, ts)
 
+    def _samplers(self, plan: Plan, i: int, samplers: dict[str, int]) -> Plan:
+        """`plan` with trainer `i`'s samplers ``{machine: count}``."""
+        return self._put(plan, {i: replace(plan.trainers[i],
+                                           samplers=tuple(sorted(samplers.items())))})
+
     def _home(self, t: TrainerPlan) -> str:
         """The machine that sends trainer `t` the most feature bytes (its main store)."""
         return self.pb.names[main_store(self.pb, t.parts)]
@@ -140,7 +145,7 @@ class Moves:
             s[host] -= 1
             if s[host] == 0:
                 del s[host]
-        return self._put(plan, {i: replace(t, samplers=tuple(sorted(s.items())))})
+        return self._samplers(plan, i, s)
 
     def sampler_host(self, plan: Plan, focus: int | None) -> Plan | None:
         """Move some of a trainer's samplers to its own machine, its main store, or anywhere."""
@@ -161,7 +166,7 @@ class Moves:
         if s[src] == 0:
             del s[src]
         s[tgt] = s.get(tgt, 0) + k
-        return self._put(plan, {i: replace(t, samplers=tuple(sorted(s.items())))})
+        return self._samplers(plan, i, s)
 
     def fetch(self, plan: Plan, focus: int | None) -> Plan | None:
         """Gather at the trainer, at its main store (one pushed message), or at a relay."""

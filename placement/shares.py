@@ -8,7 +8,8 @@ the search):
 
 * **instance** (:class:`ShareInstance`): per partition, the trainers that may take its seeds
   (every trainer in small clusters; at scale its current owners, trainers on the same
-  machines, on its store, and those already pulling from its store: ``CANDIDATES``), and per *unit* of its seeds (``1 / UNITS``) the
+  machines, on its store, and those already pulling from its store: ``CANDIDATES``), and per
+  *unit* of its seeds (``1 / UNITS``) the
   seconds it adds to every resource. A trainer's mean mini-batch is linear in the seeds it owns
   (:meth:`gnnsched.workload.Workload.trainer_cost`: each part's mini-batch weighted by
   ``seeds x share / (iterations x batch)``), so every load of :meth:`Workload.loads` is a sum

@@ -764,11 +764,18 @@ def test_every_help_works_and_says_the_ranges(capsys: pytest.CaptureFixture,
     out = capsys.readouterr().out
     assert exc.value.code == 0 and f"usage: gnnsched {verb}" in out
     want = {"train": ["a TCP port 1..65535", "seconds > 0", "ROLE:ID:STEP[:SIGNAL]"],
-            "plan": ["a seed 0..4294967295"], "bench": ["machines 2..100000"],
+            "plan": ["a seed 0..4294967295"], "bench": ["eval", "scale-model", "MODE --help"],
             "demo": ["--example {", "lab4"]}.get(verb, [])
     flat = " ".join(out.split())
     for needle in want:
         assert needle in flat, (needle, out)
+
+
+def test_bench_eval_help_says_the_ranges(capsys: pytest.CaptureFixture) -> None:
+    """The evaluation's flags live on its subcommand: its help gives their ranges."""
+    with pytest.raises(SystemExit):
+        cli_main(["bench", "eval", "--help"])
+    assert "machines 2..100000" in " ".join(capsys.readouterr().out.split())
 
 
 def test_cluster_up_help_says_the_mtu_range(capsys: pytest.CaptureFixture) -> None:
