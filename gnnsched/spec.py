@@ -33,11 +33,15 @@ MAX_EPOCHS = 100_000
 class SpecError(ValueError):
     """A cluster, job, plan or profile file that cannot be used, with where and why."""
 
-    def __init__(self, source: str, field_path: str, problem: str, valid: str = "") -> None:
+    def __init__(self, source: str, field_path: str, problem: str, valid: str = "",
+                 nearest: str = "") -> None:
         self.source, self.field, self.problem, self.valid = source, field_path, problem, valid
+        self.nearest = nearest
         msg = f"{source}: {field_path}: {problem}" if field_path else f"{source}: {problem}"
         if valid:
             msg += f" (valid: {valid})"
+        if nearest:  # the likely one first-hand, not buried in a list of twenty
+            msg += f"; did you mean {nearest!r}?"
         super().__init__(msg)
 
 
@@ -142,10 +146,14 @@ class _Reader:
 
     def done(self) -> None:
         """Reject unknown keys: a typo must not silently become a default."""
-        extra = sorted(set(self.data) - self.used)
+        extra = sorted(set(self.data) - self.used, key=str)
         if extra:
+            import difflib
+
+            known = sorted(self.used)
+            near = difflib.get_close_matches(str(extra[0]), known, n=1, cutoff=0.6)
             raise SpecError(self.source, self._p(extra[0]), "unknown field",
-                            ", ".join(sorted(self.used)))
+                            ", ".join(known), near[0] if near else "")
 
 
 def _short(value: Any) -> str:

@@ -180,6 +180,23 @@ def test_a_misspelt_required_field_is_named_as_a_typo() -> None:
         cluster_from_dict(d, "c.yaml")
 
 
+@pytest.mark.parametrize("typo, nearest", [("batch_sise", "batch_size"), ("epoch", "epochs"),
+                                            ("fanout", "fanouts")])
+def test_an_unknown_field_suggests_the_nearest_valid_one(examples: Path, typo: str,
+                                                         nearest: str) -> None:
+    data = yaml.safe_load((examples / "lab4" / "job.yaml").read_text())
+    data[typo] = data.pop(nearest, 1)
+    with pytest.raises(SpecError) as exc:
+        job_from_dict(data, "job.yaml", examples / "lab4")
+    assert exc.value.nearest == nearest
+    assert str(exc.value).endswith(f"; did you mean {nearest!r}?"), str(exc.value)
+    data[nearest] = data.pop(typo)
+    data["zzzzzz"] = 1  # nothing near: no guess
+    with pytest.raises(SpecError) as far:
+        job_from_dict(data, "job.yaml", examples / "lab4")
+    assert far.value.nearest == "" and "did you mean" not in str(far.value)
+
+
 def test_without_moves_partitions() -> None:
     c = cluster_from_dict(GOOD)
     c2 = c.without("s0")
