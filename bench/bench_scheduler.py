@@ -9,7 +9,7 @@ Run: ``python bench/bench_scheduler.py [--quick] [--out docs/bench/scheduler.jso
    the online policy differs. Printed: epoch time of each policy, the lower bound of the same
    mini-batches (bounds.instance_bound), each policy's ratio to it, fifo / gnnsched, and the
    simulator's speed (events per CPU-second).
-2. Exact: small instances (bounds.small_instance, the family tests/test_bounds.py checks) solved
+2. Exact: small instances (tests/exact_schedules.small_instance, the family tests/test_bounds.py checks) solved
    by CP-SAT; each policy's makespan over the optimum.
 3. Sweep: many random small instances with mixed NIC speeds (no CP-SAT): how often and by how
    much gnnsched loses to fifo.
@@ -33,12 +33,16 @@ from typing import Any
 
 import numpy as np
 
-from gnnsched.bounds import exact_schedule, instance_bound, small_instance
+from gnnsched.bounds import instance_bound
 from gnnsched.instance import Instance, workload_for
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.profile import synthetic_profile
 from gnnsched.simulator import run
 from gnnsched.spec import GB, GBIT, GPU, ClusterSpec, JobSpec, Machine
+
+# The exact schedules are test code (tests/exact_schedules.py), not the product's.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from exact_schedules import exact_schedule, small_instance  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
