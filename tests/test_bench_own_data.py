@@ -193,3 +193,42 @@ def test_bench_runs_on_a_users_graph(tmp_path: Path, cache: Path) -> None:
     report = (out / "report.md").read_text()
     assert "| gpuless | mygraph | infeasible |" in report
     assert f"mygraph (`{f.resolve()}`, split 0)" in report
+
+
+def test_quick_on_your_own_data_shows_distdgl(tmp_path: Path, cache: Path) -> None:
+    """gpuless alone has no GPU on its stores, where DistDGL cannot run: your own graph's quick
+    evaluation adds the plentiful shape, and says so; Cora's CI run and a chosen shape stay."""
+    f = write_graph(tmp_path / "mygraph.npz")
+    st = config.resolve(_args("--quick", "--datasets", str(f), "--launcher", "local"))
+    assert st.shapes == ["gpuless", "plentiful"] and "distdgl" in st.systems
+    assert any("DistDGL" in n and "plentiful" in n for n in st.notes)
+    assert config.resolve(_args("--quick", "--launcher", "local")).shapes == ["gpuless"]
+    assert config.resolve(_args("--quick", "--datasets", str(f), "--shapes", "hetero",
+                                "--launcher", "local")).shapes == ["hetero"]
+
+
+def _config(accs: dict[str, float], majority: float = 0.3, **extra: object) -> dict:
+    return {"shape": "gpuless", "dataset": "mygraph",
+            "systems": {n: {"ok": True, "test_accuracy": a, "majority_rate": majority, **extra}
+                        for n, a in accs.items()}}
+
+
+def test_the_invariants_fail_when_the_model_did_not_learn() -> None:
+    from gnnsched.evaluation.judging.evaluation import learned
+
+    ok, detail = learned([_config({"colocation+fifo": 0.78, "gnnsched+gnnsched": 0.79})], 2)
+    assert ok and "2 runs checked" in detail
+    # 0.3 + 20% of 0.7 = 0.44: an untrained model's 0.33 fails, named with its numbers
+    ok, detail = learned([_config({"colocation+fifo": 0.33, "gnnsched+gnnsched": 0.79})], 2)
+    assert not ok and "colocation+fifo: test accuracy 0.3300" in detail
+    assert "needs >= 0.4400" in detail and "after 2 epochs" in detail
+    assert "gnnsched+gnnsched" not in detail
+    # an imbalanced binary job may pass on its ROC-AUC, not on accuracy against 0.9
+    auc = _config({"gnnsched+gnnsched": 0.9}, majority=0.9, metric="roc_auc", test_metric=0.8)
+    assert learned([auc], 2)[0]
+    auc["systems"]["gnnsched+gnnsched"]["test_metric"] = 0.52
+    assert not learned([auc], 2)[0]
+    # results without the rate (older runs) say what was not checked
+    ok, detail = learned([{"shape": "s", "dataset": "d", "systems": {"x": {"ok": True,
+                                                                          "test_accuracy": 0.1}}}], 2)
+    assert ok and detail.startswith("not checked")

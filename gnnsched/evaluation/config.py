@@ -166,6 +166,11 @@ def resolve(args: argparse.Namespace) -> Settings:
     check_names("gnnsched bench", "system", systems, SYSTEMS)
     datasets, own, notes = pick_datasets(args.datasets, q, data_dir, normalize,
                                          int(getattr(args, "split", 0) or 0))
+    if q and own and not args.shapes and "distdgl" in systems and not scale_model:
+        shapes = ["gpuless", "plentiful"]  # DistDGL cannot run where stores have no GPU
+        notes.append("your own dataset: --quick runs the plentiful shape beside gpuless, so "
+                     "DistDGL (which needs a GPU on every store) shows beside gnnsched "
+                     "(--shapes to choose)")
     launcher, reason = pick_launcher(args)
     if scale_model and launcher != "netns":
         raise SystemExit("gnnsched bench: --scale-model needs the netns launcher (root, "

@@ -138,7 +138,47 @@ def invariants(configs: list[dict[str, Any]], scaling: list[dict[str, Any]],
     if st.reference:
         add("every run matches single-process training of its seed split within 1 point",
             not ref_bad, "; ".join(ref_bad) if ref_bad else f"{ref_n} runs checked")
+    ok, detail = learned(configs, st.epochs)
+    add("the model learned: every run's accuracy closes at least "
+        f"{LEARN_GAP:.0%} of the gap from the majority-class rate to 1", ok, detail)
     return out
+
+
+# A run "learned" when its test accuracy closes this share of the gap between always
+# predicting the commonest class and a perfect score (Cora's majority rate 0.30: >= 0.44).
+# Agreement with the reference cannot stand in: an untrained reference agrees with an
+# untrained run. ROC-AUC jobs (imbalanced, binary) may pass on their metric instead.
+LEARN_GAP = 0.20
+LEARN_AUC = 0.60  # chance is 0.5
+
+
+def learned(configs: list[dict[str, Any]], epochs: int) -> tuple[bool, str]:
+    """Whether every real run beat the majority-class rate clearly, and the detail: the
+    failures with their numbers, or how many runs were checked against which rate."""
+    bad: list[str] = []
+    n = 0
+    for c in configs:
+        rates = [r["majority_rate"] for r in c["systems"].values()
+                 if num(r.get("majority_rate")) is not None]
+        if not rates:
+            continue
+        floor = rates[0] + LEARN_GAP * (1.0 - rates[0])
+        for name, r in c["systems"].items():
+            a = acc(r)
+            if a is None or not r.get("ok"):
+                continue
+            n += 1
+            auc = num(r.get("test_metric")) if r.get("metric") == "roc_auc" else None
+            if a + 1e-9 < floor and not (auc is not None and auc >= LEARN_AUC):
+                bad.append(f"{c['shape']}/{c['dataset']}/{name}: test accuracy {a:.4f} vs "
+                           f"majority-class rate {rates[0]:.4f} (needs >= {floor:.4f})"
+                           + (f", roc_auc {auc:.4f} < {LEARN_AUC}" if auc is not None else ""))
+    if bad:
+        return False, ("; ".join(bad) + f" -- after {epochs} epochs the model has not learned: "
+                       "train longer (--epochs) or check the features and labels")
+    if not n:
+        return True, "not checked: no run reported the majority-class rate of its test nodes"
+    return True, f"{n} runs checked against their test nodes' majority-class rate"
 
 
 def _why_speed(c: dict[str, Any], base: str, goal: float | None = None) -> str:
