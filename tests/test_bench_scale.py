@@ -190,3 +190,26 @@ def test_bench_scale_quick(tmp_path: Path) -> None:
     st = scale.resolve(_args("scale", "--quick", "--out", str(out), "--work", str(work)))
     parts, m = scale.Steps(st).partition()
     assert m["cached"] and m["peak_rss_bytes"] == doc["partition"]["peak_rss_bytes"]
+
+
+def test_colocation_with_the_same_caches_is_a_default_and_judged() -> None:
+    """A win over colocation without caches is the caches': colocation with the same caches
+    runs by default and gnnsched is judged against it too (>= 0.97x, fixed before any run)."""
+    assert "colocation+fifo+cache" in scale.DEFAULT_SYSTEMS
+    doc = _doc(850, 700, 800, (0.70, 0.705, 0.70))
+    doc["configs"][0]["systems"]["colocation+fifo+cache"] = {"seeds_per_s": 900.0}
+    t = {x["target"]: x for x in scale.targets(doc)}
+    cached = t["gnnsched >= 0.97x colocation + fifo + the same caches"]
+    assert cached["met"] is False and cached["value"] == pytest.approx(850 / 900)
+    assert "colocation + fifo + the same caches 900" in cached["why"]
+    doc["configs"][0]["systems"]["colocation+fifo+cache"]["seeds_per_s"] = 870.0
+    assert {x["target"]: x for x in scale.targets(doc)}[cached["target"]]["met"] is True
+
+
+def test_the_reference_row_is_its_median_run() -> None:
+    from gnnsched.evaluation.limit import median_run
+
+    runs = [{"seeds_per_s": 1407.0, "n": 1}, {"seeds_per_s": 1580.0, "n": 2},
+            {"seeds_per_s": 1600.0, "n": 3}]
+    assert median_run(runs)["n"] == 2 and median_run(runs[:2])["n"] == 1
+    assert median_run([]) == {} and median_run([{"error": "x"}]) == {"error": "x"}

@@ -63,6 +63,15 @@ def compute_bound(limit: dict[str, Any], refs: dict[str, Any]) -> dict[str, Any]
                 if best == pipe else "the single-process reference (1 thread)")}
 
 
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run at the median seeds/s (the lower one of an even count), as every system's row
+    is its median repetition: the reference is not its first run. Empty without runs."""
+    ok = sorted((r for r in runs if r.get("seeds_per_s")), key=lambda r: r["seeds_per_s"])
+    if not ok:
+        return runs[0] if runs else {}
+    return ok[(len(ok) - 1) // 2]
+
+
 def box_limit(compute: dict[str, Any], network: dict[str, Any] | None) -> dict[str, Any]:
     """The tighter of the compute and network bounds, in seeds/s."""
     c = compute.get("seeds_per_s")

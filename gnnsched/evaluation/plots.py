@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gnnsched.evaluation.config import COLOURS, HEADLINE, RUNTIME_SYSTEMS, SHAPES, SYSTEMS
+from gnnsched.evaluation.limit import median_run
 from gnnsched.evaluation.scale_config import COLOURS as SCALE_COLOURS
 from gnnsched.evaluation.scale_config import LABELS as SCALE_LABELS
 
@@ -222,7 +223,7 @@ def plot_scale(doc: dict[str, Any], out: Path) -> str:
     goal = (doc.get("goals") or {}).get("limit_fraction")
     for (ax, ax2), c in zip(axes, configs):
         names = ["reference"] + list(c["systems"])
-        ref = doc["reference"]["runs"][0] if doc["reference"]["runs"] else {}
+        ref = median_run(doc["reference"]["runs"])
         rows = {"reference": ref, **c["systems"]}
         vals = [rows[n].get("seeds_per_s") or 0.0 for n in names]
         ax.bar(range(len(names)), vals, color=[SCALE_COLOURS.get(n, "#777") for n in names])

@@ -12,7 +12,8 @@ section or a goal it leaves out is not judged. The names (:data:`GOALS`):
 - ``scale_model``: ``apriori_error``, ``apriori_error_all``, ``apriori_share``,
   ``wrong_order``, ``vs_colocation`` (the scale model's a-priori predictions and ranking:
   ``gnnsched bench scale-model`` and ``merge``);
-- ``scale``: ``limit_fraction``, ``vs_distdgl``, ``vs_colocation``, ``metric_points``,
+- ``scale``: ``limit_fraction``, ``vs_distdgl``, ``vs_colocation``,
+  ``vs_colocation_cached`` (against colocation with the same caches), ``metric_points``,
   ``partition_memory_x`` (``gnnsched bench scale``; results.json's ``goals``);
 - ``planning``: ``within_bound``, ``over_baseline``, ``plan_time_s``
   (``bench/bench_planning.py``).
@@ -30,8 +31,8 @@ GOALS: dict[str, tuple[str, ...]] = {
                    "accuracy_vs_distdgl"),
     "scale_model": ("apriori_error", "apriori_error_all", "apriori_share", "wrong_order",
                     "vs_colocation"),
-    "scale": ("limit_fraction", "vs_distdgl", "vs_colocation", "metric_points",
-              "partition_memory_x"),
+    "scale": ("limit_fraction", "vs_distdgl", "vs_colocation", "vs_colocation_cached",
+              "metric_points", "partition_memory_x"),
     "planning": ("within_bound", "over_baseline", "plan_time_s"),
 }
 

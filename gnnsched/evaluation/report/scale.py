@@ -10,7 +10,7 @@ import statistics
 from typing import Any
 
 from gnnsched.evaluation.config import fmt, row_metric
-from gnnsched.evaluation.limit import limit_text
+from gnnsched.evaluation.limit import limit_text, median_run
 from gnnsched.evaluation.measure import GB
 from gnnsched.evaluation.scale_config import LABELS, PRESET
 
@@ -54,7 +54,7 @@ def _steps(doc: dict[str, Any], L: list[str]) -> None:
         elif name == "limit":
             peak = f"{doc['limit']['compute']['process']['peak_rss_bytes'] / GB:.2f} GB"
         elif name.startswith("reference") and doc["reference"]["runs"]:
-            r = doc["reference"]["runs"][0]
+            r = median_run(doc["reference"]["runs"])
             peak = f"{r['peak_rss_bytes'] / GB:.2f} GB" if r.get("peak_rss_bytes") else ""
         L.append(f"| {name} | {secs:.1f} | {peak} |")
     L.append("")
@@ -140,7 +140,7 @@ def _systems_table(doc: dict[str, Any], c: dict[str, Any], L: list[str]) -> None
              " test metric | box load |")
     L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     ref = doc["reference"]
-    rr = ref["runs"][0] if ref["runs"] else {}
+    rr = median_run(ref["runs"])
     rows = [("reference", {**rr, "test_metric_mean": ref.get("test_metric")})]
     rows += list(c["systems"].items())
     for name, r in rows:
