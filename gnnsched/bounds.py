@@ -43,6 +43,7 @@ from typing import Any
 
 from gnnsched.instance import Instance
 from gnnsched.plan import Plan
+from gnnsched.prediction import Prediction
 from gnnsched.workload import Bound, Workload
 
 
@@ -515,7 +516,7 @@ def any_placement_bound(cpsat_s: float | None, per_plan: Mapping[str, PerPlanBou
 
 
 def bound_fields(per: PerPlanBound, anyb: AnyPlacementBound | None) -> dict[str, Any]:
-    """The keys both commands store (``plan.predicted``, ``simulate --json``):
+    """The keys both commands store (the plan file's ``predicted``, ``simulate --json``):
     ``per_plan_bound_s``, ``any_placement_bound_s`` (None where unknown) and ``bounds``
     ({seed, iterations, per_plan: {...}, any_placement: {...} | None}, each with its name and
     definition)."""
@@ -526,24 +527,35 @@ def bound_fields(per: PerPlanBound, anyb: AnyPlacementBound | None) -> dict[str,
                        "any_placement": None if anyb is None else anyb.to_dict()}}
 
 
-def recorded_bounds(predicted: Mapping[str, Any], per: PerPlanBound
+def recorded_bounds(prediction: Prediction | Mapping[str, Any] | None, per: PerPlanBound
                     ) -> tuple[AnyPlacementBound | None, str]:
-    """The any-placement bound a plan records (``plan.predicted``), where it was computed on
-    the draws `per` was (same seed, same per-plan bound: same plan, profile and iterations);
-    else None and why not, in words."""
-    rec = predicted.get("bounds") or {}
-    anyd, perd = rec.get("any_placement"), rec.get("per_plan")
+    """The any-placement bound a plan records (:attr:`Prediction.bounds`; a bare mapping is
+    read as the plan file's ``predicted``), where it was computed on the draws `per` was (same
+    seed, same per-plan bound: same plan, profile and iterations); else None and why not, in
+    words."""
+    seed, perd, anyd = _bounds_record(prediction)
     if not anyd or not perd:
         return None, ("not in the plan (`gnnsched plan` records it; this plan was made "
                       "otherwise or before it did)")
-    if int(rec.get("seed", -1)) != per.seed:
-        return None, (f"not known for seed {per.seed}: the plan's is for seed {rec.get('seed')} "
-                      f"(simulate with --seed {rec.get('seed')}, or plan with --seed {per.seed})")
+    if int(-1 if seed is None else seed) != per.seed:
+        return None, (f"not known for seed {per.seed}: the plan's is for seed {seed} "
+                      f"(simulate with --seed {seed}, or plan with --seed {per.seed})")
     mine = PerPlanBound.from_dict(perd)
     if mine.iterations != per.iterations or not _close(mine.epoch_s, per.epoch_s):
         return None, ("not known for these mini-batches: the plan's was computed on other "
                       "draws (another profile or job, or the plan was edited)")
     return AnyPlacementBound.from_dict(anyd), ""
+
+
+def _bounds_record(prediction: Prediction | Mapping[str, Any] | None
+                   ) -> tuple[Any, Mapping[str, Any] | None, Mapping[str, Any] | None]:
+    """(seed, per-plan bound, any-placement bound) of a recorded :class:`BoundsRecord`; a
+    mapping's ``bounds`` is taken as it is (a caller's may leave out its iterations)."""
+    if isinstance(prediction, Prediction) or prediction is None:
+        rec = prediction.bounds if prediction is not None else None
+        return (None, None, None) if rec is None else (rec.seed, rec.per_plan, rec.any_placement)
+    raw = prediction.get("bounds") or {}
+    return raw.get("seed"), raw.get("per_plan"), raw.get("any_placement")
 
 
 def fmt_s(s: float) -> str:

@@ -264,8 +264,7 @@ def read_run(run_dir: str | Path) -> MeasuredRun:
 def _recorded(plan: Plan, key: str, source: str, flag: str) -> Path:
     """The file a plan records it was made with (``predicted.made_for``, else the older
     ``cluster_file`` / ``job_file``), which must still be there."""
-    made = plan.predicted.get("made_for") or {}
-    path = made.get(key) or plan.predicted.get(f"{key}_file")
+    path = plan.prediction.made_with(key) if plan.prediction is not None else None
     if not path:
         raise SpecError(source, f"predicted.made_for.{key}", "the plan does not record its "
                         f"{key} file", f"pass {flag}")
@@ -288,7 +287,8 @@ def calibrate_run(run_dir: str | Path, profile: CostProfile | str | Path | None 
     if isinstance(profile, CostProfile):
         profile.check_job(job, "profile")
     else:
-        if profile is None and (run.plan.predicted.get("made_for") or {}).get("cost"):
+        made = run.plan.prediction.made_for if run.plan.prediction is not None else None
+        if profile is None and made is not None and made.cost:
             profile = _recorded(run.plan, "cost", source, "--cost")
         profile = profile_for(job, None if profile is None else str(profile))
     run.plan.validate(cluster, job, source)

@@ -7,7 +7,6 @@ diff line by line), loaded back and validated against the cluster they were made
 from __future__ import annotations
 
 import json
-import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -184,14 +183,6 @@ class Plan:
     # gatherer on that machine (an in-process trainer gather or a relay) serves them from
     # its own memory instead of asking their stores. Empty: no caches (the default).
     caches: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def predicted(self) -> dict[str, Any]:
-        """Deprecated: the prediction as the mapping the plan file holds (a copy; empty when
-        there is none). Read :attr:`prediction` instead."""
-        warnings.warn("Plan.predicted is deprecated: read Plan.prediction (a Prediction)",
-                      DeprecationWarning, stacklevel=2)
-        return self.prediction.as_legacy_dict() if self.prediction is not None else {}
 
     def with_prediction(self, prediction: Prediction | None = None, /, **keys: Any) -> Plan:
         """This plan with `prediction` (default: its own), and `keys` set as the plan file

@@ -11,8 +11,8 @@ The plan file keeps the mapping it has always written under ``predicted`` (flat 
 and :meth:`Prediction.from_dict`. A mapping without a version (every plan written before
 this record existed) loads the same way; what does not parse as its typed field (an older
 shape, a hand edit) is kept verbatim in ``extras``, so nothing a file held is lost.
-:meth:`Prediction.as_legacy_dict` is that mapping without the version: the view the
-deprecated ``Plan.predicted`` returns.
+:meth:`Prediction.as_legacy_dict` is that mapping without the version (what ``gnnsched plan
+--json`` prints a part of); :meth:`Prediction.of` reads a bare mapping a caller hands a report.
 
 Pure data: no imports beyond the standard library.
 """
@@ -187,6 +187,12 @@ class Prediction:
         """The row of baseline `name`, if it was compared."""
         return next((r for r in self.baselines or () if r.name == name), None)
 
+    def made_with(self, key: str) -> str | None:
+        """The ``key`` file (``cost``, ``cluster`` or ``job``) the plan was made from: its
+        ``made_for``'s, else the flat ``{key}_file`` older plans wrote (kept in ``extras``)."""
+        made = getattr(self.made_for, key, None) if self.made_for is not None else None
+        return made or self.extras.get(f"{key}_file") or None
+
     def with_legacy(self, **keys: Any) -> Prediction:
         """This prediction with `keys` set as the plan file names them (unknown ones go to
         ``extras``): how callers that still write the mapping's keys add theirs."""
@@ -224,6 +230,15 @@ class Prediction:
                             "not supported", f"{PREDICTION_VERSION} (re-run `gnnsched plan` "
                             "with this version)")
         return cls.from_legacy(rest, version)
+
+    @classmethod
+    def of(cls, value: Prediction | Mapping[str, Any] | None, source: str = "<plan>"
+           ) -> Prediction:
+        """What a reader was handed as a prediction: itself, a ``predicted`` mapping
+        (:meth:`from_dict`), or nothing (an empty prediction)."""
+        if isinstance(value, Prediction):
+            return value
+        return cls() if value is None else cls.from_dict(value, source)
 
     @property
     def empty(self) -> bool:

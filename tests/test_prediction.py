@@ -5,7 +5,6 @@ parse is kept, not lost; and the comparison hands every placer, a plug-in too, o
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 
 import pytest
@@ -59,8 +58,8 @@ def test_a_plan_written_by_the_previous_version_loads() -> None:
     assert pr.made_for == MadeFor(**old["made_for"])
     assert pr.planning_phases_s == old["planning_phases_s"]
     assert pr.speedup_vs_colocation == old["speedup_vs_colocation"]
-    with pytest.warns(DeprecationWarning, match="Plan.prediction"):
-        assert plan.predicted == old  # the deprecated view, for readers not yet moved
+    assert plan.to_dict()["predicted"] == {"version": PREDICTION_VERSION, **old}
+    assert not hasattr(plan, "predicted")  # the untyped view is gone: read the record
 
 
 def test_the_plan_file_keeps_its_mapping_and_a_version(tmp_path: Path) -> None:
@@ -108,9 +107,7 @@ def test_with_prediction_takes_the_file_names_of_the_fields() -> None:
     assert got.epoch_time_s == plan.prediction.epoch_time_s
     bare = Plan(plan.placer, plan.cluster, plan.cluster_fingerprint, plan.trainers)
     assert bare.prediction is None and bare.to_dict()["predicted"] == {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        assert bare.predicted == {}
+    assert Prediction.of(bare.prediction).as_legacy_dict() == {}
     assert bare.with_prediction(epoch_time_s=2.0).prediction.epoch_time_s == 2.0
 
 

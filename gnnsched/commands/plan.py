@@ -27,6 +27,10 @@ import sys
 from typing import Any
 
 from gnnsched.commands import new_image_file, output_file, seconds, seed_int
+from gnnsched.prediction import Prediction
+
+# what a report is handed: a plan's prediction, or (a caller's) the plan file's mapping
+Predicted = Prediction | dict[str, Any] | None
 
 HELP = "place tasks on a cluster (CP-SAT + simulated search) and compare with baselines"
 
@@ -104,14 +108,15 @@ def _secs(s: float) -> str:
     return f"{s:.4g} s"
 
 
-def scored_network(pr: dict[str, Any]) -> str | None:
+def scored_network(predicted: Predicted) -> str | None:
     """The network model the plan's predicted epochs were simulated with: what the plan
-    records (``network``), else read from ``scored_by`` — the placer's simulator scorer
-    (:func:`gnnsched.placement.placer.simulator_scorer`) runs the ideal network unless it
-    says otherwise; None when the plan was not scored by the simulator."""
-    if pr.get("network"):
-        return str(pr["network"])
-    how = str(pr.get("scored_by", ""))
+    records (a placer's own ``network`` key), else read from ``scored_by`` — the placer's
+    simulator scorer (:func:`gnnsched.placement.placer.simulator_scorer`) runs the ideal
+    network unless it says otherwise; None when the plan was not scored by the simulator."""
+    pr = Prediction.of(predicted)
+    if pr.extras.get("network"):
+        return str(pr.extras["network"])
+    how = str(pr.scored_by or "")
     if not how.startswith("simulator"):
         return None
     return "windowed" if "windowed" in how else "ideal"
@@ -124,8 +129,7 @@ def runtime_prediction(problem: Any, plan: Any, seed: int) -> dict[str, Any] | N
     from gnnsched import api
     from gnnsched.simulator import DEFAULT_NETWORK
 
-    pr = plan.predicted
-    if scored_network(pr) in (None, DEFAULT_NETWORK):
+    if scored_network(plan.prediction) in (None, DEFAULT_NETWORK):
         return None
     res = api.simulate(problem.cluster, problem.job, plan, problem.profile, seed=seed,
                        network=DEFAULT_NETWORK)
@@ -137,11 +141,11 @@ def runtime_prediction(problem: Any, plan: Any, seed: int) -> dict[str, Any] | N
 def table(problem: Any, plan: Any, runtime: dict[str, Any] | None = None) -> str:
     """The human-readable report: tasks per trainer, then times against the baselines, and
     ``runtime`` (:func:`runtime_prediction`): this plan on the runtime's network."""
-    pr = plan.predicted
+    pr = Prediction.of(plan.prediction)
     cl, job = problem.cluster, problem.job
     lines = [f"plan: {plan.placer} for job {job.name!r} ({job.trainers} trainers, "
              f"{job.num_parts} partitions) on cluster {cl.name!r} ({len(cl.machines)} machines)",
-             f"scored by: {pr.get('scored_by', '?')}, {pr.get('iterations', '?')} iterations "
+             f"scored by: {_or(pr.scored_by, '?')}, {_or(pr.iterations, '?')} iterations "
              "per epoch"] + planning_lines(pr) + [""]
     rows = [("trainer", "machine", "gpu", "parts", "samplers", "gathers at")]
     shown = plan.trainers if len(plan.trainers) <= 64 else plan.trainers[:32]
@@ -168,26 +172,27 @@ def table(problem: Any, plan: Any, runtime: dict[str, Any] | None = None) -> str
         lines.append("feature caches (hottest rows by in-degree, one copy per gatherer): "
                      + "; ".join(shown_c) + (" ..." if len(plan.caches) > 8 else ""))
     lines.append("")
-    ep = pr["epoch_time_s"]
+    ep = pr.epoch_time_s
     net = scored_network(pr)
     lines.append("predicted epoch time" + ("" if net is None else
                                            f" (simulated on the {net} network)"))
-    base = pr.get("baselines", {})
-    colo = base.get("colocation", {}).get("epoch_time_s")
+    base = pr.baselines or ()
+    colo_row = pr.baseline("colocation")
+    colo = colo_row.epoch_time_s if colo_row is not None else None
     entries = [(plan.placer, ep, "this plan" + (" (trainers placed as colocation places them)"
-                                                if pr.get("same_as_colocation") else ""))]
-    for name, row in base.items():
-        if "error" in row:
-            entries.append((name, None, f"cannot place: {row['error']}"))
+                                                if pr.same_as_colocation else ""))]
+    for row in base:
+        if row.error is not None:
+            entries.append((row.name, None, f"cannot place: {row.error}"))
             continue
         note = ""
-        if name == "colocation+cache":
+        if row.name == "colocation+cache":
             note = "colocation with caches by the same rule (a degree-ordered static cache)"
-        elif row.get("colocation_feasible") is False:
+        elif row.colocation_feasible is False:
             note = "infeasible here: a trainer cannot run on a store of its data (see notes)"
-        elif row.get("colocation_feasible"):
+        elif row.colocation_feasible:
             note = "feasible: every trainer runs on a store of its partitions"
-        entries.append((name, row["epoch_time_s"], note))
+        entries.append((row.name, row.epoch_time_s, note))
     for name, t, note in entries:
         if t is None:
             lines.append(f"  {name:<16} {'-':>12}  {note}")
@@ -207,8 +212,8 @@ def table(problem: Any, plan: Any, runtime: dict[str, Any] | None = None) -> str
     notes = [f"{plan.placer}: {n}" for n in plan.notes[:12]]
     if len(plan.notes) > 12:
         notes.append(f"{plan.placer}: ... {len(plan.notes) - 12} more in the plan file")
-    for name, row in base.items():
-        notes.extend(f"{name}: {n}" for n in row.get("notes", []))
+    for row in base:
+        notes.extend(f"{row.name}: {n}" for n in row.notes or ())
     if notes:
         lines.append("")
         lines.append("notes:")
@@ -216,52 +221,72 @@ def table(problem: Any, plan: Any, runtime: dict[str, Any] | None = None) -> str
     return "\n".join(lines)
 
 
-def planning_lines(pr: dict[str, Any]) -> list[str]:
+def planning_lines(predicted: Predicted) -> list[str]:
     """Where the planning seconds went, and why they passed ``--budget`` when they did: the
     budget bounds the search, but the starts are scored on every draw before it, in full
     simulations a large epoch makes slow."""
-    took, budget = pr.get("planning_s"), pr.get("budget_s")
+    pr = Prediction.of(predicted)
+    took, budget = pr.planning_s, pr.budget_s
     if took is None:
         return []
-    phases = pr.get("planning_phases_s") or {}
+    phases = pr.planning_phases_s or {}
     parts = ", ".join(f"{name} {s:.1f} s" for name, s in phases.items() if s >= 0.05)
     out = [f"planned in {took:.1f} s" + ("" if budget is None else f" with --budget {budget:g} s")
            + (f" ({parts})" if parts else "")]
     if budget is not None and took > 1.2 * budget + 1.0:
-        search = pr.get("search") or {}
-        draws = len((search.get("draws") or {}).get("seeds") or []) or 1
-        starts = len((search.get("draws") or {}).get("starts") or [])
-        out.append(f"  over the budget: the {starts} starts are each simulated on {draws} "
+        draws, starts, stopped = _search_facts(pr)
+        out.append(f"  over the budget: the {starts} starts are each simulated on {draws or 1} "
                    "draw(s) before the search, and simulating this epoch is slow; the budget "
                    "bounds the search, which had "
                    f"{max(0.0, phases.get('search', 0.0)):.1f} s (stopped by: "
-                   f"{search.get('stopped') or '?'})")
+                   f"{stopped or '?'})")
     return out
 
 
-def bound_report(pr: dict[str, Any], epoch_s: float) -> list[str]:
+def _search_facts(pr: Prediction) -> tuple[int, int, str]:
+    """(draws, starts, why it stopped) of the search: its :class:`SearchRecord`, else what a
+    placer recorded under ``search`` in a shape of its own (kept in ``extras``)."""
+    if pr.search is not None:
+        d = pr.search.draws
+        return ((len(d.seeds), len(d.starts)) if d else (0, 0)) + (pr.search.stopped,)
+    search = pr.extras.get("search") or {}
+    draws = search.get("draws") or {}
+    return (len(draws.get("seeds") or []), len(draws.get("starts") or []),
+            search.get("stopped") or "")
+
+
+def _or(value: Any, default: Any) -> Any:
+    """``value``, or ``default`` where it is not recorded."""
+    return default if value is None else value
+
+
+def bound_report(predicted: Predicted, epoch_s: float) -> list[str]:
     """The two named bounds the plan records (:func:`gnnsched.bounds.bound_lines`, the lines
     ``gnnsched simulate`` prints for the same plan and seed) and this plan against them."""
     from gnnsched.bounds import AnyPlacementBound, PerPlanBound, bound_lines, ratio_line
 
-    rec = pr.get("bounds") or {}
-    if not rec.get("per_plan"):  # a plan from a placer run outside `gnnsched plan`
-        lb = pr.get("lower_bound_s")
+    pr = Prediction.of(predicted)
+    rec = pr.bounds
+    if rec is None or not rec.per_plan:  # a plan from a placer run outside `gnnsched plan`
+        lb = pr.lower_bound_s
         return [f"lower bound {_secs(lb)} (this plan records no named bounds)"] if lb else []
-    per = PerPlanBound.from_dict(rec["per_plan"])
-    anyd = rec.get("any_placement")
+    per = PerPlanBound.from_dict(rec.per_plan)
+    anyd = rec.any_placement
     anyb = AnyPlacementBound.from_dict(anyd) if anyd else None
     return bound_lines(per, anyb, "not computed") + [ratio_line(epoch_s, per, anyb)]
 
 
-def why(pr: dict[str, Any], prefetch: int) -> str:
+def why(predicted: Predicted, prefetch: int) -> str:
     """The "why" line: the plan's two per-iteration floors (both at most its predicted
     iteration, :func:`gnnsched.placement.search.iteration_floor`) next to that iteration."""
-    per = pr["epoch_time_s"] / max(pr.get("iterations", 1), 1)
-    res = pr.get("bottleneck_iteration_s", 0.0)
-    chain = pr.get("chain_iteration_s")
-    kind = "simulated" if str(pr.get("scored_by", "")).startswith("simulator") else "predicted"
-    resource = f"the most loaded resource is {pr.get('bottleneck')} with {_ms(res)} of work"
+    pr = Prediction.of(predicted)
+    per = pr.epoch_time_s / max(_or(pr.iterations, 1), 1)
+    fl = pr.floors
+    res = fl.bottleneck_iteration_s if fl is not None else 0.0
+    chain = fl.chain_iteration_s if fl is not None else None
+    kind = "simulated" if str(pr.scored_by or "").startswith("simulator") else "predicted"
+    resource = (f"the most loaded resource is {fl.bottleneck if fl is not None else None} "
+                f"with {_ms(res)} of work")
     if chain is None:
         return f"why: {resource} per iteration; {kind} iteration {_ms(per)}"
     chained = (f"the longest dependency chain (each mini-batch sampled and gathered before it "
@@ -321,7 +346,8 @@ def run(args: argparse.Namespace) -> int:
         from gnnsched.placement.plot import draw
 
         draw(problem, plan, args.plot)
-    pr = plan.predicted
+    pr = Prediction.of(plan.prediction)
+    recorded = pr.as_legacy_dict()
     runtime = runtime_prediction(problem, plan, args.seed)
     if args.json:
         keys = ("placer", "epoch_time_s", "per_plan_bound_s", "any_placement_bound_s",
@@ -329,7 +355,7 @@ def run(args: argparse.Namespace) -> int:
                 "bottleneck_iteration_s", "chain_iteration_s", "iteration_s", "iterations",
                 "speedup_vs_colocation", "scored_by", "planning_s", "budget_s",
                 "planning_phases_s")
-        out = {k: pr[k] for k in keys if k in pr}
+        out = {k: recorded[k] for k in keys if k in recorded}
         out["network"] = scored_network(pr)
         if runtime is not None:
             out["runtime_network"] = runtime

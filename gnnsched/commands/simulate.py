@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
 
         timeline = summarize_sim(res)
     per = per_plan_bound(workload_for(cluster, job, profile), plan, args.seed)
-    anyb, why_missing = recorded_bounds(plan.predicted, per)
+    anyb, why_missing = recorded_bounds(plan.prediction, per)
     if args.gantt:
         from gnnsched.gantt import draw
 
