@@ -43,6 +43,8 @@ from .partition_reader import (
     NDATA,
     NODE_PART_FILE,
     ORIG_NIDS_FILE,
+    SPLIT_BITS,
+    SPLITS_FILE,
     LocalPart,
     PartitionSet,
     _only,
@@ -239,6 +241,7 @@ def partition_graph(
     stats = _part_stats(graph, node_part, node_ranges, edge_ranges, num_parts)
     np.save(out / NODE_PART_FILE, node_part)
     np.save(out / ORIG_NIDS_FILE, orig_nids)
+    np.save(out / SPLITS_FILE, split_codes(graph))
     stage("checksums")
     checksums = {
         str(f.relative_to(out)): sha256_file(f)
@@ -383,6 +386,15 @@ def _part_stats(graph: Graph, node_part: np.ndarray, node_ranges: list[list[int]
     }
 
 
+def split_codes(graph: Graph) -> np.ndarray:
+    """One byte per original id, a bit per phase the node is in (``SPLIT_BITS``): what
+    ``splits.npy`` holds, so the job's evaluation sample is known before any part loads."""
+    codes = np.zeros(graph.num_nodes, dtype=np.uint8)
+    for phase, bit in SPLIT_BITS.items():
+        codes[np.asarray(getattr(graph, f"{phase}_mask"), dtype=bool)] |= np.uint8(bit)
+    return codes
+
+
 def _meta(graph: Graph, report: PartitionReport, stats: dict[str, Any], name: str,
           config: Path, seed: int, metis_meta: dict[str, Any] | None,
           checksums: dict[str, str], *, balance_edges: bool, balance_train: bool
@@ -407,7 +419,7 @@ def _meta(graph: Graph, report: PartitionReport, stats: dict[str, Any], name: st
              "test": int(test[i])}
             for i in range(report.num_parts)
         ],
-        "node_part": NODE_PART_FILE, "orig_nids": ORIG_NIDS_FILE,
+        "node_part": NODE_PART_FILE, "orig_nids": ORIG_NIDS_FILE, "splits": SPLITS_FILE,
         "dataset_meta": graph.meta,
         "seconds": report.seconds, "dgl_seconds": report.dgl_seconds,
         "sha256": checksums,

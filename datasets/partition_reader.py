@@ -10,7 +10,10 @@ corrupted or half-copied partition is caught at open time with the file named
 
 Node ids: DGL renumbers nodes so each part owns a contiguous range of *new* ids.
 ``orig_nids.npy`` (as DGL returns it) maps new id -> original id; ``node_part.npy`` maps
-original id -> part. Edges are owned by the part of their destination node (DGL stores the
+original id -> part; ``splits.npy`` (written since the evaluation sample became global)
+holds one byte per original id, the bits 1/2/4 saying train/val/test, so a coordinator knows
+every part's evaluation nodes without loading a part (:meth:`PartitionSet.split_ids`). Edges
+are owned by the part of their destination node (DGL stores the
 in-edges of its inner nodes, with the sources outside the part as halo nodes).
 """
 
@@ -37,6 +40,8 @@ if TYPE_CHECKING:  # pragma: no cover
 META_FILE = "gnnsched.json"
 NODE_PART_FILE = "node_part.npy"
 ORIG_NIDS_FILE = "orig_nids.npy"
+SPLITS_FILE = "splits.npy"
+SPLIT_BITS = {"train": 1, "val": 2, "test": 4}  # SPLITS_FILE's bit per phase
 FORMAT = "gnnsched-partition"
 FORMAT_VERSION = 1
 NDATA = ("feat", "label", *MASK_KEYS)
@@ -145,6 +150,31 @@ class PartitionSet:
             self.dgl_meta = json.loads(self.config.read_text())
         lo, hi = _only(self.dgl_meta["node_map"])[i]
         return int(lo), int(hi)
+
+    def split_ids(self) -> dict[int, dict[str, np.ndarray]] | None:
+        """Per part, the original ids of its train / val / test nodes, from ``splits.npy``
+        without loading a part; None for a directory written before it existed (the
+        stores still announce them)."""
+        name = self.meta.get("splits")
+        if not name:
+            return None
+        f = self.root / str(name)
+        try:
+            codes = np.load(f, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise SpecError(str(f), "", f"cannot be read ({exc})") from None
+        if codes.shape != (self.num_nodes,) or codes.dtype != np.uint8:
+            raise SpecError(str(f), "", f"must be a uint8 array of shape [{self.num_nodes}], "
+                            f"got {codes.dtype} {codes.shape}", "re-run gnnsched partition")
+        out: dict[int, dict[str, np.ndarray]] = {p: {} for p in range(self.num_parts)}
+        for phase, bit in SPLIT_BITS.items():
+            ids = np.flatnonzero(np.asarray(codes) & bit).astype(np.int64)
+            owner = np.asarray(self.node_part)[ids]
+            order = np.argsort(owner, kind="stable")
+            bounds = np.searchsorted(owner[order], np.arange(self.num_parts + 1))
+            for p in range(self.num_parts):
+                out[p][phase] = ids[order[bounds[p]:bounds[p + 1]]]
+        return out
 
     def load_part(self, i: int) -> LocalPart:
         """Load part ``i`` with DGL (``dgl.distributed.load_partition``)."""
@@ -319,5 +349,5 @@ def open_partitions(path: str | Path, *, verify: bool = True) -> PartitionSet:
 
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "META_FILE", "NDATA", "NODE_PART_FILE",
-           "ORIG_NIDS_FILE", "LocalPart", "PartitionSet", "open_partitions", "sha256_file",
+           "ORIG_NIDS_FILE", "SPLITS_FILE", "SPLIT_BITS", "LocalPart", "PartitionSet", "open_partitions", "sha256_file",
            "verify_checksums"]

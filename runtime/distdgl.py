@@ -241,9 +241,10 @@ def run_distdgl(
     ``env`` too, so prefixes that drop the environment (ssh) still work. Evaluation uses
     ``eval_fanouts`` (default: the job's ``evaluation.fanouts``, else all neighbours, ``-1``
     per layer, so accuracy does not depend on sampling) in batches of ``eval_batch_size``
-    (default: the job's). The job's ``evaluation.max_nodes`` does not apply here: DistDGL
-    splits evaluation nodes its own way. ``emulate_speed`` stretches training steps of trainers on slower GPUs (see
-    the module doc). ``split`` fixes the trainers' seed split (:func:`plan_trainers`).
+    (default: the job's). The job's ``evaluation.max_nodes`` sample is gnnsched's: the same
+    nodes as every plan of the job evaluates; each trainer writes the original ids it tested
+    to ``test-nodes-RANK.npy`` in ``out_dir``. ``emulate_speed`` stretches training steps of
+    trainers on slower GPUs (see the module doc). ``split`` fixes the trainers' seed split (:func:`plan_trainers`).
     Infeasible clusters return ``feasible=False`` without starting anything;
     a feasible run that fails or exceeds ``timeout_s`` raises :class:`DistDGLError`.
     """
@@ -287,7 +288,7 @@ def run_distdgl(
     out.mkdir(parents=True, exist_ok=True)
     logs = out / "logs"
     logs.mkdir(exist_ok=True)
-    for stale in out.glob("trainer-*.json"):
+    for stale in [*out.glob("trainer-*.json"), *out.glob("test-nodes-*.npy")]:
         stale.unlink()
     ip_config = out / "ip_config.txt"
     ip_config.write_text("\n".join(ip_lines) + "\n")
@@ -307,7 +308,7 @@ def run_distdgl(
         "epochs": n_epochs, "eval_every": job.eval_every,
         "eval_fanouts": list(eval_fanouts or job.eval_fanouts or [-1] * layers),
         "eval_batch_size": int(eval_batch_size or job.eval_batch_size),
-        # the job's cap on evaluated nodes, sampled as gnnsched's schedule samples them
+        # the job's cap on evaluated nodes: the sample of gnnsched's schedule
         "eval_max_nodes": job.eval_max_nodes,
         "orig_nids_file": str((pset.root / pset.meta.get("orig_nids", "orig_nids.npy"))
                               .resolve()),

@@ -170,6 +170,27 @@ class _Stretch:
         return allreduce_hook(state, bucket)
 
 
+def _gathered_threshold(orig: Any, cap: int, seed: int) -> Any:
+    """The sample's threshold over every trainer's nodes of one phase: each contributes its
+    at most ``cap`` smallest keys (raw int64 tensors over gloo, no pickle)."""
+    import numpy as np
+    import torch
+    import torch.distributed as tdist
+
+    from gnnsched.runtime.coordinator.schedule import eval_threshold, lowest_keys
+
+    mine = torch.from_numpy(lowest_keys(orig, cap, seed).view(np.int64).copy())
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(tdist.get_world_size())]
+    tdist.all_gather(sizes, torch.tensor([len(mine)], dtype=torch.int64))
+    most = max(int(n) for n in sizes)
+    padded = torch.zeros(most, dtype=torch.int64)
+    padded[:len(mine)] = mine
+    every = [torch.zeros(most, dtype=torch.int64) for _ in sizes]
+    tdist.all_gather(every, padded)
+    keys = [e[:int(n)].numpy().view(np.uint64) for e, n in zip(every, sizes)]
+    return eval_threshold(keys, cap, seed, keys=True)
+
+
 def _run_trainer(cfg: dict[str, Any], rank: int) -> None:
     import numpy as np
     import torch
@@ -203,25 +224,24 @@ def _run_trainer(cfg: dict[str, Any], rank: int) -> None:
         return _slot_nids(g, mask_name, slot["parts"], cfg["node_ranges"])
 
     def capped(ids: Any) -> Any:
-        """At most the job's ``evaluation.max_nodes`` over all trainers: each keeps its
-        share, the nodes with the smallest seeded hash of their original id (the rule of
-        gnnsched's schedule, so both evaluate a sample of the same kind and size)."""
+        """The members among ``ids`` of the job's ``evaluation.max_nodes`` sample: the
+        nodes of gnnsched's schedule (:func:`~gnnsched.runtime.coordinator.schedule.
+        eval_threshold`), the same in every plan and system of the job."""
+        from gnnsched.runtime.coordinator.schedule import in_sample
+
         cap = cfg.get("eval_max_nodes")
         if not cap:
             return ids
-        total = torch.tensor([len(ids)], dtype=torch.int64)
-        tdist.all_reduce(total)
-        if int(total) <= cap:
-            return ids
-        from gnnsched.runtime.coordinator.schedule import node_hash
-
-        orig = np.load(cfg["orig_nids_file"], mmap_mode="r")[ids.numpy()]
-        k = int(np.ceil(cap * len(ids) / int(total)))
-        keep = np.sort(np.argsort(node_hash(np.asarray(orig), job["seed"]), kind="stable")[:k])
-        return ids[torch.from_numpy(keep)]
+        orig = np.asarray(np.load(cfg["orig_nids_file"], mmap_mode="r")[ids.numpy()])
+        keep = in_sample(orig, _gathered_threshold(orig, int(cap), int(job["seed"])),
+                         int(job["seed"]))
+        return ids[torch.from_numpy(np.flatnonzero(keep))]
 
     train_nids, val_nids, test_nids = nids("train_mask"), nids("val_mask"), nids("test_mask")
     val_nids, test_nids = capped(val_nids), capped(test_nids)
+    # the original ids this trainer tests, so a run shows which nodes every system scored
+    np.save(Path(cfg["out_dir"]) / f"test-nodes-{rank}.npy",
+            np.load(cfg["orig_nids_file"], mmap_mode="r")[test_nids.numpy()])
     torch.manual_seed(job["seed"])  # same initial weights on every trainer (DDP checks)
     dgl.seed(job["seed"] + rank)  # local sampling
     model = build_model(cfg["feature_dim"], job["hidden"], cfg["num_classes"],

@@ -101,6 +101,8 @@ class _Probe:
     def _schedule(job: JobSpec, pset: Any, graph: Any, split: list[Any], schedule: Any,
                   part_counts: Any) -> Any:
         """The runtime's schedule of ``split``, with every partition's seeds and labels."""
+        from gnnsched.runtime.coordinator.schedule import eval_ids_of
+
         masks = {"train": graph.train_mask, "val": graph.val_mask, "test": graph.test_mask}
         node_part = np.asarray(pset.node_part)
         splits = {}
@@ -110,7 +112,8 @@ class _Probe:
                 ids = np.nonzero(m & (node_part == p))[0]
                 splits[p][k] = (ids, graph.labels[ids])
         split_parts, slices = split_slices(split)
-        sched = schedule(job, split_parts, part_counts(pset.meta), None, slices)
+        sched = schedule(job, split_parts, part_counts(pset.meta), None, slices,
+                         eval_ids_of(job, pset))
         sched.set_nodes(splits)
         return sched
 

@@ -23,6 +23,7 @@ import torch
 
 from gnnsched import metrics
 from gnnsched.runtime.coordinator import Schedule, part_counts
+from gnnsched.runtime.coordinator.schedule import eval_ids_of
 from gnnsched.runtime.model import Block, build_model
 from gnnsched.runtime.role import PHASES, pin_threads
 from gnnsched.runtime.sampler import local_sampler, sample_blocks
@@ -79,7 +80,8 @@ def reference_train(job: JobSpec, partitions: str, trainer_parts: list[list[int]
         parts = load_parts(partitions, list(range(pset.num_parts)))
         node_part = np.asarray(pset.node_part)
         W = len(trainer_parts)
-        sched = Schedule(job, trainer_parts, part_counts(pset.meta), eval_batch_size, slices)
+        sched = Schedule(job, trainer_parts, part_counts(pset.meta), eval_batch_size, slices,
+                         eval_ids_of(job, pset))
         sched.set_nodes({p: {k: pg.split(k) for k in PHASES} for p, pg in parts.items()})
         sample = local_sampler(parts)
         torch.manual_seed(job.seed)

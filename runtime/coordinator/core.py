@@ -62,7 +62,7 @@ from gnnsched.runtime.coordinator.options import (
 from gnnsched.runtime.coordinator.recovery import Recovery
 from gnnsched.runtime.coordinator.resume import Earlier, earlier_run
 from gnnsched.runtime.coordinator.roles import RoleState, RoleTable
-from gnnsched.runtime.coordinator.schedule import Item, Schedule, part_counts
+from gnnsched.runtime.coordinator.schedule import Item, Schedule, eval_ids_of, part_counts
 from gnnsched.runtime.coordinator.startup import role_config, start_message
 from gnnsched.runtime.coordinator.state import RunState
 from gnnsched.runtime.launcher import Launcher, LaunchError
@@ -147,7 +147,8 @@ class Coordinator:
         counts = part_counts(self.pset.meta)
         slices = seed_slices(plan.trainers)
         self.schedule = Schedule(job, [list(p) for p in self.trainer_parts], counts,
-                                 o.eval_batch_size, [slices[t.id] for t in plan.trainers])
+                                 o.eval_batch_size, [slices[t.id] for t in plan.trainers],
+                                 eval_ids_of(job, self.pset))
         self.state = RunState(cluster, plan, self.schedule.items, self._dilation(cluster))
         self.record_seq = self.schedule.record_seqs()
         self.metric = metrics.resolve(job.metric, self.pset.num_classes, job.source)
@@ -344,6 +345,9 @@ class Coordinator:
             self._poll(0.1)
         if first:
             self.schedule.set_nodes(self.splits)
+            # the nodes this run tests, the same in every plan of the job (schedule doc)
+            np.save(self.run_dir / "test-nodes.npy", np.sort(np.concatenate(
+                [n["test"][0] for n in self.schedule.nodes])))
         start, backend = start_message(self.state, roles, self.launcher)
         if first:
             self.startup_s = self.now()
