@@ -329,7 +329,7 @@ def _run_trainer(cfg: dict[str, Any], rank: int) -> None:
             ev = evaluation(val_nids)
             row["val_accuracy"], row["val_metric"] = ev["accuracy"], ev["value"]
         epochs.append(row)
-        print(f"rank {rank} epoch {epoch}: {seconds:.3f}s {steps} steps "
+        print(f"rank {rank} epoch {epoch + 1}: {seconds:.3f}s {steps} steps "
               f"val={row.get('val_accuracy')}", flush=True)
     ev = evaluation(test_nids)
     result = {"rank": rank, "host": slot["host"], "home": slot["home"], "epochs": epochs,

@@ -122,7 +122,7 @@ def reference_train(job: JobSpec, partitions: str, trainer_parts: list[list[int]
                 if item.index == sched.K - 1:
                     epoch_times.append(time.monotonic() - epoch_start[item.epoch])
                     if progress:
-                        progress(f"reference epoch {item.epoch}: loss "
+                        progress(f"reference epoch {item.epoch + 1}: loss "
                                  f"{np.mean(losses[item.epoch]):.4f}")
         val = [k for k in sorted(tally.parts) if k[0] == 1 and tally.nodes(k)]
         test = [k for k in tally.parts if k[0] == 2 and tally.nodes(k)]

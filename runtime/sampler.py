@@ -241,7 +241,7 @@ class Sampler(Role):
         t0 = time.monotonic()
         trainer, seq = job["trainer"], job["seq"]
         self._key = (trainer, seq)
-        self.doing = f"sampling trainer {trainer} step {seq} (epoch {job['epoch']})"
+        self.doing = f"sampling trainer {trainer} step {seq} (epoch {job['epoch'] + 1})"
         seeds = job.arrays["seeds"].copy()
         if len(seeds) and (seeds.min() < 0 or seeds.max() >= len(self.node_part)):
             raise MessageError("BATCH.seeds: node id outside the graph")

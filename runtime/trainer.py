@@ -21,7 +21,8 @@ reproducible and equal to :mod:`~gnnsched.runtime.reference`.
 Checkpoints (what recovery resumes from). Every ``checkpoint_every`` training steps and at the
 end of every epoch, trainer 0 saves model + optimizer + the step (``seq``) and epoch it
 completed: written to a temporary file, fsynced, then renamed, so a crash leaves the previous
-checkpoint intact; ``latest.pt`` and ``epoch-NNN.pt`` are hard links swapped in the same way.
+checkpoint intact; ``latest.pt`` and ``epoch-NNN.pt`` (NNN: the log's 1-based epoch,
+:mod:`~gnnsched.runtime.checkpoints`) are hard links swapped in the same way.
 Only then does it report ``checkpointed`` to the coordinator, which therefore only ever rolls
 back to a complete file. Trainers are synchronous, so trainer 0's state is every trainer's.
 Started with ``resume`` in its configuration, a trainer loads that checkpoint and trains the
@@ -59,7 +60,7 @@ import numpy as np
 import torch
 import zmq
 
-from gnnsched.runtime import ledger
+from gnnsched.runtime import checkpoints, ledger
 from gnnsched.runtime.fetcher import Gather, fill_cache, gather_stats, shm_of
 from gnnsched.runtime.ledger import section
 from gnnsched.runtime.model import Block, build_model
@@ -447,10 +448,10 @@ class Trainer(Role):
         loss_fn = torch.nn.CrossEntropyLoss()
         for seq, epoch, phase, index in self.items:
             t0 = time.monotonic()
-            self.doing = f"waiting for the mini-batch of step {seq} (epoch {epoch})"
+            self.doing = f"waiting for the mini-batch of step {seq} (epoch {epoch + 1})"
             batch = self.inbox.get(seq, self.timeout)
             wait_s = time.monotonic() - t0
-            self.doing = f"{PHASES[phase]} step {seq} (epoch {epoch}, batch {index})"
+            self.doing = f"{PHASES[phase]} step {seq} (epoch {epoch + 1}, batch {index})"
             self.inbox.send("started", trainer=self.rank, seq=seq)  # opens the prefetch window
             with section("copy:to_device"):
                 x = torch.from_numpy(batch.feats).to(self.device, non_blocking=True)
@@ -472,7 +473,7 @@ class Trainer(Role):
                 if self.grad_first:  # stores hold traffic into this machine meanwhile
                     self.inbox.send("allreduce", trainer=self.rank, seq=seq, on=True,
                                     bytes=self.grad_volume(model))
-                self.doing = f"all-reducing step {seq} (epoch {epoch})"
+                self.doing = f"all-reducing step {seq} (epoch {epoch + 1})"
                 with section("rpc:allreduce"):  # the barrier: waiting for the others included
                     self.allreduce(model)
                     self.sync()
@@ -500,7 +501,7 @@ class Trainer(Role):
             epoch_end = seq == last_train.get(epoch)
             if phase == 0 and self.rank == 0 and (epoch_end or (every and (index + 1) % every
                                                                 == 0)):
-                self.doing = f"checkpointing step {seq} (epoch {epoch})"
+                self.doing = f"checkpointing step {seq} (epoch {epoch + 1})"
                 with section("other:checkpoint"):
                     self.checkpoint(model, opt, epoch, seq, epoch_end)
             self.inbox.send("trained", **rec)
@@ -527,8 +528,9 @@ class Trainer(Role):
         t0 = time.monotonic()
         folder = Path(self.config["run_dir"]) / "checkpoints"
         folder.mkdir(parents=True, exist_ok=True)
+        checkpoints.mark(folder)  # epoch files named as the log numbers epochs
         state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch,
-                 "seq": seq, "job": self.config["job"]}
+                 "seq": seq, "job": self.config["job"], "version": checkpoints.VERSION}
         name = folder / f"step-{seq:06d}.pt"
         tmp = folder / f".{name.name}.tmp-{os.getpid()}"
         with open(tmp, "wb") as f:
@@ -536,7 +538,8 @@ class Trainer(Role):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, name)
-        for alias in ["latest.pt"] + ([f"epoch-{epoch:03d}.pt"] if epoch_end else []):
+        alias_of_epoch = checkpoints.epoch_file(epoch) if epoch_end else None
+        for alias in ["latest.pt"] + ([alias_of_epoch] if alias_of_epoch else []):
             tmp = folder / f".{alias}.tmp-{os.getpid()}"
             tmp.unlink(missing_ok=True)
             try:
@@ -548,7 +551,8 @@ class Trainer(Role):
         for old in steps[:-3]:  # the aliases keep their data alive through their links
             old.unlink(missing_ok=True)
         self.inbox.send("checkpointed", seq=seq, epoch=epoch, path=str(name),
-                        bytes=name.stat().st_size, seconds=time.monotonic() - t0)
+                        epoch_file=alias_of_epoch, bytes=name.stat().st_size,
+                        seconds=time.monotonic() - t0)
 
     def load_checkpoint(self, path: str, seq: int) -> None:
         """Model and optimizer as they were after step ``seq`` (tensors only: no pickle code
@@ -563,7 +567,7 @@ class Trainer(Role):
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         self.resume_seq = seq
-        self.log(f"resumed from {path}: step {seq} (epoch {state.get('epoch')})")
+        self.log(f"resumed from {path}: step {seq} (epoch {int(state.get('epoch', -1)) + 1})")
 
     def stats(self) -> dict[str, Any]:
         g = getattr(self, "gather", None)

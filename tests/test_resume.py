@@ -39,6 +39,14 @@ def _events(run: Path) -> list[dict]:
     return out
 
 
+def _epoch_files(folder: Path) -> dict[int, int]:
+    """The number in each ``epoch-NNN.pt`` -> the (0-based) epoch recorded inside it."""
+    import torch
+
+    return {int(f.stem.split("-")[1]): int(torch.load(f, weights_only=True)["epoch"])
+            for f in sorted(folder.glob("epoch-*.pt"))}
+
+
 @pytest.mark.slow
 def test_interrupted_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
     from gnnsched.datasets import load_dataset, partition_graph
@@ -75,6 +83,18 @@ def test_interrupted_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> 
     assert proc.returncode == 128 + signal.SIGINT, out[-2000:]
     before = _events(run)
     assert not any(e.get("type") == "run" for e in before), "finished before the interrupt"
+    # epoch checkpoints are named by the log's epoch: epoch-001.pt holds epoch index 0
+    folder = run / "checkpoints"
+    ended = sorted(int(e["epoch"]) for e in before if e.get("type") == "checkpoint"
+                   and e.get("epoch_file"))
+    assert ended and [e.get("epoch_file") for e in before if e.get("type") == "checkpoint"
+                      and e.get("epoch_file")] == [f"epoch-{e + 1:03d}.pt" for e in ended]
+    assert _epoch_files(folder) == {e + 1: e for e in ended}
+    # make it a folder as runs before version 2 left it (0-based names, no format.json):
+    # --resume goes on from it and renames its files to the log's numbers
+    for n in sorted(_epoch_files(folder)):
+        (folder / f"epoch-{n:03d}.pt").rename(folder / f"epoch-{n - 1:03d}.pt")
+    (folder / "format.json").unlink()
 
     # the same folder again without --resume is refused; with --force beside it too
     again = subprocess.run(_cmd(tmp_path, parts), capture_output=True, text=True, timeout=120)
@@ -96,6 +116,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> 
     ref = reference_train(replace(job, epochs=EPOCHS), str(parts), [[0, 1], [2, 3]])
     assert got["test_accuracy"] == pytest.approx(ref.test_accuracy, abs=1e-9)
 
+    assert _epoch_files(folder) == {e + 1: e for e in range(EPOCHS)}  # epoch-001 .. -004
     done = subprocess.run(_cmd(tmp_path, parts, "--resume"), capture_output=True, text=True,
                           timeout=120)
     assert done.returncode != 0 and "finished; nothing to resume" in done.stderr

@@ -49,6 +49,7 @@ import zmq
 from gnnsched import metrics
 from gnnsched.plan import Plan, seed_slices
 from gnnsched.policy import Policy, get_policy
+from gnnsched.runtime.checkpoints import renumber_epoch_files
 from gnnsched.runtime.coordinator.advisor import Advisor
 from gnnsched.runtime.coordinator.driver import Handler, PolicyDriver
 from gnnsched.runtime.coordinator.options import (
@@ -219,6 +220,10 @@ class Coordinator:
                 if self.opts.resume else None
             if earlier:  # the trainers load it before their first step
                 self.resume = {"path": earlier.path, "seq": earlier.seq}
+                renamed = renumber_epoch_files(self.run_dir / "checkpoints")
+                if renamed:  # an older run's 0-based names: the log's numbers from now on
+                    self.log(f"renamed {len(renamed)} epoch checkpoints to the log's epoch "
+                             f"numbers ({renamed[-1][0]} -> {renamed[-1][1]}, ...)")
             host = self.launcher.coordinator_host()
             try:
                 self.endpoint = bind_port(sock, host, self.opts.coordinator_port) \
@@ -398,7 +403,7 @@ class Coordinator:
         # records read as one run; the pause is not counted
         self.state.t0 = time.monotonic() - e.time
         self.t_train = e.t_train
-        self.log(f"resumed from the checkpoint of step {e.seq} (epoch {e.epoch}, {e.path}); "
+        self.log(f"resumed from the checkpoint of step {e.seq} (epoch {e.epoch + 1}, {e.path}); "
                  f"{len(self.epochs)} epochs done before; training goes on at step {e.seq + 1}"
                  f" after {startup:.1f} s of start-up")
         self.event({"type": "resume", "checkpoint_step": e.seq, "epoch": e.epoch,

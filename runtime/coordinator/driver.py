@@ -173,7 +173,7 @@ class PolicyDriver:
             self.cores_free[m] -= 1
             item = items[seq]
             self.table.roles[s.name].doing = \
-                f"sampling trainer {w} step {seq} (epoch {item.epoch})"
+                f"sampling trainer {w} step {seq} (epoch {item.epoch + 1})"
             seeds, labels = self.schedule.batch(w, item)
             self.expected[(w, seq)] = seeds_hash(seeds)
             self._rank(w, seq, "struct", [(st, m, 0.0) for st in self.stores if st != m])
@@ -209,7 +209,7 @@ class PolicyDriver:
     def _on_started(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
         """A trainer started a step: its prefetch window moves on (and faults may fire)."""
         w, seq = int(body["trainer"]), int(body["seq"])
-        r.doing = f"training step {seq} (epoch {self.state.items[seq].epoch})"
+        r.doing = f"training step {seq} (epoch {self.state.items[seq].epoch + 1})"
         self.started[w] = seq + 1
         if self.next_disp[w] == self.started[w] - 1 + self.pf[w]:
             self.ready_since[w] = self.now()  # the window just opened

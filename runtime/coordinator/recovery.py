@@ -199,7 +199,7 @@ class Recovery:
         self.checkpoints = [c for c in self.checkpoints if ckpt and c[0] <= ckpt[0]]
         st.last_barrier = start - 1
         self.host.log(f"recovery {self.attempt}: rolling back to "
-                 + (f"the checkpoint of step {ckpt[0]} (epoch {ckpt[1]})"
+                 + (f"the checkpoint of step {ckpt[0]} (epoch {ckpt[1] + 1})"
                     if ckpt else "the start (no checkpoint yet)")
                  + f"; every trainer resumes at step {start}; replaying completed training "
                    f"steps {_span(replay)} ({len(replay)} steps, each from the model state it "
