@@ -136,6 +136,10 @@ class Launcher:
         return proc
 
     def close_fork_servers(self) -> None:
+        """End every fork server: all are told at once (their stdin closed), then each is
+        waited for, so they exit in parallel."""
+        for z in self.zygotes.values():
+            z.hang_up()
         for z in self.zygotes.values():
             z.close()
         self.zygotes = {}

@@ -154,6 +154,14 @@ class Zygote:
         if self.popen.stdout is not None and not self.popen.stdout.closed:
             self._read(0.0)
 
+    def hang_up(self) -> None:
+        """Close its stdin: it kills its children and exits (:meth:`close` waits for it)."""
+        try:
+            if self.popen.stdin is not None:
+                self.popen.stdin.close()
+        except OSError:
+            pass
+
     def close(self, grace: float = 5.0) -> None:
         """Close its stdin (it kills its children and exits), then make sure it is gone."""
         end_piped(self.popen, grace)

@@ -12,8 +12,8 @@ the zygote's stdin; the zygote answers ``{"op": "spawned", "id", "pid"}`` (or ``
 when a child ends, ``{"op": "exit", "pid", "code"}`` (negative: killed by that signal) on its
 stdout. Each child starts its own session (so the launcher can signal its whole group), sends
 its output to its log file, and runs :func:`gnnsched.runtime.role.main`. When stdin closes
-(the launcher is done, or died), the zygote kills its children and exits; it also dies with
-its parent (``PR_SET_PDEATHSIG``), and its children die with it.
+(the launcher is done, or died), the zygote kills its children and exits at once (no
+interpreter teardown: a Ctrl-C is over in well under a second); it also dies with its parent (``PR_SET_PDEATHSIG``), and its children die with it.
 
 On a scale model (control groups per host, :mod:`gnnsched.runtime.cgroups`) a spawn request
 may carry ``"await_cgroup": {"marker", "count", "timeout"}``: the launcher moves the child into
@@ -143,7 +143,9 @@ def main() -> int:
                     os.killpg(pid, signal.SIGKILL)
                 except OSError:
                     pass
-            return 0
+            # at once: finalizing an interpreter that holds torch and DGL takes seconds
+            # (over 5 s in a scale model's CPU quota), and there is nothing left to flush
+            os._exit(0)
         buf += data
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)

@@ -56,6 +56,9 @@ if TYPE_CHECKING:
     from gnnsched.runtime.transport import CurveKeys
 
 
+ABORT_BUDGET_S = 2.0  # Ctrl-C or a failure: how long roles get to stop on request, all together
+
+
 @dataclass
 class RoleState:
     """One role process as the coordinator knows it."""
@@ -297,9 +300,10 @@ class RoleTable:
         return keep, sorted(r.launch.name for r in stop)
 
     # ------------------------------------------------------------------ stopping
-    def stop(self, grace: float) -> None:
+    def stop(self, grace: float, deadline: float | None = None) -> None:
         """Stop roles group by group (trainers, samplers + relays, stores), draining their
-        stats; a group gets ``grace`` seconds before the next is asked."""
+        stats; a group gets ``grace`` seconds before the next is asked, and none waits past
+        ``deadline`` (monotonic; the later groups are then only asked)."""
         for group in ROLE_ORDER:
             members = [r for r in self.roles.values() if r.launch.role in group
                        and r.proc is not None and r.proc.poll() is None]
@@ -309,6 +313,8 @@ class RoleTable:
                 except zmq.ZMQError:
                     pass
             end = time.monotonic() + grace
+            if deadline is not None:
+                end = min(end, deadline)
             while time.monotonic() < end and any(r.proc.poll() is None for r in members
                                                  if r.proc is not None):
                 if self.chan.sock.poll(50, zmq.POLLIN):
@@ -328,14 +334,18 @@ class RoleTable:
                 r, body = own
                 r.stats, r.state = body, "done"
 
-    def abort(self) -> None:
-        """Failure or Ctrl-C: stop roles quickly, then make sure every process is gone."""
+    def abort(self, budget_s: float = ABORT_BUDGET_S) -> None:
+        """Failure or Ctrl-C: ask every role to stop, in order, for at most ``budget_s``
+        together, then SIGTERM what is left (a role ends at once on it, even inside a
+        blocking call), SIGKILL it a second later, and end the fork servers (which exit
+        without an interpreter teardown): all gone within about ``budget_s`` + 1 s."""
         self.state.training = False
+        start = time.monotonic()
         try:
-            self.stop(min(self.opts.stop_grace_s, 2.0))
+            self.stop(min(self.opts.stop_grace_s, budget_s), deadline=start + budget_s)
         except Exception:
             pass
-        self.launcher.stop_all(grace=2.0)
+        self.launcher.stop_all(grace=1.0)
 
 
 __all__ = ["RoleState", "RoleTable", "SamplerSlot"]
