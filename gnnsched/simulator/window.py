@@ -88,15 +88,26 @@ class _WindowNet:
         self.levels = levels and ordered
         self.by_level: list[dict[Any, float]] = [{} for _ in range(M)]  # sender: level -> bytes
         self.rx: list[dict[Any, int]] = [{} for _ in range(M)]  # receiver: level -> transfers
+        # the lowest level of each of those, as a heap with lazy deletion (a level enters it
+        # when it enters the dict; one no longer in the dict is dropped when it comes on top):
+        # a sender's lowest level in its streams, a receiver's floor, in amortised O(log n)
+        self.low: list[list[Any]] = [[] for _ in range(M)]
+        self.floor: list[list[Any]] = [[] for _ in range(M)]
         # per receiver: (sender, queue item) of transfers its floor holds, out of the queues
         self.parked: list[list[tuple[int, tuple]]] = [[] for _ in range(M)]
+        # per stream: queue items whose next piece did not fit in it, out of their sender's
+        # queue until a piece of that stream finishes (nothing else gives a stream room)
+        self.full: dict[tuple[int, int, int], list[tuple]] = {}
 
     def add(self, f: _Flow, now: float) -> None:
         f.conn = _RECEIVER[f.kind]
         if self.levels and f.skey:
             f.lv = f.skey[0]
             r = self.rx[f.dst]
-            r[f.lv] = r.get(f.lv, 0) + 1
+            n = r.get(f.lv, 0)
+            if not n:
+                heapq.heappush(self.floor[f.dst], f.lv)
+            r[f.lv] = n + 1
         heapq.heappush(self.waiting[f.s], (f.skey if self.ordered else (f.fid,), f.fid, f))
         self._admit(f.s, now)
 
@@ -109,20 +120,36 @@ class _WindowNet:
         self.held[s] += min(after, cap) - min(before, cap)
         if lv is not None:
             mine = self.by_level[s]
-            left = mine.get(lv, 0.0) + delta
+            had = mine.get(lv)
+            left = (0.0 if had is None else had) + delta
             if left > 1e-9 * abs(delta):
+                if had is None:
+                    heapq.heappush(self.low[s], lv)
                 mine[lv] = left
-            else:
-                mine.pop(lv, None)
+            elif had is not None:
+                del mine[lv]
+
+    @staticmethod
+    def _lowest(heap: list[Any], live: dict[Any, Any]) -> Any:
+        """The smallest key of `live` (None: empty), from its lazy heap `heap`."""
+        while heap:
+            lv = heap[0]
+            if lv in live:
+                return lv
+            heapq.heappop(heap)
+        return None
 
     def _behind(self, f: _Flow) -> bool:
         """Whether `f` waits for a lower level's pieces in its sender's streams."""
-        return f.lv is not None and any(lv < f.lv for lv in self.by_level[f.s])
+        if f.lv is None:
+            return False
+        lo = self._lowest(self.low[f.s], self.by_level[f.s])
+        return lo is not None and lo < f.lv
 
     def _floor_held(self, f: _Flow) -> bool:
         """Whether a transfer of a lower level than `f`'s, from any sender, is unfinished at
         `f`'s receiver (its floor): `f` waits, and its sender's other transfers may go."""
-        return f.lv is not None and min(self.rx[f.dst]) < f.lv
+        return f.lv is not None and self._lowest(self.floor[f.dst], self.rx[f.dst]) < f.lv
 
     def _admit(self, s: int, now: float, force: bool = False,
                pair: tuple[int, int, int] | None = None) -> bool:
@@ -199,7 +226,6 @@ class _WindowNet:
             for item in sorted(self.pastq[pair].values()):  # by key: the stream's best first
                 took = self._feed(item[-1], now) or took
         q = self.waiting[s]
-        skipped = []
         blocked = False
         while q:
             item = q[0]
@@ -211,8 +237,14 @@ class _WindowNet:
             if self._floor_held(f):  # parked until its receiver's floor rises
                 self.parked[f.dst].append((s, heapq.heappop(q)))
                 continue
-            if not self._stream_room(f, size):
-                skipped.append(heapq.heappop(q))  # its stream is full: the next may go
+            if not self._stream_room(f, size):  # its stream is full: the next may go, and
+                # this one waits out of the queue until a piece of its stream finishes
+                key = (f.s, f.d, f.conn)
+                held = self.full.get(key)
+                if held is None:
+                    self.full[key] = [heapq.heappop(q)]
+                else:
+                    held.append(heapq.heappop(q))
                 continue
             if (self.held[s] > 0 and self.held[s] + size > self.window[s] * (1 + 1e-9)) \
                     or self._behind(f):
@@ -229,8 +261,6 @@ class _WindowNet:
             took = True
             if f.left <= 0:
                 heapq.heappop(q)
-        for item in skipped:
-            heapq.heappush(q, item)
         if blocked:
             self.blocked.add(s)
         else:
@@ -241,7 +271,13 @@ class _WindowNet:
         f = self.inner.done(g, ver, now)
         if f is None:
             return None
-        self._charge(f.s, (f.s, f.d, f.conn), -f.nbytes, f.lv)
+        key = (f.s, f.d, f.conn)
+        self._charge(f.s, key, -f.nbytes, f.lv)
+        held = self.full.pop(key, None)
+        if held is not None:  # its stream has room again: they queue as they were
+            q = self.waiting[f.s]
+            for item in held:
+                heapq.heappush(q, item)
         if f.parent is not None:  # a piece: its transfer is done with its last piece
             t = f.parent
             t.out -= 1
@@ -263,7 +299,7 @@ class _WindowNet:
         if r[t.lv]:
             return
         del r[t.lv]
-        if r and min(r) < t.lv:
+        if r and self._lowest(self.floor[t.dst], r) < t.lv:
             return  # a lower level is still unfinished there: the floor stays
         parked, self.parked[t.dst] = self.parked[t.dst], []
         for s, item in parked:
