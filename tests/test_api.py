@@ -3,6 +3,7 @@ finds it again."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -80,7 +81,7 @@ def test_the_runtime_entry_points_are_reexported_lazily() -> None:
     import subprocess
     import sys
 
-    for name, (module, attr) in api.RUNTIME.items():
+    for name, (module, attr) in {**api.RUNTIME, **api.PLACEMENT, **api.DATASETS}.items():
         assert getattr(api, name) is getattr(importlib.import_module(module), attr), name
         assert name in api.__all__
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
@@ -89,6 +90,44 @@ def test_the_runtime_entry_points_are_reexported_lazily() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_every_verb_works_through_the_library() -> None:
+    """Each verb's work is a public function of the API (the CLI only parses and prints; an
+    import-linter contract keeps gnnsched.commands off the runtime, placement and datasets),
+    and train and demo share one progress display."""
+    import gnnsched.commands.train as train_cmd
+    from gnnsched.commands.progress import Progress
+
+    for name in ("partition", "open_job_partitions", "reference", "create_keys", "cluster_up",
+                 "cluster_down", "cluster_down_all", "cluster_status", "check_cluster",
+                 "ray_cluster", "parse_faults", "launcher_kwargs", "check_placer", "plan",
+                 "simulate", "train", "calibrate"):
+        assert callable(getattr(api, name)) and name in api.__all__, name
+    assert train_cmd._Progress is Progress  # the name it had there still imports
+    assert api.cluster_status("no-such-cluster-h50") == []
+    with pytest.raises(SpecError, match="--replan-placer: unknown placer 'best'"):
+        api.check_placer("best", "--replan-placer")
+    opts = api.LAUNCHERS.get("ssh").cli_options
+    assert opts and api.launcher_kwargs("ssh", argparse.Namespace()) == {  # flags not given
+        o.kwarg: o.default for o in opts}
+    given = argparse.Namespace(**{opts[0].dest: "x"})
+    assert api.launcher_kwargs("ssh", given)[opts[0].kwarg] == "x"
+
+
+def test_the_reference_split_follows_the_plan_or_the_seed_counts(tmp_path: Path) -> None:
+    """The reference's trainers own the partitions the plan gives them, else contiguous,
+    seed-balanced runs of partitions (:func:`gnnsched.api.reference_split`)."""
+    from gnnsched.plan import Plan
+
+    job = load_job(ROOT / "examples" / "lab4" / "job.yaml")
+    plan = ROOT / "tests" / "data" / "plan_lab4_0d94329.json"
+    assert api.reference_split(job, "", plan) == [list(t.parts)
+                                                  for t in Plan.load(plan).trainers]
+    slices = api.reference_slices(plan)
+    assert slices is None or len(slices) == len(Plan.load(plan).trainers)
+    assert api.reference_slices(None) is None
+    assert api.partition_dir("data/my.npz", 4) == Path("parts") / "my-4"
 
 
 def test_the_box_limit_probe_times_the_jobs_own_batches(tmp_path: Path) -> None:

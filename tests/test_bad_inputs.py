@@ -834,9 +834,9 @@ def test_bad_fault_injection_is_refused_before_launch(capsys: pytest.CaptureFixt
 
 
 def test_good_fault_specs_parse() -> None:
-    from gnnsched.commands.train import _faults
+    from gnnsched.api import parse_faults
 
-    f = _faults(["sampler:1:20", "machine:store0:5:stop", "trainer:0:0:SIGTERM"])
+    f = parse_faults(["sampler:1:20", "machine:store0:5:stop", "trainer:0:0:SIGTERM"])
     assert [(x.role, x.at_step, x.signal) for x in f] == [
         ("sampler:1", 20, "KILL"), ("machine:store0", 5, "STOP"), ("trainer:0", 0, "TERM")]
 

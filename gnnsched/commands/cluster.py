@@ -167,34 +167,6 @@ def _spec_or_name(arg: str) -> tuple[Any, str]:
     return None, arg
 
 
-def _rows_from_state(state: dict[str, Any]) -> list[dict[str, Any]]:
-    from gnnsched.runtime.cgroups import CgroupError, ClusterGroups
-    from gnnsched.runtime.netns import HOST_IF, _share_row, _tbf_rate, list_namespaces
-
-    present = set(list_namespaces())
-    d = float(state.get("dilation") or 1.0)
-    made = state.get("cgroups")
-    groups = ClusterGroups.from_state(state["name"], made) if isinstance(made, dict) else None
-    rows = []
-    for h in state.get("hosts", []):
-        up = h["ns"] in present
-        row = {"host": h["name"], "namespace": h["ns"], "address": h["address"],
-               "egress_Bps": h["egress"] * d, "ingress_Bps": h["ingress"] * d,
-               "shaped_egress_Bps": h["egress"], "shaped_ingress_Bps": h["ingress"],
-               "dilation": d, "up": up,
-               "tc_egress_Bps": _tbf_rate(h["ns"], HOST_IF) if up else None,
-               "tc_ingress_Bps": (_tbf_rate(state["switch_ns"], h["port"])
-                                  if state["switch_ns"] in present else None)}
-        if groups is not None and h["name"] in groups.shares:
-            row.update(_share_row(groups.shares[h["name"]]))
-            try:
-                row["usage"] = groups.usage(h["name"])
-            except CgroupError:
-                row["usage"] = None
-        rows.append(row)
-    return rows
-
-
 def _model_line(ec: Any) -> str:
     """How the scale model was made: D, and what it means for the times measured on it."""
     if ec.groups is None and ec.dilation == 1:
@@ -234,52 +206,28 @@ def _notes(ec: Any) -> list[str]:
     return notes
 
 
-def _check_partitions(partitions: str | None, job_file: str | None) -> tuple[str | None,
-                                                                              list[str]]:
-    """The partition folder the run will use (``--partitions``, else the job's) and this
-    machine's problems with it."""
-    from gnnsched.runtime.hostcheck import partition_files
-
-    path = partitions
-    if path is None and job_file:
-        from gnnsched.datasets.cache import cache_path
-        from gnnsched.spec import load_job
-
-        job = load_job(job_file)
-        path = job.partitions or str(cache_path(job))
-    if path is None:
-        return None, []
-    path = str(Path(path).resolve())
-    if not (Path(path) / "gnnsched.json").is_file():
-        return path, [f"this machine: no partitions at {path} (no gnnsched.json); fix: make "
-                      "them first (gnnsched partition, or one gnnsched train run with "
-                      "--launcher local), then copy them to every host at the same path"]
-    missing = [f for f in partition_files(path) if not (Path(path) / f).is_file()]
-    if missing:
-        return path, [f"this machine: {len(missing)} partition file(s) missing in {path} "
-                      f"(e.g. {missing[0]}); fix: make the partitions again"]
-    return path, []
-
-
 def _check(args: argparse.Namespace) -> int:
-    """``gnnsched cluster check`` (see the module text)."""
-    from gnnsched.spec import load_cluster
+    """``gnnsched cluster check`` (see the module text; the probing: api.check_cluster)."""
+    from gnnsched import api
 
-    spec = load_cluster(args.cluster)
-    parts, problems = _check_partitions(args.partitions, args.job)
     err = sys.stderr
-    if not any(m.ssh for m in spec.machines):
-        from gnnsched.runtime import netns
-
-        state = netns.read_state(spec.name)
-        up = bool(state) and all(h["ns"] in netns.list_namespaces()
-                                 for h in state.get("hosts", []))
+    try:
+        found = api.check_cluster(args.cluster, job=args.job, partitions=args.partitions,
+                                  verify=args.verify, remote_python=args.remote_python,
+                                  remote_dir=args.remote_dir,
+                                  coordinator_address=args.coordinator_address, port=args.port,
+                                  out=args.out, timeout=args.timeout)
+    except api.LaunchError as exc:
+        print(f"gnnsched cluster check: error: {exc}", file=err)
+        return 2
+    spec, parts, problems, report = found.cluster, found.partitions, found.problems, found.report
+    if report is None:
         print(f"cluster {spec.name}: no machine has ssh:, so its hosts run on this machine "
               "(--launcher local, or --launcher netns in network namespaces): one Python "
               "environment, one filesystem, one clock; the ssh, version, port and clock "
               "checks do not apply")
         print(f"emulated cluster {spec.name}: " + (
-            "up (--launcher netns can run)" if up else
+            "up (--launcher netns can run)" if found.emulated_up else
             "not up (--launcher netns needs `gnnsched cluster up --cluster "
             f"{args.cluster}` first, as root; --launcher local needs nothing)"))
         if parts:
@@ -287,26 +235,10 @@ def _check(args: argparse.Namespace) -> int:
         for p in problems:
             print(f"gnnsched cluster check: error: {p}", file=err)
         return 2 if problems else 0
-
-    from gnnsched.runtime.hostcheck import DISTS, check_hosts
-    from gnnsched.runtime.launcher import LaunchError, SshLauncher
-
-    launcher = SshLauncher(spec, coordinator_address=args.coordinator_address,
-                           remote_python=args.remote_python, remote_dir=args.remote_dir,
-                           connect_timeout=args.timeout)
-    out = Path(args.out or "runs").resolve()
-    try:
-        report = check_hosts(launcher, [m.name for m in spec.machines], partitions=parts,
-                             run_dir=str(out), verify=args.verify, timeout=args.timeout,
-                             cluster_file=args.cluster, coordinator_port=args.port)
-    except LaunchError as exc:
-        print(f"gnnsched cluster check: error: {exc}", file=err)
-        return 2
-    problems += [str(p) for p in report.problems]
     if args.json:
         print(json.dumps({
-            "cluster": spec.name, "remote_python": launcher.remote_python,
-            "remote_dir": launcher.remote_dir, "partitions": parts, "run_dir": str(out),
+            "cluster": spec.name, "remote_python": found.remote_python,
+            "remote_dir": found.remote_dir, "partitions": parts, "run_dir": str(found.run_dir),
             "coordinator": report.coordinator, "local": report.local,
             "hosts": [{"machine": h.machine, "ssh": h.destination, "facts": h.facts,
                        "clock_skew_s": h.skew_s, "rtt_s": h.rtt_s, "ports": h.ports,
@@ -314,99 +246,53 @@ def _check(args: argparse.Namespace) -> int:
                       for h in report.hosts],
             "problems": problems, "warnings": report.warnings}, indent=1))
     else:
-        v = report.local.get("versions", {})
-        print(f"checking {len(report.hosts)} hosts over ssh: remote python "
-              f"{launcher.remote_python} in {launcher.remote_dir}; this machine: python "
-              f"{report.local.get('python')}, "
-              + ", ".join(f"{d} {v.get(d)}" for d in DISTS))
-        print(f"partitions {parts or '- (give --job or --partitions to check them)'}; run "
-              f"directory {out}; {report.coordinator or 'coordinator: -'}")
-        width = max(len(h.machine) for h in report.hosts)
-        for h in report.hosts:
-            state = "ok" if not h.problems else (
-                f"{len(h.problems)} problem" + "s" * (len(h.problems) != 1))
-            print(f"  {h.machine.ljust(width)}  {state.ljust(10)}  {h.destination}: "
-                  + (h.summary() if h.facts else "no answer (see below)"))
+        _print_hosts(found)
     for w in report.warnings:
         print(f"gnnsched cluster check: warning: {w}", file=err)
     for p in problems:
         print(f"gnnsched cluster check: error: {p}", file=err)
     if not problems and not args.json:
         print(f"ok: all {len(report.hosts)} hosts are ready for gnnsched train --launcher ssh"
-              + (f" --remote-python {launcher.remote_python}"
-                 if launcher.remote_python != "python3" else ""))
+              + (f" --remote-python {found.remote_python}"
+                 if found.remote_python != "python3" else ""))
     return 2 if problems else 0
 
 
+def _print_hosts(found: Any) -> None:
+    """The check's table: this machine's versions, then one line per host."""
+    report = found.report
+    v = report.local.get("versions", {})
+    print(f"checking {len(report.hosts)} hosts over ssh: remote python "
+          f"{found.remote_python} in {found.remote_dir}; this machine: python "
+          f"{report.local.get('python')}, "
+          + ", ".join(f"{d} {v.get(d)}" for d in found.dists))
+    print(f"partitions {found.partitions or '- (give --job or --partitions to check them)'}; "
+          f"run directory {found.run_dir}; {report.coordinator or 'coordinator: -'}")
+    width = max(len(h.machine) for h in report.hosts)
+    for h in report.hosts:
+        state = "ok" if not h.problems else (
+            f"{len(h.problems)} problem" + "s" * (len(h.problems) != 1))
+        print(f"  {h.machine.ljust(width)}  {state.ljust(10)}  {h.destination}: "
+              + (h.summary() if h.facts else "no answer (see below)"))
+
+
 def run(args: argparse.Namespace) -> int:
-    from gnnsched.runtime import netns
+    from gnnsched import api
 
     if args.action == "check":
         return _check(args)
     try:
         if args.action == "up":
-            spec, _ = _spec_or_name(args.cluster)
-            if spec is None:
-                print(f"gnnsched cluster up: error: {args.cluster}: cluster file not found",
-                      file=sys.stderr)
-                return 2
-            ec = netns.EmulatedCluster(spec, gateway=not args.no_gateway, mtu=args.mtu,
-                                       payload_rates=args.payload_rates,
-                                       ignore_latency=args.ignore_latency,
-                                       queue_ms=args.queue_ms, bands=args.bands,
-                                       cgroups=not args.no_cgroups, dilation=args.dilation,
-                                       cores=args.cores, memory_scale=args.memory_scale).up()
-            rows = ec.status()
-            if args.json:
-                print(json.dumps({"cluster": spec.name, "gateway": ec.gateway_address,
-                                  "latency_s": ec.latency, "queues": ec.queues,
-                                  "dilation": ec.dilation, "compute_cores": ec.compute_cores,
-                                  "box_cores": ec.box_cores, "cgroups": ec.groups is not None,
-                                  "memory_scale": ec.memory_scale, "hosts": rows},
-                                 indent=1))
-            else:
-                print(f"cluster {spec.name} is up (switch namespace {ec.switch_ns}"
-                      + (f", gateway {ec.gateway_address} on {ec.gateway_if}"
-                         if ec.gateway_if else "")
-                      + (f", latency {ec.latency * 1e3:g} ms one way" if ec.latency else "")
-                      + f"; NIC queues: {ec.queues})")
-                print(_model_line(ec))
-                print(_table(rows))
-                for note in _notes(ec):
-                    print(note)
-                print(f"run a command on a host: ip netns exec {rows[0]['namespace']} CMD")
-                fastest = max(max(h.egress, h.ingress) for h in ec.hosts.values())
-                if fastest > 1e9 / 8:
-                    print(f"note: shaped rates up to {_mbit(fastest)} Mbit/s; veths on a small "
-                          "box are CPU-bound above ~1-2 Gbit/s (check with "
-                          "bench/bench_netns.py --rates ...)")
-            if args.check:
-                first = next(iter(ec.hosts))
-                bad = [h for h in ec.hosts if ec.ping(first, h) is None]
-                if bad:
-                    print(f"gnnsched cluster up: error: {first} cannot reach {', '.join(bad)}",
-                          file=sys.stderr)
-                    return 1
-                print(f"{first} reaches every host", file=sys.stderr if args.json else sys.stdout)
-            return 0
+            return _up(args)
         if args.action == "down":
             if args.all:
-                removed = netns.down_all()
+                removed = api.cluster_down_all()
             else:
                 spec, name = _spec_or_name(args.cluster)
-                removed = (netns.EmulatedCluster(spec).down() if spec is not None
-                           else netns.down_cluster(name))
+                removed = api.cluster_down(spec if spec is not None else name)
             print("removed: " + (", ".join(removed) if removed else "nothing (already down)"))
             return 0
-        states = netns.list_states()
-        if args.cluster:
-            _, name = _spec_or_name(args.cluster)
-            states = [s for s in states if s.get("cluster") == name or s.get("name") == name]
-        out = [{"cluster": s["cluster"], "complete": s.get("complete"),
-                "gateway": s.get("gateway_address"), "latency_s": s.get("latency_s"),
-                "dilation": float(s.get("dilation") or 1.0),
-                "cgroups": isinstance(s.get("cgroups"), dict),
-                "hosts": _rows_from_state(s)} for s in states]
+        out = api.cluster_status(_spec_or_name(args.cluster)[1] if args.cluster else None)
         if args.json:
             print(json.dumps(out, indent=1))
         elif not out:
@@ -419,6 +305,55 @@ def run(args: argparse.Namespace) -> int:
                   + ("" if c["cgroups"] else ", no control groups"))
             print(_table(c["hosts"]))
         return 0
-    except netns.NetnsError as exc:
+    except api.NetnsError as exc:
         print(f"gnnsched cluster {args.action}: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _up(args: argparse.Namespace) -> int:
+    """``gnnsched cluster up`` (api.cluster_up), then what is up and how it was scaled."""
+    from gnnsched import api
+
+    spec, _ = _spec_or_name(args.cluster)
+    if spec is None:
+        print(f"gnnsched cluster up: error: {args.cluster}: cluster file not found",
+              file=sys.stderr)
+        return 2
+    ec = api.cluster_up(spec, gateway=not args.no_gateway, mtu=args.mtu,
+                        payload_rates=args.payload_rates, ignore_latency=args.ignore_latency,
+                        queue_ms=args.queue_ms, bands=args.bands, cgroups=not args.no_cgroups,
+                        dilation=args.dilation, cores=args.cores,
+                        memory_scale=args.memory_scale)
+    rows = ec.status()
+    if args.json:
+        print(json.dumps({"cluster": spec.name, "gateway": ec.gateway_address,
+                          "latency_s": ec.latency, "queues": ec.queues,
+                          "dilation": ec.dilation, "compute_cores": ec.compute_cores,
+                          "box_cores": ec.box_cores, "cgroups": ec.groups is not None,
+                          "memory_scale": ec.memory_scale, "hosts": rows},
+                         indent=1))
+    else:
+        print(f"cluster {spec.name} is up (switch namespace {ec.switch_ns}"
+              + (f", gateway {ec.gateway_address} on {ec.gateway_if}"
+                 if ec.gateway_if else "")
+              + (f", latency {ec.latency * 1e3:g} ms one way" if ec.latency else "")
+              + f"; NIC queues: {ec.queues})")
+        print(_model_line(ec))
+        print(_table(rows))
+        for note in _notes(ec):
+            print(note)
+        print(f"run a command on a host: ip netns exec {rows[0]['namespace']} CMD")
+        fastest = max(max(h.egress, h.ingress) for h in ec.hosts.values())
+        if fastest > 1e9 / 8:
+            print(f"note: shaped rates up to {_mbit(fastest)} Mbit/s; veths on a small "
+                  "box are CPU-bound above ~1-2 Gbit/s (check with "
+                  "bench/bench_netns.py --rates ...)")
+    if args.check:
+        first = next(iter(ec.hosts))
+        bad = [h for h in ec.hosts if ec.ping(first, h) is None]
+        if bad:
+            print(f"gnnsched cluster up: error: {first} cannot reach {', '.join(bad)}",
+                  file=sys.stderr)
+            return 1
+        print(f"{first} reaches every host", file=sys.stderr if args.json else sys.stdout)
+    return 0

@@ -49,10 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gnnsched import api
     from gnnsched.commands.profile import summarize, table
-    from gnnsched.datasets import load_dataset, open_partitions
-    from gnnsched.datasets.cache import partitions_for
-    from gnnsched.runtime.profiler import profile_partitions
     from gnnsched.spec import check_compatible, load_cluster, load_job
 
     say = (lambda *a: None) if args.json else print
@@ -61,16 +59,16 @@ def run(args: argparse.Namespace) -> int:
     check_compatible(cluster, job)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    graph = load_dataset(job.dataset, split=job.split, feature_dim=job.feature_dim,
+    graph = api.load_dataset(job.dataset, split=job.split, feature_dim=job.feature_dim,
                          seed=job.seed)
     say(f"[1/4] loaded {graph.summary()}")
-    parts = partitions_for(job, quiet=args.json)
-    pset = open_partitions(parts)
+    pset = api.open_job_partitions(job, quiet=args.json)
+    parts = pset.root
     meta = pset.meta if hasattr(pset, "meta") else {}
     say(f"[2/4] {job.num_parts} {job.part_method} partitions in {parts}"
         + (f": edge cut {meta.get('edge_cut', float('nan')):.1%}, "
            f"balance {meta.get('balance', float('nan')):.2f}" if meta else ""))
-    prof = profile_partitions(pset, job, samples=args.samples, seed=job.seed)
+    prof = api.profile_partitions(pset, job, samples=args.samples, seed=job.seed)
     prof.save(out / "cost.json")
     summary = summarize(prof)
     say(f"[3/4] profiled {args.samples} real mini-batches per partition -> {out / 'cost.json'}")
@@ -94,14 +92,14 @@ SYSTEMS = (  # (label, placer, policy): gnnsched beside the DistDGL-style baseli
 def plan_and_train(cluster, job, prof, out: Path, *, epochs: int | None = None,
                    budget: float = 10.0, quiet: bool = False) -> dict:
     """Plan and really train every system in :data:`SYSTEMS`; print them side by side."""
-    from gnnsched.commands.train import _Progress, summary, train
-    from gnnsched.placement import get_placer
+    from gnnsched import api
+    from gnnsched.commands.progress import Progress
     from gnnsched.simulator import simulate
 
     say = (lambda *a: None) if quiet else print
     systems: dict = {}
     for label, placer, policy in SYSTEMS:
-        plan = get_placer(placer).place(cluster, job, prof, seed=job.seed, budget=budget)
+        plan = api.get_placer(placer).place(cluster, job, prof, seed=job.seed, budget=budget)
         sim = simulate(cluster, job, plan, prof, policy, seed=job.seed)
         plan = plan.with_prediction(epoch_time_s=sim.epoch_time_s, policy=policy)
         plan.save(out / f"plan-{label}.json")
@@ -109,13 +107,13 @@ def plan_and_train(cluster, job, prof, out: Path, *, epochs: int | None = None,
             say(f"  {label}: {note}")
         say(f"  {label}: planned ({placer} placement, {policy} policy), predicted epoch "
             f"{sim.epoch_time_s:.3f} s; training...")
-        progress = _Progress(quiet=True)
+        progress = Progress(quiet=True)
         try:
-            res = train(cluster, job, plan, policy=policy, out_dir=out / label,
+            res = api.train(cluster, job, plan, policy=policy, out_dir=out / label,
                         epochs=epochs, profile=prof, progress=progress)
         finally:
             progress.close()
-        systems[label] = {**summary(res), "predicted_epoch_time_s": sim.epoch_time_s}
+        systems[label] = {**api.summary(res), "predicted_epoch_time_s": sim.epoch_time_s}
     say("")
     say(f"{'system':<11} {'placer':<10} {'policy':<8} {'epoch s':>8} {'predicted':>9} "
         f"{'test acc':>8} {'MB sent':>8}")

@@ -15,8 +15,10 @@ import argparse
 import os
 from pathlib import Path
 
+from gnnsched.api import create_keys
 from gnnsched.commands import output_dir
-from gnnsched.spec import SpecError
+
+__all__ = ["create_keys"]  # the library's (gnnsched.api.create_keys), re-exported
 
 HELP = "create the ZeroMQ CURVE keys that a cluster with `curve: true` requires"
 
@@ -27,33 +29,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="folder for the keys (default: the cluster's keys_dir, else "
                         "keys/ next to the cluster file)")
     p.add_argument("--force", action="store_true", help="replace existing keys")
-
-
-def create_keys(folder: str | Path, force: bool = False) -> tuple[Path, Path]:
-    """Write the cluster key pair into ``folder``; returns (public, secret) paths."""
-    import zmq
-    import zmq.auth
-
-    from gnnsched.runtime.transport import KEY_NAME
-
-    if not zmq.has("curve"):
-        raise SpecError("gnnsched keys", "", "this libzmq was built without CURVE support",
-                        "a pyzmq wheel with libsodium/tweetnacl (the default wheels have it)")
-    out = Path(folder)
-    public, secret = out / f"{KEY_NAME}.key", out / f"{KEY_NAME}.key_secret"
-    if (public.exists() or secret.exists()) and not force:
-        raise SpecError(str(out), "", "keys already exist", "--force to replace them "
-                        "(processes holding the old keys will be locked out)")
-    out.mkdir(parents=True, exist_ok=True)
-    os.chmod(out, 0o700)
-    old = os.umask(0o077)  # the secret is never readable by others, not even briefly
-    try:
-        pub, sec = zmq.auth.create_certificates(str(out), KEY_NAME)
-    finally:
-        os.umask(old)
-    os.chmod(sec, 0o600)
-    os.chmod(pub, 0o644)
-    return Path(pub), Path(sec)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,7 +9,6 @@ partitions.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from gnnsched.commands import (
     feature_dim_int,
@@ -52,9 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gnnsched.datasets.partition import run_partition
+    import json
 
-    if args.out is None:
-        stem = Path(args.dataset).stem if args.dataset.endswith(".npz") else args.dataset
-        args.out = str(Path("parts") / f"{stem}-{args.parts}")
-    return int(run_partition(args) or 0)
+    from gnnsched import api
+
+    report = api.partition(args.dataset, args.parts, args.out, method=args.method,
+                           data_dir=args.data_dir, feature_dim=args.feature_dim,
+                           split=args.split, normalize=args.normalize, seed=args.seed)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.table())
+    return 0

@@ -53,9 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="partition directory whose real sizes every store's memory_gb is "
                    "checked against (default: the job's `partitions`, else its cached "
                    "partitions when they exist, else the profile's estimate)")
-    from gnnsched.placement.placer import placers
+    from gnnsched import api
 
-    p.add_argument("--placer", default="gnnsched", choices=sorted(placers()),
+    p.add_argument("--placer", default="gnnsched", choices=sorted(api.placers()),
                    help="placement algorithm: the built-ins and any installed as a plug-in "
                         "(entry point group gnnsched.placers)")
     p.add_argument("--budget", type=seconds, default=30.0,
@@ -303,17 +303,9 @@ def from_ray(args: argparse.Namespace) -> str:
 
     import yaml
 
-    from gnnsched.runtime.launcher import LaunchError
-    from gnnsched.runtime.ray_launcher import cluster_from_ray
-    from gnnsched.spec import SpecError, cluster_from_dict, load_job, load_yaml
+    from gnnsched import api
 
-    base = load_yaml(args.cluster)[1] if args.cluster else None
-    try:
-        data, notes = cluster_from_ray(args.from_ray, base,
-                                       num_parts=load_job(args.job).num_parts)
-    except LaunchError as exc:
-        raise SpecError("--from-ray", "", str(exc)) from None
-    cluster_from_dict(data, f"the Ray cluster at {args.from_ray}")  # what train will check
+    data, notes = api.ray_cluster(args.from_ray, args.job, args.cluster)
     out = Path(args.cluster_out or Path(args.out).with_suffix(".cluster.yaml"))
     out.write_text(yaml.safe_dump(data, sort_keys=False))
     for note in notes:
@@ -343,9 +335,7 @@ def run(args: argparse.Namespace) -> int:
     plan.save(args.out)
     problem = api.plan_problem(args.cluster, args.job, args.cost, partitions=parts)
     if args.plot:
-        from gnnsched.placement.plot import draw
-
-        draw(problem, plan, args.plot)
+        api.draw_plan(problem, plan, args.plot)
     pr = Prediction.of(plan.prediction)
     recorded = pr.as_legacy_dict()
     runtime = runtime_prediction(problem, plan, args.seed)

@@ -65,9 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from gnnsched.datasets import open_partitions
-    from gnnsched.datasets.cache import partitions_for
-    from gnnsched.runtime.profiler import profile_partitions
+    from gnnsched import api
     from gnnsched.spec import SpecError, load_job
 
     if args.from_run:
@@ -79,11 +77,10 @@ def run(args: argparse.Namespace) -> int:
         if value is not None:
             raise SpecError(flag, "", "only goes with --from-run", "drop it, or add --from-run")
     job = load_job(args.job)
-    path = args.partitions or partitions_for(job, args.data_dir, quiet=args.json)
-    pset = open_partitions(path)
+    pset = api.open_job_partitions(job, args.partitions, args.data_dir, quiet=args.json)
     with tqdm(total=pset.num_parts, desc="profiling", unit="part", disable=args.json) as bar:
-        prof = profile_partitions(pset, job, samples=args.samples, seed=args.seed,
-                                  progress=lambda _: bar.update())
+        prof = api.profile_partitions(pset, job, samples=args.samples, seed=args.seed,
+                                      progress=lambda _: bar.update())
     prof.save(args.out)
     s = summarize(prof)
     if args.json:

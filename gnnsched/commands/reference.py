@@ -33,52 +33,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
 
 
-def trainer_slices(plan: str | None) -> list[dict[int, tuple[float, float]]] | None:
-    """Each trainer's slices of split partitions (None: whole partitions, or no plan)."""
-    if not plan:
-        return None
-    from gnnsched.plan import Plan, seed_slices
-
-    p = Plan.load(plan)
-    if not any(t.shares for t in p.trainers):
-        return None
-    sl = seed_slices(p.trainers)
-    return [sl[t.id] for t in p.trainers]
-
-
-def trainer_parts(job, partitions: str, plan: str | None) -> list[list[int]]:  # noqa: ANN001
-    """Each trainer's partitions: the plan's, else balanced contiguous runs by seed count."""
-    from gnnsched.datasets import open_partitions
-
-    if plan:
-        from gnnsched.plan import Plan
-
-        p = Plan.load(plan)
-        p.check_job(job, plan)
-        return [list(t.parts) for t in p.trainers]
-    from gnnsched.placement.placer import split_balanced
-
-    meta = open_partitions(partitions, verify=False).meta
-    seeds = [c["train"] for c in meta["parts"]]
-    return split_balanced(list(range(len(seeds))), seeds, job.trainers)
-
-
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from gnnsched.datasets.cache import partitions_for
+    from gnnsched import api
     from gnnsched.metrics import imbalance_note
-    from gnnsched.runtime.reference import reference_train
     from gnnsched.spec import load_job
 
     job = load_job(args.job)
     if args.epochs is not None:
         job = replace(job, epochs=args.epochs)
-    parts = str(args.partitions or partitions_for(job, args.data_dir, quiet=args.json))
-    split = trainer_parts(job, parts, args.plan)
     out = sys.stderr if args.json else sys.stdout
-    res = reference_train(job, parts, split, progress=lambda msg: print(msg, file=out),
-                          slices=trainer_slices(args.plan))
+    res, split = api.reference(job, args.partitions, plan=args.plan, data_dir=args.data_dir,
+                               quiet=args.json, progress=lambda msg: print(msg, file=out))
     note = imbalance_note(res.majority_rate, res.num_classes, res.metric)
     if note:
         print(f"gnnsched reference: warning: {note}", file=sys.stderr)

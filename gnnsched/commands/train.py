@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gnnsched import api
 from gnnsched.api import check_faults, check_plan_job, summary, train
 from gnnsched.commands import (
     epochs_int,
@@ -44,9 +45,11 @@ from gnnsched.commands import (
     seconds,
     threads_int,
 )
+from gnnsched.commands.progress import Progress
 from gnnsched.registry import CliOption
 
 __all__ = ["check_faults", "check_plan_job", "summary", "train"]  # the library's, re-exported
+_Progress = Progress  # the name it had here (gnnsched.commands.progress.Progress now)
 
 HELP = "train for real on local processes, an emulated cluster or SSH hosts, as a plan says"
 
@@ -56,9 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", required=True, help="job file (YAML)")
     p.add_argument("--plan", required=True, help="plan.json from `gnnsched plan`")
     from gnnsched.policy import policies
-    from gnnsched.runtime.launcher import launchers
 
-    p.add_argument("--launcher", default="local", choices=sorted(launchers()),
+    p.add_argument("--launcher", default="local", choices=sorted(api.launchers()),
                    help="where the processes run: local = every machine's processes on this "
                         "one, over loopback (no bandwidth limits); netns = each machine in its "
                         "own network namespace with shaped NICs (root; `gnnsched cluster up` "
@@ -135,106 +137,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "step STEP (>= 0; steps count every batch a trainer runs, "
                         "validation and test batches included, as metrics.jsonl's seq does); "
                         "repeatable, checked against the plan before anything starts")
-
-
-class _Progress:
-    """tqdm bar per epoch plus one summary line per epoch (stderr in --json mode)."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.out = sys.stderr if quiet else sys.stdout
-        self.bar: Any = None
-        self.t = time.monotonic()
-
-    def __call__(self, kind: str, **kw: Any) -> None:
-        from tqdm import tqdm
-
-        if kind == "log":
-            (tqdm.write if self.bar else print)(kw["msg"], file=self.out)
-        elif kind == "epoch_start":
-            if self.bar is not None:  # a recovery restarts an epoch: one bar at a time
-                self.bar.close()
-            # disable=None: a bar on a terminal only; a pipe or log file gets the epoch lines
-            self.bar = tqdm(total=kw["total"], desc=f"epoch {kw['epoch'] + 1}/{kw['epochs']}",
-                            disable=None,
-                            unit="it", file=self.out, leave=False, dynamic_ncols=True)
-            self.t, self.seeds = time.monotonic(), 0
-        elif kind == "batch" and self.bar is not None:
-            self.seeds += kw["seeds"]
-            self.bar.update(1)
-            rate = self.seeds / max(time.monotonic() - self.t, 1e-9)
-            self.bar.set_postfix_str(f"{rate:,.0f} seeds/s")
-        elif kind == "eval":
-            if kw["done"] == 1:
-                if self.bar is not None:
-                    self.bar.close()
-                what = "test" if kw["phase"] == "test" else f"validation {kw['epoch'] + 1}"
-                self.bar = tqdm(total=kw["total"], desc=what, disable=None, unit="it",
-                                file=self.out, leave=False, dynamic_ncols=True)
-                self.t, self.seeds = time.monotonic(), 0
-            if self.bar is not None:
-                self.seeds += kw["nodes"]
-                self.bar.update(1)
-                rate = self.seeds / max(time.monotonic() - self.t, 1e-9)
-                self.bar.set_postfix_str(f"{rate:,.0f} nodes/s")
-                if kw["done"] == kw["total"]:
-                    self.bar.close()
-                    self.bar = None
-        elif kind == "epoch_end":
-            if self.bar is not None:
-                self.bar.close()
-                self.bar = None
-            r = kw["record"]
-            val = f"{r['val_accuracy']:.4f}" if r["val_accuracy"] is not None else "-"
-            if r.get("val_metric") is not None and r.get("metric", "accuracy") != "accuracy":
-                val += f", val {r['metric']} {r['val_metric']:.4f}"
-            print(f"epoch {r['epoch'] + 1}: {r['epoch_time_s']:.3f} s, "
-                  f"{r['throughput_seeds_s']:,.0f} seeds/s, loss {r['train_loss']:.4f}, "
-                  f"val acc {val}", file=self.out)
-            for w, st in r["stages"].items():
-                print(f"  trainer {w}: sample {st['sample_s'] * 1e3:7.1f} ms  fetch "
-                      f"{st['fetch_s'] * 1e3:7.1f} ms  wait {st['wait_s'] * 1e3:7.1f} ms  "
-                      f"train {st['train_s'] * 1e3:7.1f} ms  barrier "
-                      f"{st['allreduce_s'] * 1e3:7.1f} ms", file=self.out)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-FAULT_ROLES = ("trainer", "sampler", "store", "fetcher", "machine")
-FAULT_SIGNALS = ("KILL", "STOP", "TERM")  # as gnnsched.runtime.coordinator sends them
-_FAULT_FORM = "ROLE:ID:STEP[:KILL|STOP|TERM], e.g. sampler:1:20 or machine:store0:5:STOP"
-
-
-def _faults(specs: list[str]) -> tuple[Any, ...]:
-    """Parse ``--kill-at`` values (syntax, role kind, step, signal; targets: check_faults)."""
-    from gnnsched.runtime.coordinator import Fault
-    from gnnsched.spec import SpecError
-
-    out = []
-    for spec in specs:
-        parts = spec.split(":")
-        if len(parts) not in (3, 4) or not all(p.strip() for p in parts):
-            raise SpecError("--kill-at", "", f"cannot parse {spec!r}", _FAULT_FORM)
-        kind, ident = parts[0].strip().lower(), parts[1].strip()
-        if kind not in FAULT_ROLES:
-            raise SpecError("--kill-at", "", f"unknown role {parts[0]!r} in {spec!r}",
-                            ", ".join(FAULT_ROLES))
-        try:
-            step = int(parts[2])
-        except ValueError:
-            raise SpecError("--kill-at", "", f"cannot parse {spec!r}: step {parts[2]!r} is "
-                            "not a whole number", _FAULT_FORM) from None
-        if step < 0:
-            raise SpecError("--kill-at", "", f"step must be >= 0, got {step} in {spec!r}",
-                            "a training step 0, 1, ...")
-        sig = parts[3].strip().upper() if len(parts) > 3 else "KILL"
-        sig = sig[3:] if sig.startswith("SIG") else sig
-        if sig not in FAULT_SIGNALS:
-            raise SpecError("--kill-at", "", f"unknown signal {parts[3]!r} in {spec!r}",
-                            ", ".join(FAULT_SIGNALS))
-        out.append(Fault(f"{kind}:{ident}", step, sig))
-    return tuple(out)
 
 
 def earlier_run(run_dir: str | Path, plan: str | Path | None = None) -> list[str]:
@@ -340,10 +242,8 @@ def _first_line(exc: BaseException) -> str:
 def add_launcher_options(p: argparse.ArgumentParser) -> None:
     """Every installed launcher's own flags (``Launcher.cli_options``), in one group; a flag
     that several launchers declare is added once and says which use it."""
-    from gnnsched.runtime.launcher import launchers
-
     users: dict[str, tuple[CliOption, list[str]]] = {}
-    for name, cls in launchers().items():
+    for name, cls in api.launchers().items():
         for opt in cls.cli_options:
             users.setdefault(opt.flag, (opt, []))[1].append(name)
     if not users:
@@ -355,18 +255,7 @@ def add_launcher_options(p: argparse.ArgumentParser) -> None:
                        help=f"{who}: {opt.help}")
 
 
-def launcher_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The chosen launcher's constructor keywords from its own flags."""
-    from gnnsched.runtime.launcher import LAUNCHERS
-
-    cls = LAUNCHERS.get(args.launcher)
-    return {o.kwarg: getattr(args, o.dest, o.default) for o in cls.cli_options}
-
-
 def run(args: argparse.Namespace) -> int:
-    from gnnsched.runtime.coordinator import RunError, RuntimeOptions
-    from gnnsched.runtime.launcher import LaunchError
-    from gnnsched.runtime.transport import MessageError, TransportError
     from gnnsched.spec import SpecError
 
     if args.dead_after <= args.heartbeat:
@@ -375,13 +264,8 @@ def run(args: argparse.Namespace) -> int:
                         "dead between two heartbeats", f"more than --heartbeat, e.g. "
                         f"{10 * args.heartbeat:g}")
     if args.replan_placer is not None:  # else an unknown name surfaces only at a recovery
-        from gnnsched.placement import get_placer
-
-        try:
-            get_placer(args.replan_placer)
-        except SpecError as exc:
-            raise SpecError("--replan-placer", "", exc.problem, exc.valid) from None
-    opts = RuntimeOptions(threads=args.threads, resume=args.resume, grad_first=not args.no_grad_first,
+        api.check_placer(args.replan_placer, "--replan-placer")
+    opts = api.RuntimeOptions(threads=args.threads, resume=args.resume, grad_first=not args.no_grad_first,
                           urgent_band=args.urgent_band,
                           emulate_speed=None if args.emulate_speed is None
                           else args.emulate_speed == "on",
@@ -390,9 +274,8 @@ def run(args: argparse.Namespace) -> int:
                           max_recoveries=args.max_recoveries, replan=args.replan,
                           replan_placer=args.replan_placer,
                           request_timeout=args.request_timeout, coordinator_port=args.port,
-                          faults=_faults(args.kill_at), trace=args.trace)
-    lopts = launcher_options(args)
-    from gnnsched.runtime.netns import NetnsError
+                          faults=api.parse_faults(args.kill_at), trace=args.trace)
+    lopts = api.launcher_kwargs(args.launcher, args)
 
     if args.out is None:  # known before the run, so an error can point at its logs
         args.out = f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -402,14 +285,15 @@ def run(args: argparse.Namespace) -> int:
         check_run_dir(args.out, args.plan)
     elif earlier_run(args.out, args.plan):
         clear_run_dir(args.out)
-    progress = _Progress(args.json)
+    progress = Progress(args.json)
     try:
         result = train(args.cluster, args.job, args.plan, policy=args.policy,
                        launcher=args.launcher, out_dir=args.out, partitions=args.partitions,
                        epochs=args.epochs, options=opts, profile=args.cost,
                        progress=progress, data_dir=args.data_dir, launcher_options=lopts,
                        force_plan=args.any_job)
-    except (RunError, LaunchError, TransportError, MessageError, NetnsError) as exc:
+    except (api.RunError, api.LaunchError, api.TransportError, api.MessageError,
+            api.NetnsError) as exc:
         # one clear line; the whole story (log tails, tracebacks) is in the run's logs/
         progress.close()
         where = f" (details: {args.out}/logs/)" if args.out else ""

@@ -1,4 +1,4 @@
-"""The library's front door: plan, simulate, train and calibrate, as the CLI does them.
+"""The forward path as the CLI walks it: plan, simulate, train and calibrate.
 
 Each function takes objects or file paths and does the loading and checking once, in one
 place, so the CLI, ``gnnsched demo``, the evaluation and a user's script all walk the same
@@ -7,12 +7,8 @@ forward path::
     cluster, job -> profile -> plan -> prediction (simulate) -> run (train) -> calibrate
 
 A plan records the profile and cluster it was made with (``made_for``), so ``simulate`` and
-``train`` find the profile again without being told (``cost=None``).
-
-It also re-exports the runtime's documented entry points (:data:`RUNTIME`: its options,
-single-process reference training, the DistDGL runner, the emulated cluster, the profiler,
-the CPU ledger's breakdown and the box's compute limit), loaded on first use so that importing
-the API stays light; the evaluation reaches the runtime through them alone.
+``train`` find the profile again without being told (``cost=None``). Re-exported by
+:mod:`gnnsched.api`, which is where to import it from.
 """
 
 from __future__ import annotations
@@ -29,46 +25,7 @@ from gnnsched.profile import CostProfile, profile_for
 from gnnsched.spec import ClusterSpec, JobSpec, SpecError, check_compatible, load_cluster, load_job
 
 if TYPE_CHECKING:
-    from gnnsched.runtime.coordinator import RuntimeOptions
-    from gnnsched.runtime.distdgl import infeasible_reason as distdgl_infeasible_reason
-    from gnnsched.runtime.distdgl import run_distdgl
-    from gnnsched.runtime.ledger import breakdown as ledger_breakdown
-    from gnnsched.runtime.ledger import format_table as ledger_table
-    from gnnsched.runtime.limit import pipeline_limit
-    from gnnsched.runtime.netns import HOST_IF as NETNS_HOST_IF
-    from gnnsched.runtime.netns import EmulatedCluster
-    from gnnsched.runtime.netns import unavailable_reason as netns_unavailable_reason
-    from gnnsched.runtime.profiler import profile_partitions
-    from gnnsched.runtime.reference import reference_train
     from gnnsched.simulator import SimResult
-
-# name here: (runtime module, its name there). Each is the runtime's own object, imported on
-# first use (PEP 562), so ``import gnnsched.api`` does not load torch or DGL.
-RUNTIME: dict[str, tuple[str, str]] = {
-    "RuntimeOptions": ("gnnsched.runtime.coordinator", "RuntimeOptions"),
-    "reference_train": ("gnnsched.runtime.reference", "reference_train"),
-    "run_distdgl": ("gnnsched.runtime.distdgl", "run_distdgl"),
-    "distdgl_infeasible_reason": ("gnnsched.runtime.distdgl", "infeasible_reason"),
-    "EmulatedCluster": ("gnnsched.runtime.netns", "EmulatedCluster"),
-    "netns_unavailable_reason": ("gnnsched.runtime.netns", "unavailable_reason"),
-    "NETNS_HOST_IF": ("gnnsched.runtime.netns", "HOST_IF"),
-    "profile_partitions": ("gnnsched.runtime.profiler", "profile_partitions"),
-    "ledger_breakdown": ("gnnsched.runtime.ledger", "breakdown"),
-    "ledger_table": ("gnnsched.runtime.ledger", "format_table"),
-    "pipeline_limit": ("gnnsched.runtime.limit", "pipeline_limit"),
-}
-
-
-def __getattr__(name: str) -> Any:
-    """The runtime entry points of :data:`RUNTIME`, imported when first asked for."""
-    where = RUNTIME.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(where[0]), where[1])
-    globals()[name] = value
-    return value
 
 
 def file_digest(path: str | Path) -> str:
@@ -262,7 +219,7 @@ def plan(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
     ``partitions`` or the job's cached partitions are there: :func:`plan_problem`) plus the
     processes the plan puts there. ``keep_colocation``: gnnsched keeps colocation's plan
     unless its own is predicted faster by more than this fraction on every draw."""
-    from gnnsched.placement.search import plan_and_compare
+    from gnnsched.placement.compare import plan_and_compare
 
     cluster_file = None if isinstance(cluster, ClusterSpec) else str(cluster)
     job_file = None if isinstance(job, JobSpec) else str(job)
@@ -427,10 +384,6 @@ def check_faults(faults: Any, cluster: ClusterSpec, plan: Plan) -> None:
                             f"(step {f.at_step})", valid)
 
 
-__all__ = ["NETNS_HOST_IF", "RUNTIME", "EmulatedCluster", "Inputs", "RuntimeOptions",
-           "calibrate", "check_faults", "check_partitions_fit", "check_plan_job",
-           "distdgl_infeasible_reason", "file_digest", "job_partitions", "ledger_breakdown",
-           "ledger_table", "load_pair", "load_plan", "netns_unavailable_reason",
-           "partition_bytes", "pipeline_limit", "plan", "plan_problem", "plan_profile",
-           "prepare", "profile_partitions", "reference_train", "run_distdgl", "simulate",
-           "summary", "train"]
+__all__ = ["Inputs", "calibrate", "check_faults", "check_partitions_fit", "check_plan_job",
+           "file_digest", "job_partitions", "load_pair", "load_plan", "partition_bytes", "plan",
+           "plan_problem", "plan_profile", "prepare", "simulate", "summary", "train"]
