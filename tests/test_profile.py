@@ -193,3 +193,45 @@ def test_integral_floats_load_and_some_partition_must_train(tmp_path: Path) -> N
     p.write_text(json.dumps(d))
     with pytest.raises(SpecError, match=r"cost.json: parts\[\*\]\.train_seeds: is 0 on every"):
         CostProfile.load(p)
+
+
+def test_profile_into_a_pipe_prints_no_bar(examples: Path, tmp_path: Path) -> None:
+    """``gnnsched profile`` with stdout and stderr piped (a log file, CI) prints its table and
+    no progress bar: bars are for terminals only, as ``train``'s are (issue 51 item 6)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-m", "gnnsched", "profile", "--job",
+                        str(examples / "lab4" / "job.yaml"), "--samples", "1", "--out",
+                        str(tmp_path / "cost.json")], capture_output=True, text=True,
+                       env=env, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    both = p.stdout + p.stderr
+    assert "wrote" in p.stdout and "sample ms" in p.stdout
+    for mark in ("\r", "█", "profiling:", "part/s", "it/s"):
+        assert mark not in both, (mark, both)
+
+
+def test_bars_only_on_a_terminal() -> None:
+    """The one rule every verb's bars follow (:func:`gnnsched.commands.progress.bar`)."""
+    import io
+
+    from gnnsched.commands.progress import bar, on_terminal
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    pipe, tty = io.StringIO(), Tty()
+    assert not on_terminal(pipe) and on_terminal(tty)
+    for out in (pipe, tty):
+        with bar(3, "profiling", "part", file=out) as b:
+            for _ in range(3):
+                b.update()
+    assert pipe.getvalue() == "" and "profiling" in tty.getvalue()
+    quiet = Tty()
+    with bar(3, "profiling", file=quiet, quiet=True) as b:
+        b.update()
+    assert quiet.getvalue() == ""

@@ -63,9 +63,8 @@ def table(summary: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from tqdm import tqdm
-
     from gnnsched import api
+    from gnnsched.commands.progress import bar
     from gnnsched.spec import SpecError, load_job
 
     if args.from_run:
@@ -78,9 +77,9 @@ def run(args: argparse.Namespace) -> int:
             raise SpecError(flag, "", "only goes with --from-run", "drop it, or add --from-run")
     job = load_job(args.job)
     pset = api.open_job_partitions(job, args.partitions, args.data_dir, quiet=args.json)
-    with tqdm(total=pset.num_parts, desc="profiling", unit="part", disable=args.json) as bar:
+    with bar(pset.num_parts, "profiling", "part", quiet=args.json) as shown:
         prof = api.profile_partitions(pset, job, samples=args.samples, seed=args.seed,
-                                      progress=lambda _: bar.update())
+                                      progress=lambda _: shown.update())
     prof.save(args.out)
     s = summarize(prof)
     if args.json:

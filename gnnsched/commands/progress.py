@@ -1,10 +1,36 @@
-"""The progress a run reports while it trains, as ``gnnsched train`` and ``demo`` show it."""
+"""Progress as every verb shows it: bars on a terminal only (:func:`bar`), and the progress a
+run reports while it trains (:class:`Progress`, ``gnnsched train`` and ``demo``).
+
+A pipe or a log file never gets a bar: carriage returns and block characters make a log
+unreadable, and the epoch lines and the final table say the same in words.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import IO, Any
+
+
+def on_terminal(file: IO[str] | None = None) -> bool:
+    """Whether ``file`` (default stderr, where bars go) is a terminal."""
+    f = sys.stderr if file is None else file
+    try:
+        return bool(f.isatty())
+    except (AttributeError, ValueError):  # replaced (tests) or closed
+        return False
+
+
+def bar(total: int, desc: str, unit: str = "it", file: IO[str] | None = None,
+        quiet: bool = False, **kw: Any) -> Any:
+    """A tqdm bar drawn only when ``file`` (default stderr) is a terminal and not ``quiet``
+    (``--json``); elsewhere a bar that counts and draws nothing. Every verb's bars are made
+    here, so all of them obey the same rule."""
+    from tqdm import tqdm
+
+    out = sys.stderr if file is None else file
+    return tqdm(total=total, desc=desc, unit=unit, file=out,
+                disable=quiet or not on_terminal(out), **kw)
 
 
 class Progress:
@@ -25,10 +51,9 @@ class Progress:
         elif kind == "epoch_start":
             if self.bar is not None:  # a recovery restarts an epoch: one bar at a time
                 self.bar.close()
-            # disable=None: a bar on a terminal only; a pipe or log file gets the epoch lines
-            self.bar = tqdm(total=kw["total"], desc=f"epoch {kw['epoch'] + 1}/{kw['epochs']}",
-                            disable=None,
-                            unit="it", file=self.out, leave=False, dynamic_ncols=True)
+            # a bar on a terminal only; a pipe or log file gets the epoch lines
+            self.bar = bar(kw["total"], f"epoch {kw['epoch'] + 1}/{kw['epochs']}",
+                           file=self.out, leave=False, dynamic_ncols=True)
             self.t, self.seeds = time.monotonic(), 0
         elif kind == "batch" and self.bar is not None:
             self.seeds += kw["seeds"]
@@ -40,8 +65,8 @@ class Progress:
                 if self.bar is not None:
                     self.bar.close()
                 what = "test" if kw["phase"] == "test" else f"validation {kw['epoch'] + 1}"
-                self.bar = tqdm(total=kw["total"], desc=what, disable=None, unit="it",
-                                file=self.out, leave=False, dynamic_ncols=True)
+                self.bar = bar(kw["total"], what, file=self.out, leave=False,
+                               dynamic_ncols=True)
                 self.t, self.seeds = time.monotonic(), 0
             if self.bar is not None:
                 self.seeds += kw["nodes"]
@@ -74,4 +99,4 @@ class Progress:
             self.bar.close()
 
 
-__all__ = ["Progress"]
+__all__ = ["Progress", "bar", "on_terminal"]
