@@ -30,6 +30,8 @@ import heapq
 import math
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
+from functools import reduce
+from operator import add
 from typing import Any
 
 from gnnsched.policy import Transfer
@@ -269,6 +271,7 @@ class _Group:
 
     def __init__(self, s: int, d: int, now: float, cls: Any = 0, conn: int = 0) -> None:
         self.s, self.d, self.cls, self.conn = s, d, cls, conn
+        self.key = (cls, s, d, conn)  # its key in _FairNet.groups
         self.n = 0
         self.wt = 0  # shares it takes: its flows (fair), or 1 (connections)
         self.V = 0.0  # bytes served to each flow of the group since it was created
@@ -363,7 +366,7 @@ class _FairNet:
         g.n -= 1
         g.wt = min(g.n, 1) if self.connections else g.n
         g.ver += 1
-        key = (g.cls, g.s, g.d, g.conn)
+        key = g.key
         if g.n == 0:
             del self.groups[key]
             del self.on[g.s][key]
@@ -387,6 +390,8 @@ class _FairNet:
 
     def _water(self, r: int) -> float:
         """Level of r given the levels of its groups' other resources."""
+        if self.connections:
+            return self._water_streams(r)
         cap, level = self.cap[r], self.level
         items = []
         cnt = 0
@@ -413,6 +418,27 @@ class _FairNet:
             cnt -= n
         return rem / cnt
 
+    def _water_streams(self, r: int) -> float:
+        """:meth:`_water` where every group is one stream (one share each): the same float
+        operations in the same order, on a list of levels instead of (level, share) pairs."""
+        on = self.on[r]
+        if not on:
+            return math.inf
+        level = self.level
+        cs = [level[g.d] if g.s == r else level[g.s] for g in on.values()]
+        cap = self.cap[r]
+        if math.inf not in cs and reduce(add, cs, 0.0) <= cap + self.tol:
+            return math.inf
+        cs.sort()
+        rem = max(cap, 0.0)
+        cnt = len(cs)
+        for c in cs:
+            if c * cnt >= rem:
+                break
+            rem -= c
+            cnt -= 1
+        return rem / cnt
+
     def _repair(self, changed: set[int]) -> bool:
         """Re-level around the touched resources until a fixed point; False if it gives up."""
         level, tol = self.level, self.tol
@@ -436,6 +462,8 @@ class _FairNet:
                 if x not in queued:
                     queued.add(x)
                     todo.append(x)
+            if len(todo) > budget:  # each takes one more of the budget: it would give up
+                return False  # later, with the same outcome (the fill replaces every level)
         return True
 
     @staticmethod
@@ -444,20 +472,31 @@ class _FairNet:
         """Progressive filling of `groups` on capacities `left` (reduced in place): rate[i] is
         group i's per-flow rate; `level` gets each saturated resource's level. A heap of
         resources by fair share; the smallest saturates and freezes its groups, which never
-        lowers another resource's share."""
-        cnt: dict[int, float] = {}
-        on: dict[int, list[int]] = {}
+        lowers another resource's share.
+
+        Per resource, lists indexed by it; a resource a freeze touched is pushed once, with
+        its state after the freeze (every earlier entry of it would be stale: the heap's
+        order is its entries', so the pops are the same as pushing at every touch)."""
+        R = len(left)
+        cnt = [0] * R
+        on: list[list[int] | None] = [None] * R
+        used_r: list[int] = []
         for i, g in enumerate(groups):
+            wt = g.wt
             for r in (g.s, g.d):
-                if r in cnt:
-                    cnt[r] += g.wt
-                    on[r].append(i)
-                else:
-                    cnt[r] = g.wt
+                lst = on[r]
+                if lst is None:
                     on[r] = [i]
-        rem = {r: max(left[r], 0.0) for r in cnt}
-        ver = dict.fromkeys(cnt, 0)
-        H = [(rem[r] / cnt[r], r, 0) for r in cnt]
+                    used_r.append(r)
+                    cnt[r] = wt
+                else:
+                    lst.append(i)
+                    cnt[r] += wt
+        rem = [0.0] * R
+        for r in used_r:
+            rem[r] = max(left[r], 0.0)
+        ver = [0] * R
+        H = [(rem[r] / cnt[r], r, 0) for r in used_r]
         heapq.heapify(H)
         frozen = [False] * len(groups)
         push, pop = heapq.heappush, heapq.heappop
@@ -467,20 +506,28 @@ class _FairNet:
                 continue
             if level is not None:
                 level[r] = lvl
-            for i in on[r]:
+            others = []
+            for i in on[r]:  # type: ignore[union-attr]
                 if frozen[i]:
                     continue
                 frozen[i] = True
                 g = groups[i]
                 rate[i] = lvl
-                used = lvl * g.wt
-                for x in (g.s, g.d):
-                    rem[x] -= used
-                    left[x] -= used
-                    cnt[x] -= g.wt
-                    ver[x] += 1
-                    if x != r and cnt[x] > 0:
-                        push(H, (max(rem[x], 0.0) / cnt[x], x, ver[x]))
+                wt = g.wt
+                used = lvl * wt
+                s, d = g.s, g.d
+                rem[s] -= used
+                left[s] -= used
+                cnt[s] -= wt
+                ver[s] += 1
+                rem[d] -= used
+                left[d] -= used
+                cnt[d] -= wt
+                ver[d] += 1
+                others.append(d if s == r else s)
+            for x in set(others):
+                if cnt[x] > 0:
+                    push(H, (max(rem[x], 0.0) / cnt[x], x, ver[x]))
 
     def commit(self, now: float) -> None:
         self.dirty = False
@@ -522,7 +569,7 @@ class _FairNet:
             if new <= tol:
                 new = 0.0
             changed_rate = abs(new - g.rate) > tol
-            if not changed_rate and (g.cls, g.s, g.d, g.conn) not in resched:
+            if not changed_rate and g.key not in resched:
                 continue
             self._settle(g, now)
             if changed_rate:
