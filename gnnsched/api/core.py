@@ -328,8 +328,14 @@ def calibrate(run_dir: str | Path, **kwargs: Any) -> CostProfile:
 
 
 def summary(result: Any) -> dict[str, Any]:
-    """The ``--json`` object of one system run."""
+    """The ``--json`` object of one system run. Its times say what they are:
+    ``measured_epoch_time_s`` is the wall-clock epoch the run measured (on a scale model,
+    dilated: D times the real cluster's), ``real_cluster_epoch_time_s`` the real cluster's
+    (measured / D; the same off the model), the one a plan's prediction is compared with.
+    ``epoch_time_s`` and ``real_epoch_time_s`` are their old names, kept for one version."""
     return {"policy": result.policy, "placer": result.placer, "launcher": result.launcher,
+            "measured_epoch_time_s": result.epoch_time_s,
+            "real_cluster_epoch_time_s": result.real_epoch_time_s,
             "epoch_time_s": result.epoch_time_s, "test_accuracy": result.test_accuracy,
             "val_accuracy": result.val_accuracy[-1] if result.val_accuracy else None,
             "metric": result.metric, "test_metric": result.test_metric,

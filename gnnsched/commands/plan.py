@@ -100,6 +100,13 @@ def margin(text: str) -> float:
     return v
 
 
+# what the colocation row is where no store of a trainer's data can host it: colocation's own
+# placement cannot run, so the baseline planned, predicted and trained is this fallback (never
+# called "infeasible" beside the epoch it is given)
+FALLBACK = "colocation's placement with trainers moved to GPU hosts"
+FALLBACK_NOTE = f"{FALLBACK} (no store of their data can host them: see notes)"
+
+
 def _ms(s: float) -> str:
     return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.3f} s"
 
@@ -179,7 +186,9 @@ def table(problem: Any, plan: Any, runtime: dict[str, Any] | None = None) -> str
     base = pr.baselines or ()
     colo_row = pr.baseline("colocation")
     colo = colo_row.epoch_time_s if colo_row is not None else None
-    entries = [(plan.placer, ep, "this plan" + (" (trainers placed as colocation places them)"
+    fallback = colo_row is not None and colo_row.colocation_feasible is False
+    same = ("colocation's fallback below" if fallback else "colocation's")
+    entries = [(plan.placer, ep, "this plan" + (f" (the same placement as {same})"
                                                 if pr.same_as_colocation else ""))]
     for row in base:
         if row.error is not None:
@@ -187,9 +196,10 @@ def table(problem: Any, plan: Any, runtime: dict[str, Any] | None = None) -> str
             continue
         note = ""
         if row.name == "colocation+cache":
-            note = "colocation with caches by the same rule (a degree-ordered static cache)"
+            note = (("colocation's fallback" if fallback else "colocation") + " with caches "
+                    "by the same rule (a degree-ordered static cache)")
         elif row.colocation_feasible is False:
-            note = "infeasible here: a trainer cannot run on a store of its data (see notes)"
+            note = FALLBACK_NOTE
         elif row.colocation_feasible:
             note = "feasible: every trainer runs on a store of its partitions"
         entries.append((row.name, row.epoch_time_s, note))
