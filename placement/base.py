@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from gnnsched.placement.budget import Budget, Progress
 from gnnsched.placement.problem import Problem
 from gnnsched.placement.scoring import Scorer
 from gnnsched.plan import Plan
@@ -45,12 +46,18 @@ class PlanningContext:
     is not the simulator, whose draws a seed names). ``keep_colocation``: how unsure the
     predictions are, a fraction (:func:`~gnnsched.placement.search.margin_for`): a placer that
     knows colocation's plan keeps it unless its own is predicted faster by more.
+    ``budget``: the whole planning's deadline (:class:`~.budget.Budget`; the comparison's
+    scorers cut their simulations at it), which a placer keeps within as well as within its
+    own ``budget`` seconds; None: only its own. ``progress``: where a placer's phases go, one
+    line each (:meth:`~.budget.Budget.say`), when it makes its own budget.
     """
 
     scorer: Scorer | None = None
     scored_by: str = ""
     seed_scorer: SeedScorer | None = None
     keep_colocation: float = 0.0
+    budget: Budget | None = None
+    progress: Progress | None = None
 
     def __post_init__(self) -> None:
         check_margin(self.keep_colocation)

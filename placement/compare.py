@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gnnsched.placement.base import PlanningContext, get_placer
+from gnnsched.placement.budget import PLACER_SHARE, Budget, Progress
 from gnnsched.placement.cpsat import CpSatOutcome, run_cpsat, simulated_lower_bound
 from gnnsched.placement.feasibility import usage
 from gnnsched.placement.problem import Problem
@@ -24,6 +25,9 @@ from gnnsched.prediction import BaselineRow, BoundsRecord, CpSatRecord, Floors, 
 from gnnsched.spec import SpecError
 
 BASELINES = ("colocation", "greedy", "random")
+# of the seconds the placer leaves: the baselines' simulations may take this share, and the
+# bound's CP-SAT solves this share of the rest (setting its models up takes about as long)
+BASELINE_SHARE, BOUND_SHARE = 0.5, 0.3
 
 
 def _trainer_places(plan: Plan) -> set[tuple]:
@@ -161,15 +165,29 @@ def cpsat_outcome(placer: Any, problem: Problem, *, seed: int = 0,
 
 
 def any_placement(problem: Problem, plan: Plan, outcome: CpSatOutcome, compared: Compared,
-                  seed: int = 0) -> dict[str, Any]:
+                  seed: int = 0, time_limit: float = 10.0, solve: bool = True
+                  ) -> dict[str, Any]:
     """The bound step: CP-SAT's proven bound on the draws of `seed`, lowered to every compared
     plan's own bound, with the chosen plan's per-plan bound (the fields of
     :func:`gnnsched.bounds.bound_fields`) and the ``lower_bound_*`` fields it has always been
-    recorded as: the prediction's fields of both."""
+    recorded as: the prediction's fields of both. Not `solve` (the budget is spent): the
+    smallest per-plan bound of the plans compared, which the scope says."""
     from gnnsched.bounds import any_placement_bound
 
     it = problem.wl.iterations
-    lb = simulated_lower_bound(problem, outcome, compared.plans, seed=seed)
+    if not solve:
+        mine = next(iter(compared.per_plan.values()))
+        scope = ("CP-SAT's bound on the drawn mini-batches not solved (the --budget was "
+                 "spent): the smallest per-plan bound of the plans compared, a bound of "
+                 "those plans only")
+        anyb = any_placement_bound(None, compared.per_plan, scope=scope, status="not solved")
+        return {"per_plan_bound_s": mine.epoch_s, "any_placement_bound_s": anyb.epoch_s,
+                "bounds": BoundsRecord(mine.seed, mine.iterations, mine.to_dict(),
+                                       anyb.to_dict()),
+                "lower_bound_s": anyb.epoch_s, "lower_bound_iteration_s": anyb.iteration_s,
+                "lower_bound_scope": scope}
+    lb = simulated_lower_bound(problem, outcome, compared.plans, seed=seed,
+                               time_limit=time_limit)
     # simulated_lower_bound solves the model on the drawn mini-batches whatever the scorer
     scope = outcome.scope().replace(" (with the drawn mini-batches when simulated)", "")
     if plan.caches:
@@ -208,7 +226,8 @@ def place(problem: Problem, placer: str, context: PlanningContext, *, seed: int 
 def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 0,
                      budget: float | None = None, baselines: Sequence[str] = BASELINES,
                      scorer: Scorer | None = None, how: str | None = None,
-                     cache_share: float = 0.0, keep_colocation: float = 0.0) -> Plan:
+                     cache_share: float = 0.0, keep_colocation: float = 0.0,
+                     progress: Progress | None = None) -> Plan:
     """Plan with `placer`, score it and every baseline with one scorer, attach the bound.
 
     Every placer gets the same :class:`~.base.PlanningContext`: the scorer (default: the
@@ -224,21 +243,46 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
     ``per_plan_bound_s``, ``any_placement_bound_s`` and ``bounds``, which ``gnnsched
     simulate`` prints again); ``lower_bound_s`` is the any-placement bound, as before:
     everything `gnnsched plan` prints.
+
+    ``budget`` (seconds) bounds all of it (:mod:`.budget`): the placer gets
+    :data:`~.budget.PLACER_SHARE` of it, the baselines and the bound the rest, and the
+    simulator's scorers cut a simulation that would run past the deadline (the plan's notes
+    say which were and how they were scored instead); it holds within
+    :data:`~.budget.OVERSHOOT` x budget + :data:`~.budget.OVERSHOOT_S`. ``progress`` gets
+    one line per phase with the seconds since planning began.
     """
+    bud = Budget(budget, progress)
     if scorer is None:
-        scorer, how = default_scorer(problem, seed)
+        scorer, how = default_scorer(problem, seed, budget=bud)
     simulated = (how or "").startswith("simulator")
     ev = scorer if isinstance(scorer, Evaluator) else Evaluator(scorer)
     context = PlanningContext(
         scorer=ev, scored_by=how or "caller's scorer", keep_colocation=keep_colocation,
-        seed_scorer=(lambda s, its: default_scorer(problem, s, its)[0]) if simulated else None)
-    chosen, plan, planning = place(problem, placer, context, seed=seed, budget=budget,
+        seed_scorer=(lambda s, its: default_scorer(problem, s, its, budget=bud)[0])
+        if simulated else None, budget=bud, progress=progress)
+    bud.say("planning", f"{placer} for {problem.W} trainers on {len(problem.cluster.machines)} "
+            "machines" + ("" if budget is None else f", --budget {budget:g} s"))
+    chosen, plan, planning = place(problem, placer, context, seed=seed,
+                                   budget=None if budget is None else budget * PLACER_SHARE,
                                    cache_share=cache_share)
     own = plan.prediction or Prediction()
-    outcome, ran_here = cpsat_outcome(chosen, problem, seed=seed, budget=budget)
+    bud.say("placed", f"{planning:.1f} s")
+    t1 = time.perf_counter()
+    outcome, ran_here = cpsat_outcome(chosen, problem, seed=seed,
+                                      budget=None if budget is None else max(0.5, bud.left()))
     judge = _Judge(problem, ev, seed, simulated)
-    compared = compare_baselines(problem, plan, placer, baselines, judge, cache_share)
-    bound = any_placement(problem, plan, outcome, compared, seed)
+    with bud.scope(BASELINE_SHARE * bud.left()):  # the rest is the bound's
+        compared = compare_baselines(problem, plan, placer, baselines, judge, cache_share)
+    t_base = time.perf_counter() - t1
+    bud.say("baselines", ", ".join(f"{r.name} {r.epoch_time_s:.3g} s" for r in compared.rows
+                                   if r.epoch_time_s is not None) + f"; {t_base:.1f} s")
+    solve = not bud.expired
+    if not solve:
+        bud.skipped.append("the any-placement bound is the smallest per-plan bound of the "
+                           "plans compared: no time was left to solve CP-SAT's on the draws")
+    bound = any_placement(problem, plan, outcome, compared, seed,
+                          time_limit=max(0.5, min(10.0, BOUND_SHARE * bud.left())),
+                          solve=solve)
     epoch = ev(plan)
     it = problem.wl.iterations
     colo = next((r.epoch_time_s for r in compared.rows if r.name == "colocation"), None)
@@ -249,10 +293,25 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
         cpsat=CpSatRecord(outcome.result.status) if ran_here else own.cpsat,
         same_as_colocation=True if compared.same_as_colocation else own.same_as_colocation,
         scored_by=how or (own.scored_by if own.scored_by is not None else "caller's scorer"),
-        planning_s=own.planning_s if own.planning_s is not None else planning,
-        speedup_vs_colocation=colo / epoch if colo else own.speedup_vs_colocation)
-    notes = tuple(plan.notes) + tuple(n for n in problem.notes if n not in plan.notes)
+        speedup_vs_colocation=colo / epoch if colo else own.speedup_vs_colocation,
+        **_seconds(own, bud, planning, t_base, placer, budget))
+    bud.say("bound", f"any placement {bound['any_placement_bound_s']:.3g} s; planned in "
+            f"{bud.elapsed():.1f} s")
+    notes = tuple(plan.notes) + tuple(n for n in problem.notes if n not in plan.notes) + \
+        tuple(n for n in bud.notes() if n not in plan.notes)
     return replace(plan, prediction=prediction, notes=notes)
+
+
+def _seconds(own: Prediction, bud: Budget, placing: float, baselines: float, placer: str,
+             budget: float | None) -> dict[str, Any]:
+    """The prediction's planning seconds: all of the comparison's (``planning_s``), the
+    placer's phases (or its one) then the baselines' and the bound's, and the budget."""
+    total = bud.elapsed()
+    phases = dict(own.planning_phases_s) if own.planning_phases_s else {placer: placing}
+    phases["baselines"] = baselines
+    phases["bound"] = phases.get("bound", 0.0) + max(0.0, total - sum(phases.values()))
+    return {"planning_s": total, "planning_phases_s": phases,
+            "budget_s": budget if budget is not None else own.budget_s}
 
 
 __all__ = ["BASELINES", "Compared", "any_placement", "compare_baselines", "cpsat_outcome",

@@ -9,10 +9,14 @@ model's lower bound. :class:`Evaluator` caches a scorer by placement.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from gnnsched.placement.problem import Problem
 from gnnsched.plan import Plan
 from gnnsched.workload import NIC_WINDOW_S
+
+if TYPE_CHECKING:
+    from gnnsched.placement.budget import Budget
 
 Scorer = Callable[[Plan], float]  # a plan's predicted epoch seconds (lower is better)
 
@@ -23,11 +27,14 @@ def bound_scorer(problem: Problem) -> Scorer:
 
 
 def simulator_scorer(problem: Problem, policy: str = "gnnsched", seed: int = 0,
-                     iterations: int | None = None) -> Scorer | None:
+                     iterations: int | None = None, budget: Budget | None = None
+                     ) -> Scorer | None:
     """The simulator running `policy`, or None when the simulator is not installed.
 
     `iterations` below the epoch's simulates that many and extrapolates (for search moves on
-    long epochs); None simulates the whole epoch.
+    long epochs); None simulates the whole epoch. With a `budget`, a simulation that would run
+    past its :attr:`~.budget.Budget.end` is cut there (none starts past it) and the plan gets
+    the budget's cheaper score (:meth:`~.budget.Budget.fallback`).
     """
     try:
         from gnnsched import simulator
@@ -39,11 +46,25 @@ def simulator_scorer(problem: Problem, policy: str = "gnnsched", seed: int = 0,
     sim = getattr(simulator, "simulate", None)
     if sim is None:
         return None
+    cut_error = getattr(simulator, "SimulationCut", None)
     its = iterations if iterations and iterations < problem.wl.iterations else None
+    wl = problem.wl
 
     def score(plan: Plan) -> float:  # on the runtime's network: its send windows
-        return float(sim(problem.wl, plan, policy=policy, seed=seed, iterations=its,
-                         validate=False, nic_window_s=NIC_WINDOW_S).epoch_time_s)
+        if budget is None or cut_error is None:
+            return float(sim(wl, plan, policy=policy, seed=seed, iterations=its,
+                             validate=False, nic_window_s=NIC_WINDOW_S).epoch_time_s)
+        if budget.expired:
+            return budget.fallback(wl, plan, seed, None)
+        try:
+            res = sim(wl, plan, policy=policy, seed=seed, iterations=its, validate=False,
+                      nic_window_s=NIC_WINDOW_S, deadline=budget.end)
+        except cut_error as cut:
+            return budget.fallback(wl, plan, seed, cut)
+        budget.ran(res.wall_s)
+        if its is None:
+            budget.seen(wl, plan, seed, float(res.epoch_time_s))
+        return float(res.epoch_time_s)
 
     return score
 
@@ -51,10 +72,11 @@ def simulator_scorer(problem: Problem, policy: str = "gnnsched", seed: int = 0,
 SEARCH_ITERATIONS = 48  # search moves simulate at most this many iterations (extrapolated)
 
 
-def default_scorer(problem: Problem, seed: int = 0, iterations: int | None = None
-                   ) -> tuple[Scorer, str]:
-    """Simulator with the gnnsched policy when available, else the cost model's bound."""
-    s = simulator_scorer(problem, "gnnsched", seed, iterations)
+def default_scorer(problem: Problem, seed: int = 0, iterations: int | None = None,
+                   budget: Budget | None = None) -> tuple[Scorer, str]:
+    """Simulator with the gnnsched policy when available (cut at `budget`'s end), else the
+    cost model's bound."""
+    s = simulator_scorer(problem, "gnnsched", seed, iterations, budget)
     if s is not None:
         return s, "simulator (gnnsched policy, windowed network)"
     return bound_scorer(problem), "cost-model bound (simulator not installed)"

@@ -40,6 +40,7 @@ from gnnsched.placement.base import (
     check_margin,
     register,
 )
+from gnnsched.placement.budget import Budget
 from gnnsched.placement.compare import BASELINES, iteration_floor, plan_and_compare
 from gnnsched.placement.cpsat import run_cpsat, simulated_lower_bound
 from gnnsched.placement.draws import (
@@ -61,20 +62,42 @@ from gnnsched.prediction import Prediction, SearchDraws
 from gnnsched.spec import SpecError
 
 RACE = 0.15  # a start this much slower than the best on the first draw is scored on no other
+MODEL_S = 1.0  # seconds a start that solves a model or simulates needs, else it is left out
+CPSAT_SHARE, STARTS_SHARE = 0.2, 0.2  # of the placer's seconds: CP-SAT's limit, a start's
 
 
 # ---------------------------------------------------------------------- the placer
 
 
 def _starts(problem: Problem, out: Any, *, seed: int = 0, budget: float = 2.0,
-            score: Scorer | None = None, balance_s: float = 0.0) -> list[tuple[str, Plan]]:
+            score: Scorer | None = None, balance_s: float = 0.0,
+            bud: Budget | None = None) -> list[tuple[str, Plan]]:
     """(name, plan) of the starts: CP-SAT's plan and pool, greedy's plan of every part split
     solved, colocation (whole and even), the seed-share model's plan where it is installed
     (``shares``), CP-SAT's plan with the seed split best for it and, given a `score`, the
     even colocation's placement with its seeds balanced by it for up to `balance_s` seconds
     (:func:`~gnnsched.placement.balance.balance_seeds`: ``balanced``)
     — each placement once (a plan found under several names is named by all of them,
-    joined by " = "), only plans with every trainer of the job."""
+    joined by " = "), only plans with every trainer of the job. With `bud`, the starts that
+    solve a model or simulate (shares, cpsat+shares, balanced) are left out once less than
+    :data:`MODEL_S` seconds are left (the budget's notes say so)."""
+    named = _base_starts(problem, out, seed=seed, budget=budget, bud=bud)
+    if score is not None:
+        named += _tuned_starts(problem, named, score, balance_s, bud)
+    return _dedupe(problem, named)
+
+
+def _late(bud: Budget | None, name: str) -> bool:
+    """Whether start `name` (a model or simulations) is left out for time (and noted)."""
+    if bud is None or bud.left() >= MODEL_S:
+        return False
+    bud.skipped.append(f"start {name} left out: {bud.left():.1f} s of the placer's time left")
+    return True
+
+
+def _base_starts(problem: Problem, out: Any, *, seed: int, budget: float,
+                 bud: Budget | None) -> list[tuple[str, Plan]]:
+    """The starts of :func:`_starts` that need no scorer, as named (not deduplicated)."""
     from gnnsched.placement.base import placers
 
     named: list[tuple[str, Plan]] = [("cpsat", out.plan)]
@@ -82,7 +105,7 @@ def _starts(problem: Problem, out: Any, *, seed: int = 0, budget: float = 2.0,
     named += [("greedy" if k == 0 else f"greedy split {k}", p)
               for k, p in enumerate(out.warm_starts)]
     for name in ("colocation", "colocation-even", "shares"):
-        if name not in placers():
+        if name not in placers() or (name == "shares" and _late(bud, name)):
             continue
         try:
             named.append((name, placers()[name]().place_problem(problem, seed=seed,
@@ -93,28 +116,47 @@ def _starts(problem: Problem, out: Any, *, seed: int = 0, budget: float = 2.0,
                                                                   "greedy")}
     # CP-SAT's own placement with the seed split best for it (unless the seed-share stage
     # split it already: it splits colocation's and greedy's placements)
-    if "shares" in placers() and out.plan.key() not in split_already:
+    if "shares" in placers() and out.plan.key() not in split_already and \
+            not _late(bud, "cpsat+shares"):
         from gnnsched.placement.shares import rebalance
 
         r = rebalance(problem, out.plan, time_limit=budget, seed=seed)
         if r is not None:
             named.append(("cpsat+shares", r))
+    return named
+
+
+def _tuned_starts(problem: Problem, named: list[tuple[str, Plan]], score: Scorer,
+                  balance_s: float, bud: Budget | None) -> list[tuple[str, Plan]]:
+    """The starts of :func:`_starts` that the scorer tunes: the even colocation's placement
+    with its seeds balanced (``balanced``) or staggered (``staggered``)."""
     even = next((p for name, p in named if name == "colocation-even"), None)
-    if score is not None and even is not None and balance_s > 0:
+    out: list[tuple[str, Plan]] = []
+    if even is None:
+        return out
+    if balance_s > 0 and not _late(bud, "balanced"):
         from gnnsched.placement.balance import balance_seeds
 
         b = balance_seeds(problem, even, score, budget=balance_s)
         if b is not None:
-            named.append(("balanced", b[0]))
-    if score is not None and even is not None:
-        from gnnsched.placement.balance import stagger_seeds
+            out.append(("balanced", b[0]))
+    from gnnsched.placement.balance import stagger_seeds
 
-        st = stagger_seeds(problem, even, score)  # only where trainers split a partition
-        if st is not None:
-            named.append(("staggered", st[0]))
+    st = stagger_seeds(problem, even, score)  # only where trainers split a partition
+    if st is not None:
+        out.append(("staggered", st[0]))
+    return out
+
+
+def _dedupe(problem: Problem, named: list[tuple[str, Plan]],
+            known: set[tuple] | None = None) -> list[tuple[str, Plan]]:
+    """Each placement once (one under several names is named by all, joined by " = "), none
+    of `known`'s keys, only plans with every trainer of the job that fit."""
     seen: dict[tuple, int] = {}  # a plan's key: its index in starts
     starts: list[tuple[str, Plan]] = []
     for name, p in named:
+        if known is not None and p.key() in known:
+            continue
         if p.key() in seen:  # one plan under two names (CP-SAT's is often colocation's):
             i = seen[p.key()]  # keep both, so the start is found by either
             starts[i] = (f"{starts[i][0]} = {name}", starts[i][1])
@@ -124,6 +166,25 @@ def _starts(problem: Problem, out: Any, *, seed: int = 0, budget: float = 2.0,
         seen[p.key()] = len(starts)
         starts.append((name, replace(p, placer="gnnsched", prediction=None, notes=())))
     return starts
+
+
+def _affordable(named: list[tuple[str, Plan]], ev: SeedEvaluator, per_sim: float,
+                seconds: float, colocation: bool = False
+                ) -> tuple[list[tuple[str, Plan]], dict[str, float]]:
+    """The starts that can be scored on every other draw in `seconds`, a simulation taking
+    `per_sim`: all of them, else the best on the first draw (and colocation's, with
+    `colocation`: the margin needs it), and the first-draw scores of the others."""
+    if ev.n <= 1 or per_sim <= 0 or seconds == float("inf"):
+        return named, {}
+    fit = max(1, int(seconds / (per_sim * (ev.n - 1))))
+    if fit >= len(named):
+        return named, {}
+    order = sorted(range(len(named)), key=lambda i: (ev.first(named[i][1]), i))
+    if colocation:
+        colo = [i for i in order if "colocation" in named[i][0].split(" = ")]
+        order = colo[:1] + [i for i in order if i not in colo[:1]]
+    keep = sorted(order[:fit])
+    return [named[i] for i in keep], {named[i][0]: ev.first(named[i][1]) for i in order[fit:]}
 
 
 def _race(named: list[tuple[str, Plan]], ev: SeedEvaluator
@@ -194,9 +255,11 @@ class GnnschedPlacer(Placer):
         if context.keep_colocation:
             self.keep_colocation = context.keep_colocation
 
-    def _evaluators(self, problem: Problem, seed: int
+    def _evaluators(self, problem: Problem, seed: int, bud: Budget
                     ) -> tuple[SeedEvaluator, SeedEvaluator, str]:
-        """(full, quick, how): every draw's whole-epoch scorer, and the search's."""
+        """(full, quick, how): every draw's whole-epoch scorer, and the search's. Every
+        scorer keeps to `bud`: the simulator's own are cut at its end, a caller's is not
+        started past it (:meth:`~.budget.Budget.guard`)."""
         K = problem.wl.iterations
         # a shortened epoch only where it saves much (else the finalists are simulated twice)
         short = SEARCH_ITERATIONS if SEARCH_ITERATIONS < 0.75 * K else None
@@ -206,61 +269,114 @@ class GnnschedPlacer(Placer):
             how = default_scorer(problem, seed)[1]
             if how.startswith("simulator"):
                 def make(s: int, its: int | None) -> Scorer:
-                    return default_scorer(problem, s, its)[0]
+                    return default_scorer(problem, s, its, budget=bud)[0]
+
+        def kept(sc: Scorer, s: int) -> Scorer:
+            return bud.guard(sc, problem.wl, s)
+
         if make is None:  # one draw: the caller's scorer, or the cost-model bound
             full_one = self.scorer or default_scorer(problem, seed)[0]
-            full = SeedEvaluator([full_one], [seed])
+            full = SeedEvaluator([kept(full_one, seed)], [seed])
             quick = full if self.search_scorer is None or self.search_scorer is full_one \
-                else SeedEvaluator([self.search_scorer], [seed])
+                else SeedEvaluator([kept(self.search_scorer, seed)], [seed])
             return full, quick, how
         seeds = draw_seeds(seed, self.seeds)
         first_full = self.scorer or make(seed, None)
-        full = SeedEvaluator([first_full] + [make(s, None) for s in seeds[1:]], seeds)
+        full = SeedEvaluator([kept(first_full, seed)]
+                             + [kept(make(s, None), s) for s in seeds[1:]], seeds)
         if short is None:
             return full, full, how
         first_quick = self.search_scorer or make(seed, short)
-        quick = SeedEvaluator([first_quick] + [make(s, short) for s in seeds[1:]], seeds)
+        quick = SeedEvaluator([kept(first_quick, seed)]
+                              + [kept(make(s, short), s) for s in seeds[1:]], seeds)
         return full, quick, how
 
     def place_problem(self, problem: Problem, *, seed: int = 0,
                       budget: float | None = None) -> Plan:
-        t0 = time.perf_counter()
+        """The plan, within `budget` seconds (default 30) and, when the comparison handed
+        one (:attr:`PlanningContext.budget`), within the whole planning's deadline: each
+        phase gets a share of what is left, and a simulation that would run past it is cut
+        (:mod:`.budget`), as the plan's notes say."""
         budget = 30.0 if budget is None else budget
-        full, quick, how = self._evaluators(problem, seed)
-        out = run_cpsat(problem, time_limit=min(20.0, max(0.5, 0.3 * budget)), seed=seed,
-                        placer="gnnsched")
+        bud = self.context.budget or Budget(budget, self.context.progress)
+        with bud.scope(budget):
+            return self._place(problem, seed, budget, bud)
+
+    def _place(self, problem: Problem, seed: int, budget: float, bud: Budget) -> Plan:
+        t0 = time.perf_counter()
+        full, quick, how = self._evaluators(problem, seed, bud)
         phases: dict[str, float] = {}
 
-        def lap(name: str) -> None:  # the seconds since the last phase ended
+        def lap(name: str, detail: str = "") -> None:  # the seconds since the last phase
             phases[name] = time.perf_counter() - t0 - sum(phases.values())
+            bud.say(name, f"{detail}{', ' if detail else ''}{phases[name]:.1f} s")
 
-        lap("cpsat")
+        left = bud.left()
+        out = run_cpsat(problem, time_limit=min(20.0, max(0.5, CPSAT_SHARE * min(budget, left))),
+                        seed=seed, placer="gnnsched")
+        lap("cpsat", f"{out.result.status}, {len(out.pool) + 1} plan(s)")
         # the seed-share model's work is bounded (deterministic effort: the same split as
-        # the shares placer's own); half the budget is only its safety cap
-        named = _starts(problem, out, seed=seed, budget=max(1.0, 0.5 * budget),
-                        score=quick.first, balance_s=0.3 * budget)
+        # the shares placer's own); its budget is only a safety cap
+        left = bud.left()
+        share = STARTS_SHARE * min(budget, left)
+        with bud.scope(0.4 * left):
+            raw = _base_starts(problem, out, seed=seed, budget=max(MODEL_S, share), bud=bud)
+        named = _dedupe(problem, raw)
+        base_keys = {p.key() for _, p in named}
         if not named:
             raise SpecError(problem.job.source, "trainers", "no placement to start from "
                             f"has the job's {problem.W} trainers", "another placer")
-        lap("starts")
-        named, raced = _race(named, quick)
-        lap("race")
+        lap("starts", f"{len(named)} starts")
+        sims = quick.simulations
+        with bud.scope(0.5 * bud.left()):
+            named, raced = _race(named, quick)
+        lap("race", f"{len(named)} kept, {len(raced)} raced out on the first draw")
+        per_sim = phases["race"] / max(1, quick.simulations - sims)
+        # then the starts the simulation tunes, with what the race left (their scores on
+        # the first draw are the race's)
+        with bud.scope(0.4 * bud.left()):
+            extra = _dedupe(problem, _tuned_starts(problem, raw, quick.first,
+                                                   min(share, 0.3 * bud.left()), bud),
+                            base_keys)
+        if extra:
+            named, more = _race(named + extra, quick)
+            raced.update(more)
+        lap("balance", f"{len(extra)} tuned start(s)")
+        per_sim = bud.sim_s() or per_sim
+        named, dropped = _affordable(named, quick, per_sim, 0.5 * bud.left(),
+                                     self.keep_colocation > 0)
+        if dropped:
+            raced.update(dropped)
+            took = f"a simulation took {per_sim:.1f} s" if bud.sim_s() else \
+                "no simulation ran to its end in time"
+            bud.skipped.append(f"only the {len(named)} best start(s) on the first draw were "
+                               f"scored on every draw ({took}): " + ", ".join(dropped))
         starts = [p for _, p in named]
-        left = budget - (time.perf_counter() - t0)
-        # keep time to re-score the finalists with the full simulation
-        reserve = 0.0 if quick is full else 0.15 * left
-        res = search_many(problem, starts, quick, seed=seed, max_evals=self.max_evals,
-                          time_budget=max(0.0, left - reserve))
-        phases["scoring the starts"] = res.stats.scoring_s
-        phases["search"] = res.stats.wall_s - res.stats.scoring_s
-        final, vec, ref, won = _judged(res, starts, full, quick)
-        kept = "search" if won else next(name for name, p in named if p.key() == final.key())
-        final, vec, won, kept = self._margin(named, final, vec, won, kept, full)
-        lap("final scoring")
-        lb = simulated_lower_bound(problem, out, [final] + starts, seed=seed,
-                                   time_limit=max(1.0, min(5.0, budget - (time.perf_counter()
-                                                                          - t0))))
-        lap("bound")
+        with bud.scope(0.6 * bud.left()):
+            for p in starts:  # every start on every draw: the search's reference
+                quick.vector(p)
+        lap("scoring the starts", f"{len(starts)} on {quick.n} draw(s)")
+        left = bud.left()
+        # keep time to re-score the finalists with the full simulation, and for the bound
+        reserve = (0.0 if quick is full else 0.15 * left) + min(2.0, 0.1 * left)
+        with bud.scope(max(0.0, left - reserve)), bud.rejecting():
+            res = search_many(problem, starts, quick, seed=seed, max_evals=self.max_evals,
+                              time_budget=max(0.0, left - reserve))
+        phases["search"] = time.perf_counter() - t0 - sum(phases.values())
+        bud.say("search", f"{res.stats.evaluations:g} evaluation(s), stopped by "
+                f"{res.stats.stopped or '-'}, {phases['search']:.1f} s")
+        with bud.scope(max(0.0, bud.left() - min(2.0, 0.1 * left))):
+            final, vec, ref, won = _judged(res, starts, full, quick)
+            kept = "search" if won else next(name for name, p in named
+                                             if p.key() == final.key())
+            final, vec, won, kept = self._margin(named, final, vec, won, kept, full)
+        lap("final scoring", f"kept {kept}")
+        if self.context.budget is None:
+            lb = simulated_lower_bound(problem, out, [final] + starts, seed=seed,
+                                       time_limit=max(0.5, min(5.0, bud.left() - 0.5)))
+            lap("bound")
+        else:  # the comparison solves the bound on the draws for every plan it compares
+            lb = out.lower_bound_iter_s
         self.outcome = out
         it = problem.wl.iterations
         draws = SearchDraws(
@@ -273,8 +389,10 @@ class GnnschedPlacer(Placer):
             lower_bound_s=lb * it, lower_bound_iteration_s=lb, lower_bound_scope=out.scope(),
             cpsat=out.record(), search=replace(res.stats, kept=kept, draws=draws),
             planning_s=time.perf_counter() - t0, budget_s=budget, planning_phases_s=phases)
-        return replace(final, notes=tuple(out.plan.notes) + tuple(final.notes),
-                       prediction=prediction)
+        notes = tuple(out.plan.notes) + tuple(final.notes)
+        if self.context.budget is None:  # else the comparison adds the budget's notes
+            notes += bud.notes()
+        return replace(final, notes=notes, prediction=prediction)
 
     def _margin(self, named: list[tuple[str, Plan]], final: Plan, vec: tuple[float, ...],
                 won: bool, kept: str, full: SeedEvaluator

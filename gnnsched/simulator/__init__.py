@@ -52,7 +52,8 @@ Completions sit in one heap with lazy invalidation; events at the same instant a
 before rates are recomputed; ``record=False`` skips the timeline. Measured: 64 trainers x 500
 iterations (256,500 events) in ~10 CPU-seconds with either policy, ~25k events/s
 (``bench/bench_scheduler.py``). Placement search can pass ``iterations`` to simulate fewer and
-extrapolate the epoch.
+extrapolate the epoch; a planner on a budget passes ``deadline`` (or ``max_events``), past
+which a simulation stops with :class:`SimulationCut`, keeping the iterations it had done.
 
 Output: :class:`SimResult` — epoch and steady-state iteration time, the instance's lower bound,
 per-batch timestamps, per-resource utilisation, per-trainer stage times, the critical path and,
@@ -66,6 +67,7 @@ from gnnsched.simulator.engine import (
     KINDS,
     Segment,
     SimResult,
+    SimulationCut,
     Span,
     critical_path,
     run,
@@ -116,6 +118,7 @@ def network_name(nic_window_s: float | None) -> str:
     return "ideal" if nic_window_s is None else "windowed"
 
 
-__all__ = ["DEFAULT_NETWORK", "KINDS", "NETWORKS", "Instance", "Segment", "SimResult", "Span",
+__all__ = ["DEFAULT_NETWORK", "KINDS", "NETWORKS", "Instance", "Segment", "SimResult",
+           "SimulationCut", "Span",
            "critical_path", "network_name", "network_window", "run", "simulate",
            "workload_for", "_FairNet", "_Flow", "_PriorityNet", "_WindowNet"]

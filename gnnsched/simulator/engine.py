@@ -113,6 +113,39 @@ class SimResult:
         }
 
 
+class SimulationCut(RuntimeError):
+    """A simulation stopped before its last iteration: its ``deadline`` (a
+    :func:`time.perf_counter` instant) passed, or it ran more than ``max_events`` events.
+
+    It keeps what it had simulated: the barriers of the ``done`` iterations of ``K``
+    simulated (``full`` in the epoch), so a caller can extrapolate the epoch from them
+    (:meth:`estimate`) or fall back to a cheaper score. The engine looks every
+    :data:`CHECK_EVERY` steps of its loop, so a cut comes at most that many steps late.
+    """
+
+    def __init__(self, why: str, done: int, K: int, full: int, barriers: list[float],
+                 events: int, wall_s: float, prefetch: int) -> None:
+        super().__init__(f"simulation cut short ({why}) after {done} of {K} iterations, "
+                         f"{events} events in {wall_s:.2f} s")
+        self.why, self.done, self.K, self.full = why, done, K, full
+        self.barriers, self.events, self.wall_s, self.prefetch = barriers, events, wall_s, \
+            prefetch
+
+    def estimate(self, min_done: int = 2) -> float | None:
+        """The epoch extrapolated from the iterations done, as a shortened simulation's is
+        (steady iterations after the warm-up, times the epoch's); None below `min_done`."""
+        n = self.done
+        if n < max(1, min_done):
+            return None
+        b = self.barriers[:n]
+        warm = min(n - 1, max(1, self.prefetch + 1, n // 10))
+        it = (b[-1] - b[warm - 1]) / (n - warm) if n - warm >= 1 and n > 1 else b[-1] / n
+        return float(b[-1] + (self.full - n) * it)
+
+
+CHECK_EVERY = 512  # steps of the event loop between two looks at the deadline / event cap
+
+
 # ------------------------------------------------------------------------------ simulator
 
 
@@ -121,7 +154,8 @@ def simulate(cluster: ClusterSpec | Workload, job: JobSpec | Plan | None = None,
              policy: str | Policy = "gnnsched", *, seed: int = 0,
              iterations: int | None = None, record: bool = False,
              validate: bool = True, nic_window_s: float | None = None,
-             nic_chunk_s: float | None = None) -> SimResult:
+             nic_chunk_s: float | None = None, deadline: float | None = None,
+             max_events: int | None = None) -> SimResult:
     """Simulate one epoch of `plan`.
 
     Call as ``simulate(cluster, job, plan, profile, policy)`` or
@@ -134,7 +168,10 @@ def simulate(cluster: ClusterSpec | Workload, job: JobSpec | Plan | None = None,
     (:class:`_WindowNet`; what predicting a real run needs). `nic_chunk_s`: the window
     model's piece, in seconds of the sender's egress (None: the runtime's
     :data:`~gnnsched.workload.NIC_CHUNK_S`); what-if studies of smaller windows need smaller
-    pieces too (``bench/bench_scale256_gap.py``).
+    pieces too (``bench/bench_scale256_gap.py``). `deadline` (a :func:`time.perf_counter`
+    instant) and `max_events` cut a simulation that would run past them: it raises
+    :class:`SimulationCut` with the iterations it had done (what a planner on a budget
+    falls back from).
     """
     if isinstance(cluster, Workload):
         wl = cluster
@@ -153,16 +190,20 @@ def simulate(cluster: ClusterSpec | Workload, job: JobSpec | Plan | None = None,
         plan.validate(wl.cluster, wl.job)
     inst = Instance(wl, plan, seed=seed, iterations=iterations, nic_window_s=nic_window_s,
                     nic_chunk_s=nic_chunk_s)
-    return run(inst, policy, record=record)
+    return run(inst, policy, record=record, deadline=deadline, max_events=max_events)
 
 
 def run(inst: Instance, policy: str | Policy = "gnnsched", *, record: bool = False,
-        prefetch: int | None = None) -> SimResult:
-    """Run the event loop on a drawn instance."""
+        prefetch: int | None = None, deadline: float | None = None,
+        max_events: int | None = None) -> SimResult:
+    """Run the event loop on a drawn instance (`deadline`, `max_events`: see
+    :func:`simulate`)."""
     wall0 = time.perf_counter()
     pol = get_policy(policy)
     pol.reset(inst.context(prefetch or inst.workload.job.prefetch))
     ep = _Epoch(inst, pol, record)
+    if deadline is not None or max_events is not None:
+        ep.limit(wall0, deadline, max_events)
     ep.loop()
     if ep.nbar < inst.K:
         raise RuntimeError(f"simulation stalled at iteration {ep.nbar} of {inst.K} "
@@ -241,6 +282,23 @@ class _Epoch:
         self.bytes_in = [0.0] * M
         self.cpu_busy = [0.0] * M
         self.nevents = 0
+        self.limits: tuple[float, float | None, int | None] | None = None
+
+    def limit(self, wall0: float, deadline: float | None, max_events: int | None) -> None:
+        """Cut the loop past `deadline` or `max_events` (:class:`SimulationCut`)."""
+        self.limits = (wall0, deadline, max_events)
+
+    def check(self, nevents: int) -> None:
+        """Raise :class:`SimulationCut` if a limit of :meth:`limit` has passed."""
+        assert self.limits is not None
+        wall0, deadline, cap = self.limits
+        t = time.perf_counter()
+        why = "deadline" if deadline is not None and t > deadline else \
+            "event cap" if cap is not None and nevents > cap else ""
+        if why:
+            raise SimulationCut(why, self.nbar, self.K, self.inst.full_iterations,
+                                [float(b) for b in self.barrier[:self.nbar]], nevents,
+                                t - wall0, max(self.pf))
 
     def schedule(self, t: float, obj: Any) -> None:
         """A network completion (the models' ``schedule`` callback)."""
@@ -447,7 +505,14 @@ class _Epoch:
         hpush, hpop = heapq.heappush, heapq.heappop
         nevents = 0
         now = 0.0
+        limited = self.limits is not None
+        tick = CHECK_EVERY
         while heap:
+            if limited:
+                tick -= 1
+                if not tick:
+                    tick = CHECK_EVERY
+                    self.check(nevents)
             t, _, code, a, b = hpop(heap)
             if code == _FLOW_DONE:
                 f = net.done(a, b, t)
@@ -614,4 +679,5 @@ def critical_path(inst: Instance, barrier: np.ndarray, times: dict[str, np.ndarr
     return out
 
 
-__all__ = ["KINDS", "Segment", "SimResult", "Span", "critical_path", "run", "simulate"]
+__all__ = ["CHECK_EVERY", "KINDS", "Segment", "SimResult", "SimulationCut", "Span",
+           "critical_path", "run", "simulate"]
