@@ -1,4 +1,4 @@
-"""Planning real clusters (issue 28): six shapes at 8-256 hosts, two graph sizes, several seeds.
+"""Planning real clusters (issue 28): seven shapes at 8-256 hosts, two graph sizes, several seeds.
 
 Run: ``python bench/bench_planning.py [--quick] [--seeds 0,1,2] [--budget 10]
 [--out docs/bench/planning.json]``
@@ -10,6 +10,15 @@ any-placement bound of :mod:`gnnsched.bounds` is computed on the same draws. The
 ``targets``), a Markdown table (``.md``) and a plot (``.png``) beside ``--out``.
 ``--quick`` (CI-size, about a minute): the shapes below 256 hosts, products-sized, two seeds,
 1 s budgets.
+
+Besides the six shapes coded in :mod:`gnnsched.evaluation.planning`, every folder of
+``bench/planning_shapes/`` with a ``cluster.yaml`` is a shape (issue 52's ``stores256``: 64
+GPU-less stores with 1,024 partitions, 192 hosts with 4 GPUs, all 768 training), planned at
+both sizes like the others. Where it also has a ``job.yaml``, ``gnnsched plan``'s own work
+(:func:`gnnsched.api.plan` on those two files, the comparison with the baselines and the bound
+included) is timed at its default ``--budget`` and judged against the ``plan_time_s`` goal.
+Every case reports the simulator's speed beside its plan time: events per second over every
+simulation on the runtime's windowed network that it ran (the placer's and the judging ones).
 """
 
 from __future__ import annotations
@@ -18,6 +27,8 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +36,158 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gnnsched.evaluation import planning  # noqa: E402
-from gnnsched.evaluation.targets import load_targets  # noqa: E402
+from gnnsched.evaluation.targets import load_targets, target_row  # noqa: E402
+
+SHAPES_DIR = ROOT / "bench" / "planning_shapes"
+PLAN_BUDGET_S = 30.0  # `gnnsched plan --budget`'s default: the plan-time target's budget
+
+
+# ---------------------------------------------------------------------------- file shapes
+
+
+def _what(path: Path) -> str:
+    """A shape's description: its cluster file's leading comment, in one line."""
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("# ").strip())
+    return " ".join(lines).split(" The planning benchmark's")[0]
+
+
+def file_shapes() -> list[planning.Shape]:
+    """The shapes of ``bench/planning_shapes/*/cluster.yaml`` (trainers: the job file's, else
+    one per GPU), 256-host ones with the same budget scale as the coded scale256."""
+    import yaml
+
+    out = []
+    for d in sorted(p for p in SHAPES_DIR.glob("*") if (p / "cluster.yaml").is_file()):
+        doc = yaml.safe_load((d / "cluster.yaml").read_text())
+        ms = doc["machines"]
+        parts = sum(len(m.get("partitions", ())) for m in ms)
+        gpus = sum(g.get("count", 1) for m in ms for g in m.get("gpus", ()))
+        job = d / "job.yaml"
+        W = int(yaml.safe_load(job.read_text())["trainers"]) if job.is_file() else gpus
+        big = len(ms) >= planning.LARGE_HOSTS
+        out.append(planning.Shape(d.name, _what(d / "cluster.yaml"),
+                                  lambda ms=ms: [dict(m) for m in ms], parts, W,
+                                  budget_scale=planning.SHAPES["scale256"].budget_scale
+                                  if big else 1.0))
+    return out
+
+
+@contextmanager
+def with_file_shapes() -> Iterator[list[planning.Shape]]:
+    """:func:`file_shapes` among ``planning.SHAPES`` for the run, and only for it."""
+    extra = [s for s in file_shapes() if s.name not in planning.SHAPES]
+    for s in extra:
+        planning.SHAPES[s.name] = s
+    try:
+        yield extra
+    finally:
+        for s in extra:
+            planning.SHAPES.pop(s.name, None)
+
+
+# ---------------------------------------------------------------------------- simulator speed
+
+
+class SimSpeed:
+    """The simulator's events and seconds, per case: :func:`planning.simulate_epoch` with the
+    same arguments, through :func:`gnnsched.simulator.simulate` so that its result's event
+    count is seen (windowed simulations only: the ideal network is a what-if)."""
+
+    def __init__(self) -> None:
+        self.events = self.sims = 0
+        self.wall = 0.0
+
+    def simulate_epoch(self, pb: Any, plan: Any, seed: int, iterations: int | None = None, *,
+                       ideal: bool = False) -> float:
+        from gnnsched.simulator import simulate
+
+        its = iterations if iterations and iterations < pb.wl.iterations else None
+        res = simulate(pb.wl, plan, policy="gnnsched", seed=seed, iterations=its,
+                       validate=False, nic_window_s=None if ideal else planning.nic_window_s())
+        if not ideal:
+            self.events += res.events
+            self.wall += res.wall_s
+            self.sims += 1
+        return float(res.epoch_time_s)
+
+    def take(self) -> dict[str, Any]:
+        """The counts since the last take (one case's), and start again."""
+        out = {"simulations": self.sims, "events": self.events, "wall_s": self.wall,
+               "events_per_s": self.events / self.wall if self.wall > 0 else None}
+        self.events = self.sims = 0
+        self.wall = 0.0
+        return out
+
+
+@contextmanager
+def counting() -> Iterator[SimSpeed]:
+    """The benchmark's simulations counted (:class:`SimSpeed`) for the run."""
+    speed = SimSpeed()
+    saved = planning.simulate_epoch
+    planning.simulate_epoch = speed.simulate_epoch  # type: ignore[assignment]
+    try:
+        yield speed
+    finally:
+        planning.simulate_epoch = saved  # type: ignore[assignment]
+
+
+# ---------------------------------------------------------------------------- gnnsched plan
+
+
+def plan_command(shape: str, budget: float = PLAN_BUDGET_S) -> dict[str, Any]:
+    """``gnnsched plan --placer gnnsched`` on a file shape's cluster and job at `budget`:
+    :func:`gnnsched.api.plan` (the problem, the placer, the baselines and the bound), timed,
+    with its phases, the budget's notes and the simulator's speed over its simulations."""
+    from gnnsched import api, simulator
+
+    d = SHAPES_DIR / shape
+    saved = simulator.simulate
+    counts = {"events": 0, "wall_s": 0.0, "simulations": 0}
+
+    def sim(*a: Any, **kw: Any) -> Any:
+        res = saved(*a, **kw)
+        counts["events"] += res.events
+        counts["wall_s"] += res.wall_s
+        counts["simulations"] += 1
+        return res
+
+    simulator.simulate = sim  # the scorers look it up when they are made
+    t0 = time.perf_counter()
+    try:
+        plan = api.plan(d / "cluster.yaml", d / "job.yaml", placer="gnnsched", budget=budget)
+    finally:
+        simulator.simulate = saved
+    wall = time.perf_counter() - t0
+    pr = plan.prediction
+    return {"shape": shape, "budget_s": budget, "wall_s": wall,
+            "planning_s": pr.planning_s, "phases_s": dict(pr.planning_phases_s or {}),
+            "epoch_time_s": pr.epoch_time_s, "any_placement_bound_s": pr.lower_bound_s,
+            "kept": pr.search.kept if pr.search else None,
+            "budget_notes": [n for n in plan.notes if n.startswith("budget: ")],
+            "simulator": {**counts, "events_per_s": counts["events"] / counts["wall_s"]
+                          if counts["wall_s"] > 0 else None}}
+
+
+def plan_time_target(runs: list[dict[str, Any]], goal: float | None, quick: bool
+                     ) -> list[dict[str, Any]]:
+    """Issue 52's Done-when: ``gnnsched plan`` within the goal at its default budget on every
+    file shape with a job."""
+    if goal is None:
+        return []
+    name = (f"gnnsched plan (the whole comparison) <= {goal:.0f} s at its default --budget "
+            f"{PLAN_BUDGET_S:g} s at 256 hosts, 1,024 partitions on 64 stores")
+    if not runs:
+        return [target_row(name, "stores256", None, goal, None,
+                           "not run (--quick)" if quick else "not run (--only)")]
+    worst = max(runs, key=lambda r: r["wall_s"])
+    return [target_row(name, f"{worst['shape']} ({worst['simulator']['events_per_s'] or 0:.0f}"
+                       " simulator events/s)", worst["wall_s"], goal, worst["wall_s"] <= goal,
+                       "" if worst["wall_s"] <= goal else "; ".join(worst["budget_notes"]),
+                       worst["wall_s"] - goal)]
 
 COLOURS = {"gnnsched": "#2e7d32", "shares": "#a5d6a7", "cpsat": "#66bb6a", "greedy": "#1565c0",
            "random": "#9e9e9e", "colocation": "#c62828", "colocation-even": "#ef9a9a"}
@@ -36,10 +198,15 @@ def _cell(c: dict[str, Any], n: str) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
+def _evs(c: dict[str, Any]) -> str:
+    v = (c.get("simulator") or {}).get("events_per_s")
+    return "-" if v is None else f"{v:.0f}"
+
+
 def table_rows(cases: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     head = ["shape", "size", "hosts", "GPUs", "W/P", "K"] + [f"{p}/b" for p in planning.PLACERS] \
         + ["gn ideal/b", "gn/own b", "noise", "vs best", "best", "worst seed", "plan s",
-           "GPUs used"]
+           "sim ev/s", "GPUs used"]
     rows = []
     for c in cases:
         rows.append([c["shape"], c["size"], str(c["hosts"]), str(c["gpus"]),
@@ -51,7 +218,7 @@ def table_rows(cases: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
             c["best_baseline"] or "-",
             f"{c['worst_seed_speedup_vs_best_baseline']:.3f}x"
             if c["worst_seed_speedup_vs_best_baseline"] else "-",
-            f"{c['planning_s']['gnnsched']:.1f}", str(c["gnnsched_gpus_used"])])
+            f"{c['planning_s']['gnnsched']:.1f}", _evs(c), str(c["gnnsched_gpus_used"])])
     return head, rows
 
 
@@ -65,7 +232,9 @@ LEGEND = ("columns <placer>/b: simulated epoch / any-placement bound, geometric 
           "gnnsched's speed-up over the best simple baseline (every other column but shares, "
           "gnnsched's own seed-share stage) "
           "from those means; worst seed: its smallest per-seed speed-up; plan s: "
-          "gnnsched's longest planning time; W/P: trainers / partitions, ! = fewer trainers "
+          "gnnsched's longest planning time (the placer alone); sim ev/s: the simulator's "
+          "events per second over the case's windowed simulations; W/P: trainers / "
+          "partitions, ! = fewer trainers "
           "than asked; -: the placer had no plan on "
           "some seed (its error is in the JSON)")
 
@@ -78,6 +247,25 @@ def print_table(cases: list[dict[str, Any]]) -> None:
     for r in rows:
         print("  ".join(x.rjust(w[i]) for i, x in enumerate(r)))
     print(f"({LEGEND})")
+
+
+def _plan_command_md(runs: list[dict[str, Any]]) -> list[str]:
+    """The section on ``gnnsched plan`` itself (issue 52): its seconds, phases, the
+    simulator's speed and what the budget cut."""
+    if not runs:
+        return []
+    out = ["", "## gnnsched plan at its default budget", "",
+           "`gnnsched.api.plan` on the shape's `cluster.yaml` and `job.yaml` (placer, "
+           "baselines and bound), timed whole:", "",
+           "| shape | --budget | wall s | phases | sim events/s | simulations | kept | notes |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        ph = ", ".join(f"{k} {v:.1f}" for k, v in r["phases_s"].items() if v >= 0.05)
+        sim = r["simulator"]
+        evs = "-" if sim["events_per_s"] is None else f"{sim['events_per_s']:.0f}"
+        out.append(f"| {r['shape']} | {r['budget_s']:g} | {r['wall_s']:.1f} | {ph} | {evs} | "
+                   f"{sim['simulations']} | {r['kept']} | {'; '.join(r['budget_notes'])} |")
+    return out
 
 
 def markdown(doc: dict[str, Any], command: str) -> str:
@@ -96,6 +284,7 @@ def markdown(doc: dict[str, Any], command: str) -> str:
             seen.add(c["shape"])
             lines.append(f"- **{c['shape']}**: {c['what']}" + (f" — {c['note']}" if c["note"]
                                                                else ""))
+    lines += _plan_command_md(doc.get("plan_command") or [])
     lines += ["", "## Targets", "", "| target | config | value | goal | met | why |",
               "|---|---|---|---|---|---|"]
     for t in doc["targets"]:
@@ -177,12 +366,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--targets", default=str(ROOT / "bench" / "targets.yaml"),
                     help="the goals judged (their planning section; default: the project's)")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--plan-budget", type=float, default=PLAN_BUDGET_S,
+                    help="the --budget `gnnsched plan` is timed at on the shapes of "
+                         "bench/planning_shapes with a job (default: its default, 30)")
     args = ap.parse_args(argv)
     seeds = [int(s) for s in (args.seeds or ("0,1" if args.quick else "0,1,2")).split(",")]
     budget = args.budget if args.budget is not None else (1.0 if args.quick else 8.0)
     only = args.only.split(",") if args.only else None
     sizes = args.sizes.split(",") if args.sizes else None
-    suite = [s for s in planning.shapes(args.quick) if not only or s.name in only]
+    with with_file_shapes():
+        suite = [s for s in planning.shapes(args.quick) if not only or s.name in only]
     n_sizes = len(sizes or (("products",) if args.quick else planning.SIZES))
     try:
         from tqdm import tqdm
@@ -197,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
             bar.set_description(msg[:60])
 
     def on_case(c: dict[str, Any]) -> None:
+        c["simulator"] = speed.take()
         if bar is not None:
             bar.update(1)
             bar.write(f"[{c['shape']}/{c['size']}] gnnsched {c['gnnsched_ratio_to_bound']:.3f}x "
@@ -206,14 +400,28 @@ def main(argv: list[str] | None = None) -> int:
                       f"({time.perf_counter() - t0:.0f} s so far)")
 
     goals = load_targets(args.targets).planning
-    doc = planning.run(quick=args.quick, seeds=seeds, budget=budget, only=only, sizes=sizes,
-                       source=args.profile, progress=progress, on_case=on_case, goals=goals)
+    with with_file_shapes() as extra, counting() as speed:
+        doc = planning.run(quick=args.quick, seeds=seeds, budget=budget, only=only,
+                           sizes=sizes, source=args.profile, progress=progress,
+                           on_case=on_case, goals=goals)
+    runs = []
+    for sh in extra:  # gnnsched plan itself, at its default budget (not --quick: 256 hosts)
+        if args.quick or (only and sh.name not in only) or \
+                not (SHAPES_DIR / sh.name / "job.yaml").is_file():
+            continue
+        progress(f"{sh.name}: gnnsched plan --budget {args.plan_budget:g}")
+        runs.append(plan_command(sh.name, args.plan_budget))
+        print(f"[{sh.name}] gnnsched plan --budget {args.plan_budget:g}: "
+              f"{runs[-1]['wall_s']:.1f} s", file=sys.stderr)
+    doc["plan_command"] = runs
+    doc["targets"] += plan_time_target(runs, goals.get("plan_time_s"), args.quick)
     if bar is not None:
         bar.close()
     command = "python bench/bench_planning.py" + (" --quick" if args.quick else "") + \
         (f" --seeds {args.seeds}" if args.seeds else "") + \
         (f" --budget {args.budget:g}" if args.budget is not None else "") + \
-        (f" --profile {args.profile}" if args.profile != "auto" else "")
+        (f" --profile {args.profile}" if args.profile != "auto" else "") + \
+        (f" --plan-budget {args.plan_budget:g}" if args.plan_budget != PLAN_BUDGET_S else "")
     doc["command"] = command
     print()
     print_table(doc["cases"])

@@ -28,7 +28,7 @@ Progress = Callable[[str], None]  # takes one line, e.g. print
 # a plan's planning keeps within budget * (1 + OVERSHOOT) + OVERSHOOT_S seconds: what runs
 # past the deadline is what cannot be cut (the baselines' placement, CP-SAT's set-up and at
 # least a second of solving for the bound, one simulation's last CHECK_EVERY steps)
-OVERSHOOT, OVERSHOOT_S = 0.10, 5.0
+OVERSHOOT, OVERSHOOT_S = 0.10, 8.0
 PLACER_SHARE = 0.7  # of the budget, the placer's; the rest scores the baselines and bounds
 MIN_DONE = 2  # iterations a cut simulation needs to be extrapolated (else: the bound)
 CALIBRATE = 4  # simulated plans whose epoch / bound ratio scales the bound fallback

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from gnnsched.evaluation import planning
+from gnnsched.spec import GBIT
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_KEYS = {"target", "config", "value", "goal", "met", "why"}
@@ -51,6 +52,26 @@ def test_shapes_are_the_issues() -> None:
     assert "scale256" not in {s.name for s in planning.shapes(quick=True)}
 
 
+def test_the_file_shape_of_issue_52() -> None:
+    """stores256 (bench/planning_shapes): 64 GPU-less stores with 16 partitions each, 192
+    hosts with 4 GPUs of speeds 1 and 0.5 on 25 and 100 Gbit/s, every GPU a trainer; among
+    the benchmark's shapes only while it runs."""
+    bench = _bench()
+    (sh,) = [s for s in bench.file_shapes() if s.name == "stores256"]
+    cl = sh.cluster()
+    stores = [m for m in cl.machines if m.partitions]
+    assert len(cl.machines) == 256 and cl.num_parts == 1024 == sh.num_parts
+    assert len(stores) == 64 and all(len(m.partitions) == 16 and not m.gpus for m in stores)
+    assert sum(m.num_gpus for m in cl.machines) == 768 == sh.trainers
+    assert {g.speed for m in cl.machines for g in m.gpus} == {1.0, 0.5}
+    assert sorted({round(m.egress / GBIT) for m in cl.machines}) == [25, 100]
+    assert sh.budget_scale == planning.SHAPES["scale256"].budget_scale
+    with bench.with_file_shapes():
+        assert "stores256" in planning.SHAPES
+        assert planning.shapes()[0].hosts == 256
+    assert "stores256" not in planning.SHAPES
+
+
 def test_profiles_know_the_graph_and_the_skew() -> None:
     sk = planning.SHAPES["skewed"]
     prof = planning.graph_profile(planning.SIZES["products"], sk.num_parts, skew=sk.skew)
@@ -77,12 +98,15 @@ def quick_doc(tmp_path_factory) -> dict:
 def test_quick_targets_one_per_done_when_line(quick_doc: dict) -> None:
     ts = [t for t in quick_doc["targets"]
           if not str(t.get("note", "")).startswith("not a Done-when target")]
-    assert len(ts) == 7  # the benchmark line, its four bullets, plentiful, 768 GPUs
+    assert len(ts) == 8  # the benchmark line, its four bullets, plentiful, 768 GPUs, and
+    # issue 52's gnnsched plan at its default budget
     for t in ts:
         assert TARGET_KEYS <= set(t)
         assert t["met"] in (True, False, None)
         assert t["met"] is not False or t["why"], t  # a missed target says why
     assert [t["met"] for t in ts if t["config"] == "scale256"] == [None, None]  # not quick
+    assert [t["met"] for t in ts if t["config"] == "stores256"] == [None]
+    assert quick_doc["plan_command"] == []
 
 
 def test_quick_invariants(quick_doc: dict) -> None:
@@ -90,6 +114,8 @@ def test_quick_invariants(quick_doc: dict) -> None:
     assert [(c["shape"], c["size"]) for c in cases] == [("gpuless", "products"),
                                                         ("plentiful", "products")]
     for c in cases:
+        sim = c["simulator"]  # the simulator's speed beside the plan time
+        assert sim["simulations"] > 0 and sim["events"] > 0 and sim["events_per_s"] > 0
         assert c["noise"] >= 0
         assert len(c["seeds"]) == 3
         for r in c["seeds"]:
