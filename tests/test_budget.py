@@ -107,7 +107,8 @@ def test_plan_keeps_its_budget_on_256_hosts(budget: float) -> None:
     assert took <= limit, (took, lines)
     pr = plan.prediction
     assert pr.budget_s == budget and pr.planning_s <= took
-    assert sum(pr.planning_phases_s.values()) == pytest.approx(pr.planning_s, rel=0.05)
+    phases = sum(pr.planning_phases_s.values())
+    assert 0.9 * pr.planning_s <= phases <= pr.planning_s + 1e-6, pr.planning_phases_s
     assert any(n.startswith("budget: ") for n in plan.notes), plan.notes
     assert len(plan.trainers) == pb.W and pr.epoch_time_s > 0
     said = [line.split("] ", 1)[1].split(":")[0] for line in lines]
