@@ -151,6 +151,29 @@ class PartitionSet:
         lo, hi = _only(self.dgl_meta["node_map"])[i]
         return int(lo), int(hi)
 
+    def part_bytes(self) -> list[float]:
+        """Bytes of the files each part's store loads (DGL's ``node_feats``, ``edge_feats``
+        and ``part_graph``: features with labels and masks, and the graph structure): what
+        a store's memory floor counts (:mod:`gnnsched.memory`)."""
+        if not self.dgl_meta:
+            self.dgl_meta = json.loads(self.config.read_text())
+        out = []
+        for i in range(self.num_parts):
+            entry = self.dgl_meta.get(f"part-{i}")
+            if not isinstance(entry, dict):
+                raise SpecError(str(self.config), f"part-{i}", "is missing",
+                                "a directory written by `gnnsched partition`")
+            size = 0
+            for key in ("node_feats", "edge_feats", "part_graph"):
+                if entry.get(key):
+                    f = self.config.parent / str(entry[key])
+                    if not f.is_file():
+                        raise SpecError(str(self.config), f"part-{i}.{key}",
+                                        f"file {f} is missing", "re-run `gnnsched partition`")
+                    size += f.stat().st_size
+            out.append(float(size))
+        return out
+
     def split_ids(self) -> dict[int, dict[str, np.ndarray]] | None:
         """Per part, the original ids of its train / val / test nodes, from ``splits.npy``
         without loading a part; None for a directory written before it existed (the

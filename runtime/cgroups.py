@@ -45,12 +45,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gnnsched.memory import fmt, gb_up, machine_floor
 from gnnsched.runtime.netns_ops import NetnsError
 
 TOP = "gnnsched"
 MIN_QUOTA_US = 1000  # the kernel refuses a CFS quota below 1 ms
 MIN_PERIOD_US, MAX_PERIOD_US = 10_000, 1_000_000
-MIN_MEMORY = 64 << 20  # a Python process needs more than this to run at all
 ZYGOTE = "zygote"
 PARENT_ENV = "GNNSCHED_CGROUP_PARENT"
 
@@ -137,12 +137,16 @@ def plan_shares(spec: Any, dilation: float, memory_scale: float = 1.0) -> dict[s
     for m in spec.machines:
         speeds = tuple(float(g.speed) for g in m.gpus)
         memory = int(m.memory * memory_scale)
-        if memory < MIN_MEMORY:
+        least = machine_floor(tuple(m.roles), bool(m.partitions))
+        if memory < least.total:
+            kind = "a store host" if m.partitions else "a host running one role"
             raise CgroupError(
                 f"{spec.source}: machines[{m.name}].memory_gb: {m.memory / 1e9:g} GB"
                 + (f" x memory scale {memory_scale:g}" if memory_scale != 1 else "")
-                + f" is below {MIN_MEMORY >> 20} MiB, too little for any process to run there; "
-                "give the host more memory_gb or raise --memory-scale")
+                + f" is below the {fmt(least.total)} floor of {kind} ({least.parts()}"
+                + (", before its partitions" if m.partitions else "") + "; "
+                f"gnnsched.memory); give the host memory_gb: {gb_up(least.total / memory_scale)}"
+                " or more, or raise --memory-scale")
         out[m.name] = HostShare(m.name, int(m.cpus), speeds, host_compute(m) / dilation,
                                 m.cpus / dilation,
                                 tuple(device_quota(s) / dilation for s in speeds), memory)
@@ -708,7 +712,7 @@ def remove_all(states: Iterable[dict[str, Any]] = ()) -> list[str]:
     return _remove_dirs(list(dict.fromkeys(roots)))
 
 
-__all__ = ["MIN_MEMORY", "TOP", "CgroupError", "ClusterGroups", "HostShare", "Hierarchy",
+__all__ = ["TOP", "CgroupError", "ClusterGroups", "HostShare", "Hierarchy",
            "box_cores", "choose_dilation", "choose_period", "cluster_compute", "device_quota",
            "discover", "host_compute", "plan_shares", "remove_all", "remove_cluster", "require",
            "unavailable_reason"]

@@ -64,7 +64,7 @@ from gnnsched.runtime.coordinator.recovery import Recovery
 from gnnsched.runtime.coordinator.resume import Earlier, earlier_run
 from gnnsched.runtime.coordinator.roles import RoleState, RoleTable
 from gnnsched.runtime.coordinator.schedule import Item, Schedule, eval_ids_of, part_counts
-from gnnsched.runtime.coordinator.startup import role_config, start_message
+from gnnsched.runtime.coordinator.startup import check_host_memory, role_config, start_message
 from gnnsched.runtime.coordinator.state import RunState
 from gnnsched.runtime.launcher import Launcher, LaunchError
 from gnnsched.runtime.role import PHASES
@@ -175,6 +175,8 @@ class Coordinator:
         self.rejected = 0  # malformed messages or unknown peers, dropped
         self.epochs: list[dict[str, Any]] = []
         self.barrier_at = [math.nan] * len(self.state.items)
+        # before any process starts: every machine holds its roles' memory floor
+        check_host_memory(cluster, plan, self.table.role_specs(), self.pset)
         self.last_poll: float | None = None
 
     def _dilation(self, cluster: ClusterSpec) -> float:
@@ -420,6 +422,7 @@ class Coordinator:
         """Adopt ``cluster`` and ``plan``, tell the kept stores to drop their queues, and
         start every other role the plan needs (generation ``attempt``). Returns their names."""
         self._bind(cluster, plan)
+        check_host_memory(cluster, plan, self.table.role_specs(), self.pset)
         self.table.keep_only(keep)
         for store in keep:  # their queued transfers were for clients that are gone
             self.send(store, ctrl("reset", attempt=attempt))

@@ -10,11 +10,13 @@ Start-up (see :mod:`.core`): launch all roles -> ``hello`` -> ``config`` -> ``re
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gnnsched.memory import Floor, cache_bytes, floor, fmt, gb_up
 from gnnsched.policy import Policy
 from gnnsched.runtime.coordinator.options import (
     NIC_CHUNK_S,
@@ -26,11 +28,57 @@ from gnnsched.runtime.coordinator.state import RunState
 from gnnsched.runtime.launcher import Launcher, on_loopback
 from gnnsched.runtime.store import CHUNK_BYTES, PEER_WINDOW_BYTES, WINDOW_BYTES
 from gnnsched.runtime.transport import Message, ctrl
-from gnnsched.spec import ClusterSpec, JobSpec
+from gnnsched.spec import ClusterSpec, JobSpec, SpecError
 
 if TYPE_CHECKING:
     from gnnsched.datasets.partition import PartitionSet
     from gnnsched.runtime.coordinator.roles import RoleState
+
+
+def host_floors(cluster: ClusterSpec, plan: Any, specs: list[tuple[str, str, str]],
+                part_bytes: list[float], row_bytes: float, num_nodes: int
+                ) -> dict[str, Floor]:
+    """Per machine that runs a role of ``specs`` ((role, id, machine), as
+    :meth:`~.roles.RoleTable.role_specs` gives them), its memory floor: the roles, the
+    partitions it stores and the plan's feature caches there (:mod:`gnnsched.memory`)."""
+    roles: dict[str, Counter[str]] = {}
+    for kind, _, machine in specs:
+        roles.setdefault(machine, Counter())[kind] += 1
+    gatherers: Counter[str] = Counter()
+    for t in plan.trainers:
+        if t.fetch_at == t.machine:
+            gatherers[t.machine] += 1
+    for relay in {t.fetch_at for t in plan.trainers if t.fetch_at != t.machine}:
+        gatherers[relay] += 1
+    caches = getattr(plan, "caches", None) or {}
+    out = {}
+    for m in cluster.machines:
+        if m.name not in roles:
+            continue
+        stored = sum(part_bytes[p] for p in m.partitions if p < len(part_bytes))
+        cache = cache_bytes(int(caches.get(m.name, 0) or 0), row_bytes, num_nodes,
+                            gatherers[m.name])
+        out[m.name] = floor(roles[m.name], stored, cache)
+    return out
+
+
+def check_host_memory(cluster: ClusterSpec, plan: Any, specs: list[tuple[str, str, str]],
+                      pset: PartitionSet) -> None:
+    """Refuse, before any role starts, a plan whose roles cannot fit a machine's memory_gb:
+    a SpecError naming the machine, its floor and what the floor is made of (the number
+    ``plan`` and ``cluster up`` refuse by)."""
+    floors = host_floors(cluster, plan, specs, pset.part_bytes(), 4.0 * pset.feature_dim,
+                         pset.num_nodes)
+    for i, m in enumerate(cluster.machines):
+        f = floors.get(m.name)
+        if f is None or m.memory >= f.total:
+            continue
+        raise SpecError(cluster.source, f"machines[{i}].memory_gb",
+                        f"{m.name} has memory_gb: {m.memory / 1e9:g} ({fmt(m.memory)}), below "
+                        f"the {fmt(f.total)} its roles of this plan need ({f.parts()}; "
+                        "gnnsched.memory); no role was started",
+                        f"memory_gb: {gb_up(f.total)} or more on {m.name}, or a plan that "
+                        "runs less there")
 
 
 def role_config(state: RunState, *, opts: RuntimeOptions, job: JobSpec, policy: Policy,
@@ -171,4 +219,4 @@ def start_message(state: RunState, roles: dict[str, RoleState],
     return start, backend
 
 
-__all__ = ["nic_sizes", "role_config", "start_message"]
+__all__ = ["check_host_memory", "host_floors", "nic_sizes", "role_config", "start_message"]
