@@ -81,9 +81,9 @@ def _starts(problem: Problem, out: Any, *, seed: int = 0, budget: float = 2.0,
     joined by " = "), only plans with every trainer of the job. With `bud`, the starts that
     solve a model or simulate (shares, cpsat+shares, balanced) are left out once less than
     :data:`MODEL_S` seconds are left (the budget's notes say so)."""
-    named = _base_starts(problem, out, seed=seed, budget=budget, bud=bud)
-    if score is not None:
-        named += _tuned_starts(problem, named, score, balance_s, bud)
+    named = _base_starts(problem, out, seed=seed)
+    named += _more_starts(problem, out, named, seed=seed, budget=budget, score=score,
+                          balance_s=balance_s, bud=bud)
     return _dedupe(problem, named)
 
 
@@ -95,22 +95,41 @@ def _late(bud: Budget | None, name: str) -> bool:
     return True
 
 
-def _base_starts(problem: Problem, out: Any, *, seed: int, budget: float,
-                 bud: Budget | None) -> list[tuple[str, Plan]]:
-    """The starts of :func:`_starts` that need no scorer, as named (not deduplicated)."""
+def _base_starts(problem: Problem, out: Any, *, seed: int) -> list[tuple[str, Plan]]:
+    """The starts of :func:`_starts` that cost no model and no simulation (CP-SAT's, greedy's
+    and colocation's), as named (not deduplicated)."""
     from gnnsched.placement.base import placers
 
     named: list[tuple[str, Plan]] = [("cpsat", out.plan)]
     named += [(f"cpsat pool {k}", p) for k, p in enumerate(list(out.pool)[:3])]
     named += [("greedy" if k == 0 else f"greedy split {k}", p)
               for k, p in enumerate(out.warm_starts)]
-    for name in ("colocation", "colocation-even", "shares"):
-        if name not in placers() or (name == "shares" and _late(bud, name)):
+    for name in ("colocation", "colocation-even"):
+        if name not in placers():
             continue
         try:
-            named.append((name, placers()[name]().place_problem(problem, seed=seed,
-                                                                budget=budget)))
+            named.append((name, placers()[name]().place_problem(problem, seed=seed)))
         except SpecError:  # it cannot place this job (e.g. colocation: trainers > groups)
+            pass
+    return named
+
+
+def _more_starts(problem: Problem, out: Any, named: list[tuple[str, Plan]], *, seed: int,
+                 budget: float, score: Scorer | None, balance_s: float,
+                 bud: Budget | None) -> list[tuple[str, Plan]]:
+    """The starts of :func:`_starts` that solve a model (``shares``, ``cpsat+shares``) or
+    simulate (``balanced``, ``staggered``: with a `score`), each left out where `bud` has
+    less than :data:`MODEL_S` seconds left (not deduplicated)."""
+    from gnnsched.placement.base import placers
+
+    # the simulation's tuning first: at 256 hosts it finds the best start, where the
+    # seed-share model's plan is often one of the others
+    more = _tuned_starts(problem, named, score, balance_s, bud) if score is not None else []
+    if "shares" in placers() and not _late(bud, "shares"):
+        try:
+            more.append(("shares", placers()["shares"]().place_problem(problem, seed=seed,
+                                                                       budget=budget)))
+        except SpecError:
             pass
     split_already = {p.key() for name, p in named if name in ("colocation", "colocation-even",
                                                                   "greedy")}
@@ -122,14 +141,14 @@ def _base_starts(problem: Problem, out: Any, *, seed: int, budget: float,
 
         r = rebalance(problem, out.plan, time_limit=budget, seed=seed)
         if r is not None:
-            named.append(("cpsat+shares", r))
-    return named
+            more.append(("cpsat+shares", r))
+    return more
 
 
 def _tuned_starts(problem: Problem, named: list[tuple[str, Plan]], score: Scorer,
                   balance_s: float, bud: Budget | None) -> list[tuple[str, Plan]]:
-    """The starts of :func:`_starts` that the scorer tunes: the even colocation's placement
-    with its seeds balanced (``balanced``) or staggered (``staggered``)."""
+    """The starts the scorer tunes: the even colocation's placement with its seeds balanced
+    (``balanced``) or staggered (``staggered``)."""
     even = next((p for name, p in named if name == "colocation-even"), None)
     out: list[tuple[str, Plan]] = []
     if even is None:
@@ -146,6 +165,21 @@ def _tuned_starts(problem: Problem, named: list[tuple[str, Plan]], score: Scorer
     if st is not None:
         out.append(("staggered", st[0]))
     return out
+
+
+def _also(named: list[tuple[str, Plan]], raced: dict[str, float],
+          found: list[tuple[str, Plan]], known: set[tuple]
+          ) -> tuple[list[tuple[str, Plan]], dict[str, float]]:
+    """`named` and `raced` with the names of the `found` starts that are known placements
+    joined to theirs (" = "), as :func:`_dedupe` names one plan found twice."""
+    alias: dict[tuple, list[str]] = {}
+    for name, p in found:
+        if p.key() in known:
+            alias.setdefault(p.key(), []).append(name)
+    if not alias:
+        return named, raced
+    out = [(" = ".join([n] + alias.get(p.key(), [])), p) for n, p in named]
+    return out, raced  # a raced-out start keeps its name: only its first-draw score is kept
 
 
 def _dedupe(problem: Problem, named: list[tuple[str, Plan]],
@@ -319,8 +353,7 @@ class GnnschedPlacer(Placer):
         # the shares placer's own); its budget is only a safety cap
         left = bud.left()
         share = STARTS_SHARE * min(budget, left)
-        with bud.scope(0.4 * left):
-            raw = _base_starts(problem, out, seed=seed, budget=max(MODEL_S, share), bud=bud)
+        raw = _base_starts(problem, out, seed=seed)
         named = _dedupe(problem, raw)
         base_keys = {p.key() for _, p in named}
         if not named:
@@ -332,16 +365,18 @@ class GnnschedPlacer(Placer):
             named, raced = _race(named, quick)
         lap("race", f"{len(named)} kept, {len(raced)} raced out on the first draw")
         per_sim = phases["race"] / max(1, quick.simulations - sims)
-        # then the starts the simulation tunes, with what the race left (their scores on
-        # the first draw are the race's)
-        with bud.scope(0.4 * bud.left()):
-            extra = _dedupe(problem, _tuned_starts(problem, raw, quick.first,
-                                                   min(share, 0.3 * bud.left()), bud),
-                            base_keys)
+        # then the starts that solve a model or simulate, with what the race left (those it
+        # scores on the first draw are the race's)
+        with bud.scope(0.5 * bud.left()):
+            found = _more_starts(problem, out, raw, seed=seed, budget=max(MODEL_S, share),
+                                 score=quick.first, balance_s=min(share, 0.3 * bud.left()),
+                                 bud=bud)
+        named, raced = _also(named, raced, found, base_keys)
+        extra = _dedupe(problem, found, base_keys)
         if extra:
             named, more = _race(named + extra, quick)
             raced.update(more)
-        lap("balance", f"{len(extra)} tuned start(s)")
+        lap("more starts", f"{len(extra)} new: " + (", ".join(n for n, _ in extra) or "-"))
         per_sim = bud.sim_s() or per_sim
         named, dropped = _affordable(named, quick, per_sim, 0.5 * bud.left(),
                                      self.keep_colocation > 0)
