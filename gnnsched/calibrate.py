@@ -9,14 +9,25 @@ simulator then still predicts the rest (sampling hops, feature traffic, NIC shar
 pipeline, the barrier waits). :func:`from_run` does it for a finished run directory
 (``metrics.jsonl`` and ``plan.json``); the evaluation does it for every run it makes.
 
+A run on the scale model (``gnnsched cluster up``: everything slowed by one factor D)
+records D; :func:`read_run` divides its times by it, so a profile from a dilated run holds the
+real cluster's costs, as every prediction does.
+
+The box calibration (:class:`BoxCalibration`) is the same reading of one run made *before*
+the runs it predicts: ``gnnsched cluster calibrate`` (and the evaluation's ``bench
+calibrate-box``, :mod:`gnnsched.evaluation.box`) measure it, and :func:`find_calibration`
+finds it beside the cluster file (``CLUSTER.calibration.json``), where ``plan`` and
+``simulate`` apply it by default (:func:`apply_calibration`).
+
 Also here: :func:`summarize`, what a profile says in a few numbers (the ``gnnsched profile``
 table and the evaluation's report both print it).
 """
 
 from __future__ import annotations
 
+import json
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -227,18 +238,46 @@ def run_profile(prof: CostProfile, plan: Plan, cluster: ClusterSpec, job: JobSpe
 
 @dataclass(frozen=True)
 class MeasuredRun:
-    """What a finished run directory recorded about its costs."""
+    """What a finished run directory recorded about its costs, in the real cluster's seconds
+    (a scale-model run's measured times / its ``dilation``)."""
 
     run_dir: Path
     plan: Plan
     stages: dict[str, dict[str, float]]  # trainer -> stage -> mean seconds per steady step
     steps: Steps  # the steady training steps (:func:`steps_of`)
+    dilation: float = 1.0  # D of the scale model it ran on (1: real hosts, local processes)
+
+
+def run_dilation(records: list[dict[str, Any]]) -> float:
+    """D of the scale model a run's records were measured on: its ``run`` record's, else the
+    ``training`` event the coordinator writes when training starts (so an unfinished run has
+    it too); 1 when neither says (real hosts, local processes, older runs)."""
+    for kind in ("run", "training"):
+        d = next((r.get("dilation") for r in reversed(records)
+                  if r.get("type") == kind and r.get("dilation")), None)
+        if d:
+            return float(d)
+    return 1.0
+
+
+def undilated(stages: dict[str, dict[str, float]], steps: Steps, d: float
+              ) -> tuple[dict[str, dict[str, float]], Steps]:
+    """Stages and steps measured on a scale model of dilation ``d``, as the real cluster's
+    seconds (measured / D; step numbers stay)."""
+    if d == 1:
+        return stages, steps
+    return ({w: {k: float(v) / d for k, v in got.items()} for w, got in stages.items()},
+            {w: {k: (list(v) if k == "seq" else [x / d for x in v])
+                 for k, v in got.items()} for w, got in steps.items()})
 
 
 def read_run(run_dir: str | Path) -> MeasuredRun:
     """A run directory of ``gnnsched train``: its ``plan.json``, the run's mean stages per
     trainer (the ``run`` record of ``metrics.jsonl``; for a run that did not finish, the mean
-    over its epochs after the first, as the run itself computes them) and its steady steps."""
+    over its epochs after the first, as the run itself computes them) and its steady steps,
+    all in the real cluster's seconds: a scale-model run's times are divided by its D
+    (:func:`run_dilation`), so what it implies is the real cluster's costs, not the model's
+    D-times-slower ones."""
     from gnnsched.trace import load, steady_batches
 
     run_dir = Path(run_dir)
@@ -258,7 +297,9 @@ def read_run(run_dir: str | Path) -> MeasuredRun:
                             "a run that trained at least one epoch")
         stages = {w: {s: float(np.mean([e["stages"][w][s] for e in steady])) for s in STAGES}
                   for w in steady[0]["stages"]}
-    return MeasuredRun(run_dir, plan, stages, steps_of(steady_batches(records)))
+    d = run_dilation(records)
+    stages, steps = undilated(stages, steps_of(steady_batches(records)), d)
+    return MeasuredRun(run_dir, plan, stages, steps, d)
 
 
 def _recorded(plan: Plan, key: str, source: str, flag: str) -> Path:
@@ -292,7 +333,10 @@ def calibrate_run(run_dir: str | Path, profile: CostProfile | str | Path | None 
             profile = _recorded(run.plan, "cost", source, "--cost")
         profile = profile_for(job, None if profile is None else str(profile))
     run.plan.validate(cluster, job, source)
-    return run_profile(profile, run.plan, cluster, job, run.stages, run.steps)
+    prof, factors = run_profile(profile, run.plan, cluster, job, run.stages, run.steps)
+    meta = {**prof.meta, "calibrated": {"by": "run", "run": str(run.run_dir),
+                                        "dilation": run.dilation}}
+    return replace(prof, meta=meta), factors
 
 
 def from_run(run_dir: str | Path, profile: CostProfile | str | Path | None = None, *,
@@ -303,6 +347,161 @@ def from_run(run_dir: str | Path, profile: CostProfile | str | Path | None = Non
     ``run_dir`` measured in place of the profiler's (:func:`insitu_profile`). ``cluster`` and
     ``job`` default to the files the plan records (``gnnsched plan`` writes them)."""
     return calibrate_run(run_dir, profile, cluster=cluster, job=job)[0]
+
+
+# ------------------------------------------------------------------------------ the box
+
+
+@dataclass(frozen=True)
+class BoxCalibration:
+    """Per dataset, the runtime's costs on this box as factors of a profile's: what one
+    colocation + fifo run on a small calibration cluster measured (read with
+    :func:`insitu_profile`), in the real cluster's seconds (measured / D on the scale model).
+    ``gnnsched cluster calibrate`` and ``gnnsched bench calibrate-box`` measure it
+    (:mod:`gnnsched.evaluation.box`); :meth:`apply` predicts any plan with it."""
+
+    train: float  # a training step's seconds / the profile's (x the trainer's load)
+    sample: float  # a mini-batch's sampling seconds / the profile's
+    allreduce_overhead_s: float  # the all-reduce's seconds beyond its bytes at line rate
+    dilation: float  # D of the calibration run
+    epoch_time_s: float  # the calibration run's epoch, as the real cluster's seconds
+    meta: dict[str, Any] = field(default_factory=dict)
+    # per steady iteration of the calibration run, how long after the first each trainer left
+    # the all-reduce (the real cluster's seconds): the box's scheduling jitter, which every
+    # iteration pays at its barrier (:attr:`CostProfile.barrier_skew_s`)
+    barrier_skew_s: tuple[tuple[float, ...], ...] = ()
+    # wire bytes per payload byte - 1 (:attr:`CostProfile.wire_overhead`); 0 in older files
+    wire_overhead: float = 0.0
+
+    def __post_init__(self) -> None:  # JSON gives lists: keep the profile's tuple form
+        object.__setattr__(self, "barrier_skew_s",
+                           tuple(tuple(float(x) for x in r) for r in self.barrier_skew_s))
+
+    def apply(self, prof: CostProfile) -> CostProfile:
+        """``prof`` with this box's runtime costs: what the a-priori prediction simulates."""
+        parts = [replace(p, sample_s=p.sample_s * self.sample, train_s=p.train_s * self.train)
+                 for p in prof.parts]
+        return replace(prof, parts=parts,
+                       allreduce_overhead_s=prof.allreduce_overhead_s
+                       + self.allreduce_overhead_s,
+                       barrier_skew_s=self.barrier_skew_s or prof.barrier_skew_s,
+                       wire_overhead=self.wire_overhead or prof.wire_overhead)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """The factors in words, as ``plan`` and ``cluster calibrate`` print them."""
+        return (f"training x{self.train:.2f}, sampling x{self.sample:.2f}, all-reduce "
+                f"+{self.allreduce_overhead_s * 1e3:.1f} ms, wire bytes x"
+                f"{1 + self.wire_overhead:.3f} of the payload, measured on the scale model at "
+                f"D = {self.dilation:.3g} (times / D are the real cluster's)")
+
+
+CALIBRATION_SUFFIX = ".calibration.json"
+BOX_FORM = ('{"datasets": {NAME: {"train", "sample", "allreduce_overhead_s", "dilation", '
+            '"epoch_time_s"}}}')
+
+
+def read_boxes(path: str | Path) -> tuple[dict[str, Any], dict[str, BoxCalibration]]:
+    """A box file (``box.json``, ``CLUSTER.calibration.json``): its header and its
+    calibrations by dataset key; a SpecError naming the file and the field when it is not
+    one."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(str(p), "", "no box calibration there",
+                        "`gnnsched cluster calibrate --cluster CLUSTER.yaml --job JOB.yaml`")
+    try:
+        doc = json.loads(p.read_text())
+        return doc, {ds: BoxCalibration(**dict(d)) for ds, d in doc["datasets"].items()}
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise SpecError(str(p), "datasets", f"not a box calibration ({type(exc).__name__}: "
+                        f"{exc})", f"{BOX_FORM}, as `gnnsched cluster calibrate` writes it"
+                        ) from None
+
+
+def write_boxes(path: str | Path, header: dict[str, Any],
+                boxes: dict[str, BoxCalibration]) -> None:
+    """Write a box file: ``header`` (what the box and the runs were) and the calibrations."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    doc = {**header, "datasets": {ds: b.to_dict() for ds, b in boxes.items()}}
+    Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def calibration_path(cluster_file: str | Path) -> Path:
+    """Where a cluster file's calibration lives: beside it, ``NAME.calibration.json`` for
+    ``NAME.yaml``."""
+    p = Path(cluster_file)
+    return p.with_name(p.stem + CALIBRATION_SUFFIX)
+
+
+def dataset_key(job: JobSpec) -> str:
+    """A job's key in a box file: its dataset's name (a file's stem: ``coauthor_cs`` for
+    ``/data/coauthor_cs.npz``)."""
+    name = str(job.dataset)
+    return Path(name).stem if name.endswith(".npz") else name
+
+
+@dataclass(frozen=True)
+class FoundCalibration:
+    """A box calibration for one job, and where it came from."""
+
+    box: BoxCalibration
+    path: Path
+    key: str
+    header: dict[str, Any]
+    differs: tuple[str, ...] = ()  # job fields the calibration run had otherwise
+
+    def line(self) -> str:
+        """``calibration: FILE (KEY, made DATE): factors``, as ``plan`` prints it."""
+        made = self.header.get("made")
+        out = (f"calibration: {self.path} ({self.key}" + (f", made {made}" if made else "")
+               + f"): {self.box.describe()}")
+        if self.differs:
+            out += f"; calibrated with a job of other {', '.join(self.differs)}"
+        return out
+
+
+def find_calibration(cluster_file: str | Path | None, job: JobSpec,
+                     path: str | Path | None = None) -> FoundCalibration | None:
+    """The box calibration for ``job`` beside ``cluster_file`` (:func:`calibration_path`) or
+    in ``path``; None when there is no such file or it holds no calibration for the job's
+    dataset. A file that is there but is not a box calibration is a SpecError."""
+    where = Path(path) if path is not None else (
+        calibration_path(cluster_file) if cluster_file is not None else None)
+    if where is None or (path is None and not where.is_file()):
+        return None
+    header, boxes = read_boxes(where)
+    key = dataset_key(job)
+    box = boxes.get(key)
+    if box is None:
+        if path is not None:
+            raise SpecError(str(where), f"datasets.{key}", f"no calibration for dataset {key}",
+                            f"one of {', '.join(sorted(boxes)) or 'none'}, or calibrate "
+                            "this job with `gnnsched cluster calibrate`")
+        return None
+    made = box.meta.get("job_key") or {}
+    want = job.profile_key()
+    differs = tuple(k for k in ("batch_size", "fanouts", "model", "hidden", "feature_dim")
+                    if k in made and made[k] != want.get(k)
+                    and not (k == "fanouts" and list(made[k]) == list(want.get(k) or [])))
+    return FoundCalibration(box, where, key, header, differs)
+
+
+def is_calibrated(prof: CostProfile) -> bool:
+    """Whether ``prof`` already holds measured runtime costs (from a run, ``--from-run``, or
+    a box calibration applied): another calibration on top would count them twice."""
+    return bool((prof.meta or {}).get("calibrated"))
+
+
+def apply_calibration(prof: CostProfile, found: FoundCalibration) -> CostProfile:
+    """``prof`` with ``found``'s box costs, marked so (``meta.calibrated``) that nothing
+    applies a calibration to it again."""
+    out = found.box.apply(prof)
+    meta = {**(prof.meta or {}), "calibrated": {
+        "by": "box", "file": str(found.path), "dataset": found.key,
+        "dilation": found.box.dilation}}
+    return replace(out, meta=meta)
 
 
 # ------------------------------------------------------------------------------ summary
@@ -337,6 +536,9 @@ def summarize(prof: CostProfile) -> dict[str, Any]:
             "train_seeds": [int(p.train_seeds) for p in prof.parts]}
 
 
-__all__ = ["MeasuredRun", "allreduce_last_s", "barrier_release", "calibrate_run", "from_run",
-           "insitu_profile", "read_run", "run_profile", "steady_steps", "steady_train_batches",
-           "step_costs", "steps_of", "summarize"]
+__all__ = ["BoxCalibration", "CALIBRATION_SUFFIX", "FoundCalibration", "MeasuredRun",
+           "allreduce_last_s", "apply_calibration", "barrier_release", "calibrate_run",
+           "calibration_path", "dataset_key", "find_calibration", "from_run", "insitu_profile",
+           "is_calibrated", "read_boxes", "read_run", "run_dilation", "run_profile",
+           "steady_steps", "steady_train_batches", "step_costs", "steps_of", "summarize",
+           "undilated", "write_boxes"]

@@ -139,6 +139,9 @@ class MadeFor:
     part_bytes_from: str | None = None
     cost_sha256: str | None = None
     cluster_sha256: str | None = None
+    # the box calibration the plan was predicted with (``CLUSTER.calibration.json``), if any
+    calibration: str | None = None
+    calibration_sha256: str | None = None
 
 
 @dataclass(frozen=True)

@@ -252,3 +252,86 @@ def test_stored_predictions_are_this_simulators(shape: str) -> None:
     assert again["sim_error"] == pytest.approx(row["sim_error"], rel=1e-6, abs=1e-9)
     assert again["sim_error_isolated"] == pytest.approx(row["sim_error_isolated"], rel=1e-6,
                                                         abs=1e-9)
+
+
+SCALE_MODEL = ROOT / "docs" / "results-scale-model"
+
+
+def _scale_model_runs() -> list[tuple[dict[str, Any], str, dict[str, Any]]]:
+    """The committed scale-model evaluation's measured runs (dilated: D = 5..10), with the
+    steps and the in-situ factors it stored (measured / D)."""
+    path = SCALE_MODEL / "results.json"
+    if not path.is_file():
+        return []
+    doc = json.loads(path.read_text())
+    return [(c, name, row) for c in doc["configs"] for name, row in c["systems"].items()
+            if SYSTEMS[name].placer and row.get("steps") and (row.get("dilation") or 1) != 1
+            and (row.get("sim") or {}).get("insitu_factors")]
+
+
+def _dilated_run(tmp_path: Path, c: dict[str, Any], name: str, row: dict[str, Any],
+                 dilation: bool = True) -> Path:
+    """A run directory as `gnnsched train` on the scale model writes it: the run's measured
+    (dilated) steps and stages, and its run record with D (``dilation=False``: without it,
+    as a reader that ignores D sees the run)."""
+    run = _run_dir(tmp_path, row, stored_plan(c, SYSTEMS[name].placer, tmp_path / "no-work"))
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    rec = json.loads(lines[-1])
+    rec.update(epoch_time_s=row["epoch_time_s"], **({"dilation": row["dilation"]}
+                                                    if dilation else {}))
+    (run / "metrics.jsonl").write_text("\n".join(lines[:-1] + [json.dumps(rec)]) + "\n")
+    return run
+
+
+def _scale_job(prof: CostProfile) -> Any:
+    key = prof.job_key
+    return job_from_dict(_job_fields(dataset=key["dataset"], feature_dim=key["feature_dim"],
+                                     batch_size=key["batch_size"], epochs=4), source="stored run")
+
+
+@pytest.mark.skipif(not _scale_model_runs(), reason="no docs/results-scale-model with steps")
+def test_a_dilated_run_gives_the_real_clusters_costs(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    """`profile --from-run` on a scale-model run divides its times by the run's D (issue 51
+    item 2: it printed `CPU steps x15.13` in dilated time): every stored scale-model run gives
+    the in-situ factors the evaluation computed from measured / D, and re-planning from the
+    colocation run's profile predicts that run within 10% (steady epoch: every run within
+    10%). Read without D, the same run predicts several times its real epoch."""
+    from gnnsched import api
+    from gnnsched.evaluation.predict import simulate_system
+
+    prof = CostProfile.load(next((SCALE_MODEL / "profiles").glob("cora-*.json")))
+    job = _scale_job(prof)
+    for i, (c, name, row) in enumerate(_scale_model_runs()):
+        run = _dilated_run(tmp_path / str(i), c, name, row)
+        assert read_run(run).dilation == row["dilation"]
+        cluster = load_shape(c["shape"])
+        cal, factors = calibrate_run(run, replace(prof), cluster=cluster, job=job)
+        assert factors == row["sim"]["insitu_factors"], (c["shape"], name)
+        assert cal.meta["calibrated"] == {"by": "run", "run": str(run),
+                                          "dilation": row["dilation"]}
+        real = row["real_epoch_time_s"]
+        steady = simulate_system(cluster, job, read_run(run).plan, cal,
+                                 SYSTEMS[name].policy, 0)["epoch_time_s"]
+        assert abs(steady / real - 1) < 0.10, (c["shape"], name, steady, real)
+        if name == "colocation+fifo" and c["shape"] in ("gpuless", "hetero"):
+            plan = api.plan(cluster, job, cal, placer="gnnsched", budget=1.0)
+            colo = plan.prediction.baseline("colocation").epoch_time_s
+            assert abs(colo / real - 1) < 0.10, (c["shape"], colo, real)
+            # the same run read in dilated time predicts D times too slow (the old bug)
+            blind = _dilated_run(tmp_path / f"{i}-blind", c, name, row, dilation=False)
+            slow, _ = calibrate_run(blind, replace(prof), cluster=cluster, job=job)
+            wrong = api.simulate(cluster, job, read_run(blind).plan, slow, policy="fifo",
+                                 calibration=None).epoch_time_s
+            assert wrong > 2.5 * real
+    c, name, row = _scale_model_runs()[0]
+    run = _dilated_run(tmp_path / "cli", c, name, row)
+    cluster_file = tmp_path / "cluster.yaml"
+    cluster_file.write_text(yaml.safe_dump(load_shape(c["shape"]).to_dict()))
+    job_file, cost = tmp_path / "job.yaml", tmp_path / "base.json"
+    job_file.write_text(yaml.safe_dump(job.to_dict()))
+    prof.save(cost)
+    assert main(["profile", "--from-run", str(run), "--cluster", str(cluster_file), "--job",
+                 str(job_file), "--cost", str(cost), "--out", str(tmp_path / "cal.json")]) == 0
+    said = capsys.readouterr().out
+    assert f"a scale-model run, D = {row['dilation']:.3g}: its times / D" in said

@@ -4,7 +4,9 @@ Every ``gnnsched`` verb does its work through this module and only parses and pr
 import-linter contract keeps ``gnnsched.commands`` off the runtime, placement and datasets):
 
 - the forward path (:mod:`.core`): ``plan``, ``simulate``, ``train``, ``calibrate`` and the
-  loading and checking they share (``prepare``, ``load_pair``, ``plan_problem``, ...);
+  loading and checking they share (``prepare``, ``load_pair``, ``plan_problem``, ...), with
+  the box calibration beside the cluster file (``planning_profile``,
+  ``resolve_calibration``);
 - the data (:mod:`.data`): ``partition``, ``open_job_partitions`` (for the profiler),
   ``reference``, ``create_keys``;
 - where processes run (:mod:`.hosts`): ``cluster_up``, ``cluster_down``, ``cluster_status``,
@@ -25,8 +27,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gnnsched.api.core import (
+    Calibration,
     Inputs,
     calibrate,
+    calibrated,
     check_faults,
     check_partitions_fit,
     check_plan_job,
@@ -38,7 +42,9 @@ from gnnsched.api.core import (
     plan,
     plan_problem,
     plan_profile,
+    planning_profile,
     prepare,
+    resolve_calibration,
     simulate,
     summary,
     train,
@@ -141,7 +147,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["CgroupError", "DATASETS", "EmulatedCluster", "FAULT_FORM", "FAULT_ROLES",
+__all__ = ["Calibration", "CgroupError", "DATASETS", "EmulatedCluster", "FAULT_FORM", "FAULT_ROLES",
            "FAULT_SIGNALS", "Fault", "HostCheck", "Inputs", "LAUNCHERS", "LaunchError",
            "MessageError", "NETNS_HOST_IF", "NetnsError", "PLACEMENT", "RUNTIME", "RunError",
            "RuntimeOptions", "TransportError", "calibrate", "check_cluster", "check_faults",
@@ -152,6 +158,7 @@ __all__ = ["CgroupError", "DATASETS", "EmulatedCluster", "FAULT_FORM", "FAULT_RO
            "ledger_table", "load_dataset", "load_pair", "load_plan", "netns_unavailable_reason",
            "open_job_partitions", "open_partitions", "parse_faults", "partition",
            "partition_bytes", "partition_dir", "partitions_for", "pipeline_limit", "placers",
-           "plan", "plan_problem", "plan_profile", "prepare", "profile_partitions", "ray_cluster",
+           "plan", "plan_problem", "plan_profile", "planning_profile", "prepare",
+           "profile_partitions", "ray_cluster", "resolve_calibration", "calibrated",
            "reference", "reference_slices", "reference_split", "reference_train", "run_distdgl",
            "simulate", "summary", "train"]

@@ -20,6 +20,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gnnsched.calibrate import (
+    FoundCalibration,
+    apply_calibration,
+    find_calibration,
+    is_calibrated,
+)
 from gnnsched.plan import Plan
 from gnnsched.profile import CostProfile, profile_for
 from gnnsched.spec import ClusterSpec, JobSpec, SpecError, check_compatible, load_cluster, load_job
@@ -85,6 +91,45 @@ def plan_profile(plan: Plan, job: JobSpec, cost: CostProfile | str | Path | None
     return profile_for(job, None if cost is None else str(cost))
 
 
+# how ``plan`` and ``simulate`` choose a box calibration: "auto" (the plan's recorded one,
+# else the one beside the cluster file, if any), None or False (none), or a file / a found one
+Calibration = FoundCalibration | str | Path | bool | None
+
+
+def resolve_calibration(calibration: Calibration, cluster: ClusterSpec | str | Path,
+                        job: JobSpec, plan: Plan | None = None) -> FoundCalibration | None:
+    """The box calibration to predict ``job`` on ``cluster`` with: ``"auto"`` takes the one
+    ``plan`` was made with (``made_for.calibration``), else the one beside the cluster file
+    (``CLUSTER.calibration.json``, :func:`gnnsched.calibrate.find_calibration`); a path takes
+    that file's calibration of the job's dataset; None or False takes none."""
+    if calibration is None or calibration is False:
+        return None
+    if isinstance(calibration, FoundCalibration):
+        return calibration
+    if calibration != "auto" and calibration is not True:
+        return find_calibration(None, job, calibration)
+    made = plan.prediction.made_for if plan is not None and plan.prediction else None
+    if made is not None and made.calibration:
+        if Path(made.calibration).is_file():
+            return find_calibration(None, job, made.calibration)
+        print(f"gnnsched: warning: the plan was predicted with calibration "
+              f"{made.calibration}, which is not there (from this folder): predicting without "
+              "it (pass --calibration FILE)", file=sys.stderr)
+        return None
+    if isinstance(cluster, ClusterSpec):
+        src = Path(cluster.source)
+        return find_calibration(src, job) if src.suffix in (".yaml", ".yml", ".json") else None
+    return find_calibration(cluster, job)
+
+
+def calibrated(profile: CostProfile, found: FoundCalibration | None) -> CostProfile:
+    """``profile`` with ``found``'s box costs, unless it holds measured costs already (a
+    profile from ``--from-run``, or one calibrated before)."""
+    if found is None or is_calibrated(profile):
+        return profile
+    return apply_calibration(profile, found)
+
+
 @dataclass(frozen=True)
 class Inputs:
     """What simulate and train start from, loaded and checked once (:func:`prepare`)."""
@@ -94,27 +139,35 @@ class Inputs:
     plan: Plan
     profile: CostProfile | None
     plan_source: str = "plan"
+    calibration: FoundCalibration | None = None  # the box calibration applied to ``profile``
 
 
 def prepare(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
             plan: Plan | str | Path, cost: CostProfile | str | Path | None = None, *,
             verb: str = "simulate", any_job: bool = False, epochs: int | None = None,
-            need_profile: bool = True) -> Inputs:
+            need_profile: bool = True, calibration: Calibration = "auto") -> Inputs:
     """Load and cross-check cluster, job, plan and profile, once. Without ``need_profile`` a
-    profile is loaded only when ``cost`` names one (train learns its costs online)."""
+    profile is loaded only when ``cost`` names one (train learns its costs online). The
+    profile gets the box calibration ``calibration`` chooses (:func:`resolve_calibration`:
+    by default the plan's, else the one beside the cluster file)."""
+    cluster_arg = cluster
     cluster, job = load_pair(cluster, job, epochs)
     plan, source = load_plan(plan, cluster, job, verb, any_job)
     if verb == "train":
         check_partitions_fit(cluster, job)
     profile = None
+    found = None
     if need_profile:
         profile = plan_profile(plan, job, cost, source)
+        found = None if is_calibrated(profile) else resolve_calibration(
+            calibration, cluster_arg, job, plan)
+        profile = calibrated(profile, found)
     elif isinstance(cost, CostProfile):
         profile = cost
     elif cost is not None:
         profile = CostProfile.load(str(cost))
         profile.check_job(job, str(cost))
-    return Inputs(cluster, job, plan, profile, source)
+    return Inputs(cluster, job, plan, profile, source, found)
 
 
 def partition_bytes(path: str | Path) -> list[float]:
@@ -183,18 +236,33 @@ def check_partitions_fit(cluster: ClusterSpec, job: JobSpec,
         check_store_memory(cluster, sizes, f"measured on the partition files in {path}")
 
 
+def planning_profile(cluster: ClusterSpec | str | Path, job: JobSpec,
+                     cost: CostProfile | str | Path | None = None,
+                     calibration: Calibration = "auto"
+                     ) -> tuple[CostProfile, FoundCalibration | None]:
+    """The profile ``plan`` predicts with: ``cost`` (else the job's synthetic one) with the
+    box calibration ``calibration`` chooses (:func:`resolve_calibration`; by default the one
+    beside the cluster file), and that calibration (None: none applied)."""
+    profile = cost if isinstance(cost, CostProfile) else \
+        profile_for(job, None if cost is None else str(cost))
+    found = None if is_calibrated(profile) else resolve_calibration(calibration, cluster, job)
+    return calibrated(profile, found), found
+
+
 def plan_problem(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
                  cost: CostProfile | str | Path | None = None, *,
-                 partitions: str | Path | None = None) -> Any:
+                 partitions: str | Path | None = None, calibration: Calibration = None) -> Any:
     """The placement :class:`~gnnsched.placement.Problem` of a job on a cluster, with the
     stored partitions' real sizes (:func:`job_partitions`, :func:`partition_bytes`) when a
     partition directory is at hand; a store that cannot hold them is a SpecError naming the
-    host, the partitions, the bytes needed and available, and what would be valid."""
+    host, the partitions, the bytes needed and available, and what would be valid. Its
+    profile gets the box calibration ``calibration`` chooses (:func:`planning_profile`;
+    default none, as given)."""
     from gnnsched.placement import Problem
 
+    cluster_arg = cluster
     cluster, job = load_pair(cluster, job)
-    profile = cost if isinstance(cost, CostProfile) else \
-        profile_for(job, None if cost is None else str(cost))
+    profile, _ = planning_profile(cluster_arg, job, cost, calibration)
     path = job_partitions(job, partitions)
     if path is None:
         return Problem(cluster, job, profile)
@@ -211,27 +279,36 @@ def plan(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
          cost: CostProfile | str | Path | None = None, *, placer: str = "gnnsched",
          seed: int = 0, budget: float | None = None,
          partitions: str | Path | None = None, cache_share: float = 0.0,
-         keep_colocation: float = 0.0) -> Plan:
+         keep_colocation: float = 0.0, calibration: Calibration = "auto") -> Plan:
     """Place every task of ``job`` on ``cluster`` with ``placer``, compared with the baselines
     (colocation, greedy, random) and the lower bound; the plan's ``predicted`` holds the
     comparison and ``made_for`` the files it was made from. Every machine's memory is checked
     against the partitions it stores (their real sizes when ``partitions``, the job's
     ``partitions`` or the job's cached partitions are there: :func:`plan_problem`) plus the
     processes the plan puts there. ``keep_colocation``: gnnsched keeps colocation's plan
-    unless its own is predicted faster by more than this fraction on every draw."""
+    unless its own is predicted faster by more than this fraction on every draw. Every
+    prediction is made with the box calibration ``calibration`` chooses (by default the one
+    beside the cluster file, :func:`planning_profile`), which ``made_for.calibration``
+    records."""
     from gnnsched.placement.compare import plan_and_compare
 
     cluster_file = None if isinstance(cluster, ClusterSpec) else str(cluster)
     job_file = None if isinstance(job, JobSpec) else str(job)
+    cluster_arg = cluster
     cluster, job = load_pair(cluster, job)
     cost_file = None if cost is None or isinstance(cost, CostProfile) else str(cost)
-    problem = plan_problem(cluster, job, cost, partitions=partitions)
+    profile, found = planning_profile(cluster_arg, job, cost, calibration)
+    problem = plan_problem(cluster, job, profile, partitions=partitions)
     result = plan_and_compare(problem, placer, seed=seed, budget=budget,
                               cache_share=cache_share, keep_colocation=keep_colocation)
     made_for: dict[str, Any] = {"cost": cost_file, "cluster": cluster_file, "job": job_file}
     if problem.part_bytes_from:
         made_for["part_bytes_from"] = problem.part_bytes_from
-    for key, path in (("cost", cost_file), ("cluster", cluster_file)):
+    calibration_file = str(found.path) if found is not None else None
+    if calibration_file:
+        made_for["calibration"] = calibration_file
+    for key, path in (("cost", cost_file), ("cluster", cluster_file),
+                      ("calibration", calibration_file)):
         if path:
             made_for[f"{key}_sha256"] = file_digest(path)
     result = result.with_prediction(cluster_file=cluster_file, job_file=job_file,
@@ -244,7 +321,7 @@ def simulate(cluster: Inputs | ClusterSpec | str | Path, job: JobSpec | str | Pa
              cost: CostProfile | str | Path | None = None, *, policy: Any = "gnnsched",
              seed: int = 0, iterations: int | None = None, record: bool = False,
              network: str | None = None, nic_window_s: float | None = None,
-             any_job: bool = False) -> SimResult:
+             any_job: bool = False, calibration: Calibration = "auto") -> SimResult:
     """Predict a plan's run with the simulator (``policy`` a name or a Policy). The first
     argument may be :class:`Inputs` from :func:`prepare` instead of cluster, job and plan.
 
@@ -268,7 +345,8 @@ def simulate(cluster: Inputs | ClusterSpec | str | Path, job: JobSpec | str | Pa
     else:
         if job is None or plan is None:
             raise TypeError("simulate needs cluster, job and plan (or Inputs from prepare)")
-        inp = prepare(cluster, job, plan, cost, verb="simulate", any_job=any_job)
+        inp = prepare(cluster, job, plan, cost, verb="simulate", any_job=any_job,
+                      calibration=calibration)
     try:
         pol = get_policy(policy)
     except ValueError as exc:
@@ -276,6 +354,7 @@ def simulate(cluster: Inputs | ClusterSpec | str | Path, job: JobSpec | str | Pa
     res = run_sim(inp.cluster, inp.job, inp.plan, inp.profile, pol, seed=seed,
                   iterations=iterations, record=record, nic_window_s=window)
     res.meta["network"] = network
+    res.meta["calibration"] = str(inp.calibration.path) if inp.calibration else None
     return res
 
 
@@ -390,6 +469,7 @@ def check_faults(faults: Any, cluster: ClusterSpec, plan: Plan) -> None:
                             f"(step {f.at_step})", valid)
 
 
-__all__ = ["Inputs", "calibrate", "check_faults", "check_partitions_fit", "check_plan_job",
-           "file_digest", "job_partitions", "load_pair", "load_plan", "partition_bytes", "plan",
-           "plan_problem", "plan_profile", "prepare", "simulate", "summary", "train"]
+__all__ = ["Calibration", "Inputs", "calibrate", "calibrated", "check_faults",
+           "check_partitions_fit", "check_plan_job", "file_digest", "job_partitions", "load_pair",
+           "load_plan", "partition_bytes", "plan", "plan_problem", "plan_profile",
+           "planning_profile", "prepare", "resolve_calibration", "simulate", "summary", "train"]

@@ -9,6 +9,13 @@ every ``gs-*`` namespace and ``gnnsched`` control group); ``status`` lists the c
 are up, with the rates the kernel actually enforces, each host's quota, limit and usage.
 Without root, train with ``--launcher local`` instead.
 
+``calibrate`` measures what a profile cannot know about this box: one short colocation + fifo
+run of the job on a small calibration cluster of its own (two hosts, on the scale model, with
+the NICs ``up`` gives), read as factors of the profile's costs (training, sampling, the
+all-reduce's overhead, wire bytes, barrier jitter) in the real cluster's seconds. It writes
+them beside the cluster file (``NAME.calibration.json`` for ``NAME.yaml``, one entry per
+dataset), and ``plan`` and ``simulate`` then predict with them by default and say so.
+
 ``check`` probes real hosts before a run (machines with ``ssh:``, each over one ssh session):
 ssh reachability, the remote Python and the versions of gnnsched, torch, dgl and pyzmq
 against this machine's, the host's address, the partitions at the path the run will use, the
@@ -30,7 +37,8 @@ from typing import Any
 from gnnsched.commands import milliseconds, mtu_int, number, port_int, seconds
 
 HELP = ("emulated cluster: network namespaces with tc-shaped NICs and per-host control groups "
-        "(up | down | status); check real hosts before a run (check)")
+        "(up | down | status); calibrate this box's runtime costs for plan and simulate "
+        "(calibrate); check real hosts before a run (check)")
 dilation_factor = number(1, 1e6, what="a dilation factor")
 core_count = number(0, 1e5, lo_open=True, what="cores")
 memory_factor = number(0, 1e3, lo_open=True, what="a memory scale")
@@ -85,6 +93,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     st = sub.add_parser("status", help="list emulated clusters that are up")
     st.add_argument("--cluster", default=None, help="only this cluster (file or name)")
     st.add_argument("--json", action="store_true", help="print as JSON")
+    add_calibrate_arguments(sub.add_parser(
+        "calibrate", help="measure this box's runtime costs for a job (one short run on the "
+        "scale model) and keep them beside the cluster file, for plan and simulate"))
     ck = sub.add_parser("check", help="probe every host before a run: ssh, Python and package "
                         "versions, partitions, ports, clock skew; every problem at once")
     ck.add_argument("--cluster", required=True, help="cluster file (YAML)")
@@ -113,6 +124,94 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ck.add_argument("--timeout", type=seconds, default=10.0,
                     help="ssh connect timeout per host (seconds)")
     ck.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def add_calibrate_arguments(cal: argparse.ArgumentParser) -> None:
+    """``gnnsched cluster calibrate``'s flags: what to calibrate, and the NICs and scale model
+    to calibrate on (``up``'s flags and defaults)."""
+    from gnnsched.commands import epochs_int, input_dir, positive_int
+
+    cal.add_argument("--cluster", required=True,
+                     help="cluster file (YAML) whose calibration this is: it goes beside it")
+    cal.add_argument("--job", required=True, help="job file (YAML): its dataset, model, "
+                     "fan-outs and batch size are what is measured")
+    cal.add_argument("--cost", default=None, help="the cost profile to calibrate "
+                     "(`gnnsched profile`; default: profile the job's partitions now)")
+    cal.add_argument("--partitions", default=None,
+                     help="partition directory (default: the job's, or its dataset "
+                          "partitioned into the cache)")
+    cal.add_argument("--data-dir", type=input_dir, default=None, help="folder of .npz graphs")
+    cal.add_argument("--samples", type=positive_int, default=16,
+                     help="mini-batches profiled per partition when --cost is not given")
+    cal.add_argument("--epochs", type=epochs_int, default=3,
+                     help="epochs of the calibration run (the first is a warm-up)")
+    cal.add_argument("--repeats", type=positive_int, default=1,
+                     help="calibration runs (the median is kept)")
+    cal.add_argument("--out", default=None, metavar="FILE",
+                     help="where the calibration goes (default: CLUSTER.calibration.json "
+                          "beside the cluster file, where plan and simulate look)")
+    cal.add_argument("--work", default="runs/calibrate",
+                     help="folder for the calibration run's files")
+    cal.add_argument("--payload-rates", action="store_true",
+                     help="as `up --payload-rates` (calibrate on the NICs you will train on)")
+    cal.add_argument("--bands", action="store_true", help="as `up --bands`")
+    cal.add_argument("--queue-ms", type=milliseconds, default=None, help="as `up --queue-ms`")
+    cal.add_argument("--mtu", type=mtu_int, default=1500, help="as `up --mtu`")
+    cal.add_argument("--dilation", type=dilation_factor, default=None, metavar="D",
+                     help="D of the calibration cluster's scale model (default: the smallest "
+                          "that fits --cores); its times / D are the real cluster's")
+    cal.add_argument("--cores", type=core_count, default=None,
+                     help="cores of this box the hosts' quotas may fill (as `up --cores`)")
+    cal.add_argument("--json", action="store_true", help="print the calibration as JSON")
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    """``gnnsched cluster calibrate``: :func:`gnnsched.evaluation.box.calibrate_cluster` on
+    the job's partitions and profile, then where it went and what it says."""
+    from gnnsched import api
+    from gnnsched.calibrate import dataset_key
+    from gnnsched.evaluation.box import calibrate_cluster, calibration_cluster
+    from gnnsched.profile import CostProfile
+    from gnnsched.spec import load_cluster, load_job
+
+    why = api.netns_unavailable_reason()
+    if why is not None:
+        print(f"gnnsched cluster calibrate: error: {why}. Calibration measures the runtime on "
+              "the emulated cluster's scale model (root, network namespaces): on local "
+              "processes the plan's NICs do not exist, so nothing there calibrates against "
+              "them", file=sys.stderr)
+        return 2
+    load_cluster(args.cluster)  # a bad cluster file is named before anything runs
+    job = load_job(args.job)
+    say = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
+    pset = api.open_job_partitions(job, args.partitions, args.data_dir, quiet=args.json)
+    if args.cost:
+        prof = CostProfile.load(args.cost)
+        prof.check_job(job, args.cost)
+        how = f"the profile {args.cost}"
+    else:
+        prof = api.profile_partitions(pset, job, samples=args.samples, seed=job.seed)
+        how = f"a profile of {args.samples} mini-batches per partition measured now"
+    cal = calibration_cluster(job)
+    say(f"calibrating {dataset_key(job)} on this box: colocation + fifo, {args.epochs} epochs "
+        f"(the first a warm-up), on a calibration cluster of {len(cal.machines)} hosts (the "
+        f"scale model), against {how}")
+    nic = {"payload_rates": args.payload_rates, "bands": args.bands,
+           "queue_ms": args.queue_ms, "mtu": args.mtu}
+    path, box = calibrate_cluster(args.cluster, job, prof, Path(pset.root), work=Path(args.work),
+                                  epochs=args.epochs, repeats=args.repeats, nic=nic,
+                                  dilation=args.dilation, cores=args.cores, out=args.out)
+    if args.json:
+        print(json.dumps({"file": str(path), "dataset": dataset_key(job),
+                          **{k: v for k, v in box.to_dict().items() if k != "barrier_skew_s"}},
+                         default=float))
+        return 0
+    print(f"calibration of {dataset_key(job)}: {box.describe()}; the calibration run's epoch "
+          f"{box.epoch_time_s:.3f} s of the real cluster, simulated with these factors "
+          f"{box.meta.get('simulated_epoch_s', float('nan')):.3f} s")
+    print(f"wrote {path}: `gnnsched plan --cluster {args.cluster}` and `simulate` now predict "
+          "with it (--no-calibration: without)")
+    return 0
 
 
 def _mbit(bps: float | None) -> str:
@@ -281,6 +380,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.action == "check":
         return _check(args)
+    if args.action == "calibrate":
+        try:
+            return _calibrate(args)
+        except (api.NetnsError, api.RunError, api.LaunchError, api.CgroupError) as exc:
+            print(f"gnnsched cluster calibrate: error: {exc}", file=sys.stderr)
+            return 2
     try:
         if args.action == "up":
             return _up(args)

@@ -71,10 +71,69 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="gnnsched only: keep colocation's plan (where feasible) unless the "
                    "best plan is predicted more than X faster on every draw, e.g. 0.22 when "
                    "predictions are trusted within 10%% (1.1 / 0.9 - 1; default 0)")
+    add_calibration_arguments(p)
     p.add_argument("--seed", type=seed_int, default=0, help="seed of search and simulation")
     p.add_argument("--out", type=output_file, default="plan.json", help="where to write the plan")
     p.add_argument("--json", action="store_true", help="print one JSON object instead")
     p.add_argument("--plot", type=new_image_file, default=None, metavar="PNG", help="draw the plan to this file")
+
+
+def add_calibration_arguments(p: argparse.ArgumentParser) -> None:
+    """``--calibration FILE`` / ``--no-calibration`` (``plan`` and ``simulate``)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--calibration", default=None, metavar="FILE",
+                   help="the box calibration to predict with (`gnnsched cluster calibrate`); "
+                        "default: the plan's, else CLUSTER.calibration.json beside the "
+                        "cluster file when it calibrates the job's dataset")
+    g.add_argument("--no-calibration", action="store_true",
+                   help="predict from the profile alone (one quiet process), as before any "
+                        "calibration")
+
+
+def calibration_choice(args: argparse.Namespace) -> Any:
+    """What ``--calibration`` / ``--no-calibration`` ask for (:data:`gnnsched.api.Calibration`)."""
+    if getattr(args, "no_calibration", False):
+        return None
+    return getattr(args, "calibration", None) or "auto"
+
+
+# how far predictions from the profile alone were off (said when `plan` has no calibration):
+# docs/results-scale-model (Cora, 5 shapes x 3 systems, the scale model, before the box
+# calibration is applied: `sim_profile` against the measured epoch / D) and issue 51's first
+# day on two new graphs (4-host emulated clusters, `plan` against `train`)
+UNCALIBRATED = ("predictions from the profile alone were -12% to +18% off the measured epoch "
+                "on the evaluation's scale model (median 6.6%; 14 of 15 within 10% with the box "
+                "calibration), and 12-68% short (3x on one graph) on a user's first new graphs")
+
+
+def calibration_lines(profile: Any, found: Any, cluster: str | None, job: str,
+                      choice: Any = "auto") -> list[str]:
+    """Which calibration the predictions used, or a warning that they used none (why: none
+    beside the cluster file, none for this dataset, or ``--no-calibration``), how far off
+    that was, and the command that makes one."""
+    made = (getattr(profile, "meta", None) or {}).get("calibrated") or {}
+    if found is not None:
+        return [found.line()]
+    if made.get("by") == "run":
+        d = float(made.get("dilation") or 1.0)
+        return [f"calibration: the profile's own, measured on run {made.get('run')}"
+                + (f" (scale model, D = {d:.3g}: its times / D)" if d != 1 else "")]
+    if made.get("by") == "box":
+        return [f"calibration: the profile's own ({made.get('file')})"]
+    from gnnsched.calibrate import calibration_path
+
+    where = ""
+    if choice is None:
+        where = " (--no-calibration)"
+    elif cluster:
+        path = calibration_path(cluster)
+        where = (f" ({path} does not calibrate this job's dataset)" if path.is_file()
+                 else f" ({path} is not there)")
+    return [f"warning: no calibration of this box{where}: the predictions come from a "
+            "profile measured in one quiet process, which leaves out the runtime's own costs; "
+            + UNCALIBRATED,
+            f"  calibrate first (root, ~1 min): gnnsched cluster calibrate --cluster "
+            f"{cluster or 'CLUSTER.yaml'} --job {job}"]
 
 
 def share(text: str) -> float:
@@ -145,15 +204,18 @@ def runtime_prediction(problem: Any, plan: Any, seed: int) -> dict[str, Any] | N
             "iteration_time_s": float(res.iteration_time_s)}
 
 
-def table(problem: Any, plan: Any, runtime: dict[str, Any] | None = None) -> str:
+def table(problem: Any, plan: Any, runtime: dict[str, Any] | None = None,
+          calibration: list[str] | None = None) -> str:
     """The human-readable report: tasks per trainer, then times against the baselines, and
-    ``runtime`` (:func:`runtime_prediction`): this plan on the runtime's network."""
+    ``runtime`` (:func:`runtime_prediction`): this plan on the runtime's network;
+    ``calibration`` (:func:`calibration_lines`) says what the predictions were calibrated
+    with."""
     pr = Prediction.of(plan.prediction)
     cl, job = problem.cluster, problem.job
     lines = [f"plan: {plan.placer} for job {job.name!r} ({job.trainers} trainers, "
              f"{job.num_parts} partitions) on cluster {cl.name!r} ({len(cl.machines)} machines)",
              f"scored by: {_or(pr.scored_by, '?')}, {_or(pr.iterations, '?')} iterations "
-             "per epoch"] + planning_lines(pr) + [""]
+             "per epoch"] + list(calibration or []) + planning_lines(pr) + [""]
     rows = [("trainer", "machine", "gpu", "parts", "samplers", "gathers at")]
     shown = plan.trainers if len(plan.trainers) <= 64 else plan.trainers[:32]
     for t in shown:
@@ -339,11 +401,16 @@ def run(args: argparse.Namespace) -> int:
 
         raise SpecError("--cluster", "", "is required", "a cluster file, or --from-ray ADDR")
     parts = getattr(args, "partitions", None)
+    _, job = api.load_pair(args.cluster, args.job)
+    profile, found = api.planning_profile(args.cluster, job, args.cost,
+                                          calibration_choice(args))
     plan = api.plan(args.cluster, args.job, args.cost, placer=args.placer, seed=args.seed,
                     budget=args.budget, partitions=parts, cache_share=args.cache_share,
-                    keep_colocation=args.keep_colocation)
+                    keep_colocation=args.keep_colocation, calibration=found)
     plan.save(args.out)
-    problem = api.plan_problem(args.cluster, args.job, args.cost, partitions=parts)
+    problem = api.plan_problem(args.cluster, args.job, args.cost, partitions=parts,
+                               calibration=found)
+    said = calibration_lines(profile, found, args.cluster, args.job, calibration_choice(args))
     if args.plot:
         api.draw_plan(problem, plan, args.plot)
     pr = Prediction.of(plan.prediction)
@@ -359,9 +426,15 @@ def run(args: argparse.Namespace) -> int:
         out["network"] = scored_network(pr)
         if runtime is not None:
             out["runtime_network"] = runtime
+        out["calibration"] = None if found is None else {
+            "file": str(found.path), "dataset": found.key,
+            **{k: getattr(found.box, k) for k in ("train", "sample", "allreduce_overhead_s",
+                                                  "wire_overhead", "dilation")}}
+        if said[0].startswith("warning"):
+            print("gnnsched plan: " + "\n".join(said), file=sys.stderr)
         out.update(out=str(args.out), plot=args.plot, notes=list(plan.notes))
         print(json.dumps(out, default=float))
     else:
-        print(table(problem, plan, runtime))
+        print(table(problem, plan, runtime, said))
         print(f"\nwrote {args.out}" + (f" and {args.plot}" if args.plot else ""))
     return 0

@@ -10,7 +10,9 @@ this machine. The simulator and placer read the resulting cost.json.
 profile (``--cost``, else the one the run's plan was made with) with the costs the run
 measured in place of the profiler's -- training and sampling seconds as the run's processes
 took them on its machines, the all-reduce's own overhead, how far apart trainers left each
-barrier (gnnsched.calibrate.from_run). Planning again with it plans for what the
+barrier (gnnsched.calibrate.from_run). A run on the scale model (``gnnsched cluster up``)
+records its dilation D, and its times are divided by it: the profile holds the real
+cluster's costs, as every prediction does. Planning again with it plans for what the
 cluster really did: ``gnnsched plan --cost cost.json``.
 """
 
@@ -102,11 +104,15 @@ def from_run(args: argparse.Namespace) -> int:
     s = summarize(prof)
     if args.json:
         print(json.dumps({"out": str(args.out), "run": str(args.from_run),
-                          "factors": factors, **s}))
+                          "dilation": ((prof.meta or {}).get("calibrated") or {}).get(
+                              "dilation", 1.0), "factors": factors, **s}))
         return 0
     print(table(s))
     ar = factors["allreduce_measured_s"]
-    print(f"calibrated on {args.from_run}: CPU steps x{factors['cpu']:.2f}, sampling x"
+    d = float(((prof.meta or {}).get("calibrated") or {}).get("dilation") or 1.0)
+    model = (f" (a scale-model run, D = {d:.3g}: its times / D, the real cluster's)"
+             if d != 1 else "")
+    print(f"calibrated on {args.from_run}{model}: CPU steps x{factors['cpu']:.2f}, sampling x"
           + "/".join(f"{f:.2f}" for f in factors["sample"]) + " per part, all-reduce "
           + (f"{1e3 * ar:.0f} ms measured against {1e3 * factors['allreduce_model_s']:.0f} ms "
              f"for its bytes (+{1e3 * factors['allreduce_overhead_s']:.0f} ms overhead)"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from gnnsched.commands import image_file, milliseconds, positive_int, seed_int
@@ -59,6 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--any-job", action="store_true",
                    help="use a plan made for a different job (batch size, fan-outs, ...; a "
                         "warning says what differs) instead of refusing it")
+    from gnnsched.commands.plan import add_calibration_arguments
+
+    add_calibration_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--gantt", type=image_file, default=None, metavar="PNG", help="draw the schedule here")
     p.add_argument("--timeline", action="store_true",
@@ -124,8 +128,12 @@ def run(args: argparse.Namespace) -> int:
     if args.network == "ideal" and args.nic_window is not None:
         raise SpecError("--nic-window", "", "the ideal network has no send window",
                         "leave out --nic-window, or use --network windowed")
+    from gnnsched.commands.plan import calibration_choice, calibration_lines
+
     inp = api.prepare(args.cluster, args.job, args.plan, args.cost, verb="simulate",
-                      any_job=args.any_job)
+                      any_job=args.any_job, calibration=calibration_choice(args))
+    said = calibration_lines(inp.profile, inp.calibration, args.cluster, args.job,
+                             calibration_choice(args))
     cluster, job, plan, profile = inp.cluster, inp.job, inp.plan, inp.profile
     res = api.simulate(inp, policy=args.policy, seed=args.seed, iterations=args.iterations,
                        record=bool(args.gantt or args.timeline), network=args.network,
@@ -157,12 +165,16 @@ def run(args: argparse.Namespace) -> int:
                    stages=res.stages, utilisation=res.utilisation)
         if anyb is None:
             out["any_placement_bound_missing"] = why_missing
+        out["calibration"] = None if inp.calibration is None else str(inp.calibration.path)
+        if said[0].startswith("warning"):
+            print("gnnsched simulate: " + "\n".join(said), file=sys.stderr)
         if args.gantt:
             out["gantt"] = args.gantt
         if timeline is not None:
             out["timeline"] = timeline
         print(json.dumps(out, indent=1, default=float))
     else:
+        print("\n".join(said))
         print(report(res, per, anyb, why_missing))
         if args.gantt:
             print(f"  gantt             {args.gantt}")

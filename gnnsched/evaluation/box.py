@@ -7,75 +7,60 @@ than its bytes at line rate. On the scale model those costs are CPU work inside 
 quota (:mod:`gnnsched.runtime.cgroups`), so, as the real cluster's seconds (measured / D),
 they are a property of the runtime and the box, not of the shape it runs on.
 
-``gnnsched bench calibrate-box`` measures them once: one colocation + fifo run per dataset
-on the calibration cluster (``shapes/calibration.yaml``, two hosts, which no evaluation shape
-is), on the scale model, read with :func:`gnnsched.calibrate.insitu_profile`: ``train`` (a
-training step's seconds over the profile's), ``sample`` (a mini-batch's sampling seconds
-over the profile's, median over partitions), ``wire_overhead`` (the NICs' bytes over the
-payload the runtime sent across them, minus 1: headers, the other direction's ACKs,
-framing; 5-8% in every run of the scale-model evaluation, and the shapers count those
-bytes), ``allreduce_overhead_s`` (the all-reduce's own seconds beyond its bytes on the
-wire at line rate) and ``barrier_skew_s`` (how far apart the trainers left each all-reduce:
-without it the calibration cluster's own epoch simulates 6% short, with it within 2%). The
-evaluation then predicts every run from the profile with these factors
-(:meth:`BoxCalibration.apply`) before the run starts; it never calibrates from the run it
-predicts.
+:func:`measure` measures them: one colocation + fifo run of a job on a small calibration
+cluster (``shapes/calibration.yaml``, two hosts, which no evaluation shape is; for a job of
+other partitions or trainers, :func:`calibration_cluster`), on the scale model, read with
+:func:`gnnsched.calibrate.insitu_profile`: ``train`` (a training step's seconds over the
+profile's), ``sample`` (a mini-batch's sampling seconds over the profile's, median over
+partitions), ``wire_overhead`` (the NICs' bytes over the payload the runtime sent across
+them, minus 1: headers, the other direction's ACKs, framing; 5-8% in every run of the
+scale-model evaluation, and the shapers count those bytes), ``allreduce_overhead_s`` (the
+all-reduce's own seconds beyond its bytes on the wire at line rate) and ``barrier_skew_s``
+(how far apart the trainers left each all-reduce: without it the calibration cluster's own
+epoch simulates 6% short, with it within 2%). Every prediction is then made from the profile
+with these factors (:meth:`BoxCalibration.apply`) before the run starts; none is calibrated
+from the run it predicts.
+
+Two callers, one mechanism: ``gnnsched bench calibrate-box`` (:func:`calibrate`, per dataset
+of the evaluation, into ``OUT/box.json``) and ``gnnsched cluster calibrate``
+(:func:`calibrate_cluster`, a user's job, into ``CLUSTER.calibration.json`` beside the
+cluster file, where ``plan`` and ``simulate`` find it:
+:func:`gnnsched.calibrate.find_calibration`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
 import time
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gnnsched.calibrate import (
+    BoxCalibration,
+    calibration_path,
+    dataset_key,
+    read_boxes,
+    write_boxes,
+)
 from gnnsched.evaluation.config import SYSTEMS, Settings, canonical, job_for_repeat, load_shape, say
 from gnnsched.evaluation.context import Context
 from gnnsched.evaluation.predict import row_profile, simulate_system
 from gnnsched.evaluation.runs import Testbed, aggregate_runtime, run_runtime_once
+from gnnsched.plan import Plan
 from gnnsched.profile import CostProfile
+from gnnsched.spec import ClusterSpec, JobSpec, SpecError
 
 CALIBRATION_SHAPE = "calibration"
 SYSTEM = "colocation+fifo"
-
-
-@dataclass(frozen=True)
-class BoxCalibration:
-    """Per dataset, the runtime's costs on this box as factors of a profile's."""
-
-    train: float  # a training step's seconds / the profile's (x the trainer's load)
-    sample: float  # a mini-batch's sampling seconds / the profile's
-    allreduce_overhead_s: float  # the all-reduce's seconds beyond its bytes at line rate
-    dilation: float  # D of the calibration run
-    epoch_time_s: float  # the calibration run's epoch, as the real cluster's seconds
-    meta: dict[str, Any] = field(default_factory=dict)
-    # per steady iteration of the calibration run, how long after the first each trainer left
-    # the all-reduce (the real cluster's seconds): the box's scheduling jitter, which every
-    # iteration pays at its barrier (:attr:`CostProfile.barrier_skew_s`)
-    barrier_skew_s: tuple[tuple[float, ...], ...] = ()
-    # wire bytes per payload byte - 1 (:attr:`CostProfile.wire_overhead`); 0 in older files
-    wire_overhead: float = 0.0
-
-    def __post_init__(self) -> None:  # JSON gives lists: keep the profile's tuple form
-        object.__setattr__(self, "barrier_skew_s",
-                           tuple(tuple(float(x) for x in r) for r in self.barrier_skew_s))
-
-    def apply(self, prof: CostProfile) -> CostProfile:
-        """``prof`` with this box's runtime costs: what the a-priori prediction simulates."""
-        parts = [replace(p, sample_s=p.sample_s * self.sample, train_s=p.train_s * self.train)
-                 for p in prof.parts]
-        return replace(prof, parts=parts,
-                       allreduce_overhead_s=prof.allreduce_overhead_s
-                       + self.allreduce_overhead_s,
-                       barrier_skew_s=self.barrier_skew_s or prof.barrier_skew_s,
-                       wire_overhead=self.wire_overhead or prof.wire_overhead)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+__all__ = ["BoxCalibration", "CALIBRATION_SHAPE", "SYSTEM", "calibrate", "calibrate_cluster",
+           "calibration_cluster", "ensure_box", "load_box", "measure", "save_box",
+           "wire_overhead"]
 
 
 def wire_overhead(row: dict[str, Any]) -> float:
@@ -91,54 +76,58 @@ def wire_overhead(row: dict[str, Any]) -> float:
 def load_box(path: str | Path) -> dict[str, BoxCalibration]:
     """A box file's calibrations by dataset key; a clear error naming the file and field."""
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-        return {ds: BoxCalibration(**{k: v for k, v in d.items()})
-                for ds, d in doc["datasets"].items()}
-    except FileNotFoundError:
+    if not p.is_file():
         raise SystemExit(f"{p}: no box calibration there (make one with `gnnsched bench "
-                         "calibrate-box --box FILE`)") from None
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise SystemExit(f"{p}: not a box calibration ({type(exc).__name__}: {exc}); expected "
-                         '{"datasets": {NAME: {"train", "sample", "allreduce_overhead_s", '
-                         '"dilation", "epoch_time_s"}}} as `gnnsched bench calibrate-box` '
-                         "writes it") from None
+                         "calibrate-box --box FILE`)")
+    try:
+        return read_boxes(p)[1]
+    except SpecError as exc:
+        raise SystemExit(f"{p}: {exc.problem}; expected {exc.valid}") from None
+
+
+def _box_header(st: Settings, shape: str) -> dict[str, Any]:
+    """What a box file says about how it was made: the box, the date, the runs' settings."""
+    return {"box": {"host": platform.node(), "cpus": os.cpu_count(),
+                    "platform": platform.platform()},
+            "made": time.strftime("%Y-%m-%d %H:%M"), "shape": shape,
+            "system": SYSTEM, "epochs": st.epochs, "repeats": st.repeats,
+            "nic_bands": st.nic_bands, "nic_queue_ms": st.nic_queue_ms}
 
 
 def save_box(path: str | Path, boxes: dict[str, BoxCalibration], st: Settings) -> None:
-    doc = {"box": {"host": platform.node(), "cpus": os.cpu_count(),
-                   "platform": platform.platform()},
-           "made": time.strftime("%Y-%m-%d %H:%M"), "shape": CALIBRATION_SHAPE,
-           "system": SYSTEM, "epochs": st.epochs, "repeats": st.repeats,
-           "nic_bands": st.nic_bands, "nic_queue_ms": st.nic_queue_ms,
-           "datasets": {ds: b.to_dict() for ds, b in boxes.items()}}
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+    write_boxes(path, _box_header(st, CALIBRATION_SHAPE), boxes)
 
 
-def calibrate(ctx: Context, ds: str) -> BoxCalibration:
-    """One colocation + fifo run of dataset ``ds`` on the calibration cluster, on the scale
-    model (``ctx.st.repeats`` repetitions, median), read as this box's factors."""
+# ------------------------------------------------------------------------------ one measurement
+
+
+def measure(st: Settings, cluster: ClusterSpec, job_of: Callable[[int], JobSpec],
+            prof: CostProfile, part_dir: Path, run_dir: Path, label: str,
+            testbed: Callable[[], Any]) -> BoxCalibration:
+    """One colocation + fifo run (``st.repeats`` repetitions, median; repetition ``r`` trains
+    ``job_of(r)``) on ``cluster``, the emulated cluster ``testbed()`` brings up (an object with
+    ``net``, ``counters`` and ``close()``, as :class:`~gnnsched.evaluation.runs.Testbed`),
+    read as this box's factors of ``prof``."""
     from gnnsched.placement import get_placer
 
-    st = ctx.st
-    cluster = load_shape(CALIBRATION_SHAPE)
-    job, prof, part_dir = st.job(ds), ctx.profiles[ds], ctx.parts[ds]
-    label = f"{CALIBRATION_SHAPE}/{ds}"
-    run_dir = st.work / "runs" / f"{CALIBRATION_SHAPE}-{ds}"
+    job = job_of(0)
     run_dir.mkdir(parents=True, exist_ok=True)
     plan = canonical(get_placer(SYSTEMS[SYSTEM].placer or "colocation").place(
         cluster, job, prof, seed=st.seed))
     plan.save(run_dir / "plan-colocation.json")
-    cfg: dict[str, Any] = {}
-    bed = Testbed(st, cluster, cfg, label)
+    bed = testbed()
     try:
-        reps = [run_runtime_once(st, cluster, job_for_repeat(ds, st, r), plan, prof, SYSTEM,
-                                 part_dir, run_dir, bed.net, bed.counters, r)
-                for r in range(st.repeats)]
+        reps = [run_runtime_once(st, cluster, job_of(r), plan, prof, SYSTEM, part_dir, run_dir,
+                                 bed.net, bed.counters, r) for r in range(st.repeats)]
     finally:
         bed.close()
-    row = aggregate_runtime(reps)
+    return _read(st, cluster, job, plan, prof, aggregate_runtime(reps), label)
+
+
+def _read(st: Settings, cluster: ClusterSpec, job: JobSpec, plan: Plan, prof: CostProfile,
+          row: dict[str, Any], label: str) -> BoxCalibration:
+    """A calibration run's row as a :class:`BoxCalibration`, checked by simulating the run's
+    own plan with it."""
     wire = wire_overhead(row)
     # the all-reduce's overhead beyond its bytes on the wire, not beyond its payload
     cal, f = row_profile(row, replace(prof, wire_overhead=wire), plan, cluster, job)
@@ -147,7 +136,7 @@ def calibrate(ctx: Context, ds: str) -> BoxCalibration:
         allreduce_overhead_s=float(f["allreduce_overhead_s"]),
         dilation=float(row.get("dilation") or 1.0),
         epoch_time_s=float(row.get("real_epoch_time_s") or row["epoch_time_s"]),
-        meta={"dataset": ds, "sample_by_part": [float(x) for x in f["sample"]],
+        meta={"dataset": dataset_key(job), "sample_by_part": [float(x) for x in f["sample"]],
               "allreduce_measured_s": f.get("allreduce_measured_s"),
               "allreduce_model_s": f.get("allreduce_model_s"), "run_dir": row["run_dir"],
               "last_departure_s": f.get("last_departure_s")},
@@ -162,6 +151,20 @@ def calibrate(ctx: Context, ds: str) -> BoxCalibration:
         f"epoch {box.epoch_time_s:.3f} s of the real cluster, {check:.3f} s simulated with "
         "these factors)")
     return box
+
+
+# ------------------------------------------------------------------------------ the evaluation
+
+
+def calibrate(ctx: Context, ds: str) -> BoxCalibration:
+    """One colocation + fifo run of dataset ``ds`` on the calibration cluster, on the scale
+    model (``ctx.st.repeats`` repetitions, median), read as this box's factors."""
+    st = ctx.st
+    cluster = load_shape(CALIBRATION_SHAPE)
+    label = f"{CALIBRATION_SHAPE}/{ds}"
+    return measure(st, cluster, lambda r: job_for_repeat(ds, st, r), ctx.profiles[ds],
+                   ctx.parts[ds], st.work / "runs" / f"{CALIBRATION_SHAPE}-{ds}", label,
+                   lambda: Testbed(st, cluster, {}, label))
 
 
 def ensure_box(ctx: Context) -> dict[str, BoxCalibration]:
@@ -186,3 +189,100 @@ def ensure_box(ctx: Context) -> dict[str, BoxCalibration]:
         save_box(path, boxes, st)
         say(f"box calibration for {', '.join(missing)} -> {path}")
     return boxes
+
+
+# ------------------------------------------------------------------------------ a user's cluster
+
+
+def calibration_cluster(job: JobSpec) -> ClusterSpec:
+    """The calibration cluster for ``job``: the hosts of ``shapes/calibration.yaml`` (each a
+    store with 2 CPUs, a GPU of speed 1.0 and a 100 Mbit/s NIC), one per trainer (at most one
+    per partition, GPUs enough for the trainers: for 2 trainers over 4 partitions, that
+    shape's two hosts of two partitions each), the partitions split in contiguous runs. Its
+    name and addresses are its own (``calibrate-DATASET``, 10.78.10.0/24), so it can be up
+    beside the evaluation's calibration cluster and any user's."""
+    from gnnsched.spec import cluster_from_dict
+
+    base = load_shape(CALIBRATION_SHAPE)
+    hosts = max(1, min(job.trainers, job.num_parts))
+    gpus = math.ceil(job.trainers / hosts)
+    cuts = [round(i * job.num_parts / hosts) for i in range(hosts + 1)]
+    proto = base.to_dict()["machines"][0]
+    machines = [{**proto, "name": f"cal{i}", "address": f"10.78.10.{i + 1}",
+                 "partitions": list(range(cuts[i], cuts[i + 1])),
+                 "gpus": [dict(proto["gpus"][0]) for _ in range(gpus)]} for i in range(hosts)]
+    return cluster_from_dict({"name": f"calibrate-{dataset_key(job)}"[:40],
+                              "storage": "shared", "machines": machines},
+                             source=f"calibration cluster for {job.source}")
+
+
+class NetnsBed:
+    """The calibration cluster on network namespaces with the NICs a user's ``gnnsched cluster
+    up`` gives (its flags, its defaults), and its NIC counters."""
+
+    def __init__(self, cluster: ClusterSpec, nic: dict[str, Any], dilation: float | None,
+                 cores: float | None) -> None:
+        from gnnsched.api import EmulatedCluster
+        from gnnsched.evaluation.measure import NicCounters
+
+        self.net = EmulatedCluster(cluster, cgroups=True, dilation=dilation, cores=cores,
+                                   **nic).up()
+        try:
+            self.counters: Any = NicCounters(self.net)
+        except BaseException:
+            self.net.down()
+            raise
+
+    def close(self) -> None:
+        self.counters.close()
+        self.net.down()
+
+
+NIC_KEYS = ("payload_rates", "bands", "queue_ms", "mtu")
+
+
+def calibrate_cluster(cluster_file: str | Path, job: JobSpec, prof: CostProfile,
+                      part_dir: Path, *, work: Path, epochs: int = 3, repeats: int = 1,
+                      nic: dict[str, Any] | None = None, dilation: float | None = None,
+                      cores: float | None = None, out: str | Path | None = None
+                      ) -> tuple[Path, BoxCalibration]:
+    """``gnnsched cluster calibrate``: :func:`measure` ``job`` (``epochs`` epochs, the first
+    a warm-up) on its :func:`calibration_cluster`, on the scale model with the NICs ``nic``
+    (``cluster up``'s ``payload_rates``, ``bands``, ``queue_ms``, ``mtu``), and keep it under
+    the job's dataset in ``out`` (default: beside the cluster file,
+    :func:`gnnsched.calibrate.calibration_path`), with the file's other datasets when they
+    were calibrated on the same NICs. Returns the file and the calibration."""
+    nic = {k: v for k, v in (nic or {}).items() if k in NIC_KEYS}
+    st = Settings(quick=True, out=work, work=work, launcher="netns",
+                  launcher_reason="gnnsched cluster calibrate", datasets=[dataset_key(job)],
+                  shapes=[], systems=[SYSTEM], epochs=epochs, repeats=repeats, budget=10.0,
+                  samples=0, sizes=[], real=True, scale=False, reference=False, seed=job.seed,
+                  nic_queue_ms=nic.get("queue_ms"), nic_bands=bool(nic.get("bands")),
+                  scale_model=True, dilation=dilation, cores=cores)
+    cluster = calibration_cluster(job)
+    key = dataset_key(job)
+    label = f"calibrate/{key}"
+
+    def job_of(r: int) -> JobSpec:
+        return replace(job, epochs=epochs, seed=job.seed + r, eval_every=epochs)
+
+    box = measure(st, cluster, job_of, prof, part_dir, work / "runs" / f"calibration-{key}",
+                  label, lambda: NetnsBed(cluster, nic, dilation, cores))
+    box.meta.update(job_key=job.profile_key(), trainers=job.trainers,
+                    profile=prof.meta.get("file") if prof.meta else None)
+    path = Path(out) if out is not None else calibration_path(cluster_file)
+    header = {**_box_header(st, cluster.name), "nic": nic, "launcher": "netns",
+              "calibrates": str(cluster_file),
+              "how": "gnnsched cluster calibrate: one colocation + fifo run on the calibration "
+                     "cluster, on the scale model; factors in the real cluster's seconds"}
+    boxes: dict[str, BoxCalibration] = {}
+    if path.is_file():
+        try:
+            old, boxes = read_boxes(path)
+        except SpecError:
+            old, boxes = {}, {}
+        if old.get("nic") != nic:  # other NICs: their all-reduce overheads do not carry over
+            boxes = {}
+    boxes[key] = box
+    write_boxes(path, header, boxes)
+    return path, box
