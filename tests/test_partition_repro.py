@@ -35,7 +35,7 @@ def _same_partitions(a: Path, b: Path) -> None:
     assert pa.meta["edge_cut"] == pb.meta["edge_cut"]
     sums = [{k: v for k, v in p.meta["sha256"].items() if not k.endswith("graph.dgl")}
             for p in (pa, pb)]
-    assert sums[0] == sums[1] and len(sums[0]) == 3 + 2 * pa.num_parts
+    assert sums[0] == sums[1] and len(sums[0]) == 4 + 2 * pa.num_parts
     for i in range(pa.num_parts):
         qa, qb = pa.load_part(i), pb.load_part(i)
         for x, y in zip(qa.graph.edges(), qb.graph.edges()):
