@@ -204,12 +204,50 @@ def runtime_prediction(problem: Any, plan: Any, seed: int) -> dict[str, Any] | N
             "iteration_time_s": float(res.iteration_time_s)}
 
 
+STEADY_LIMIT = 20_000  # trainers x iterations: beyond, three more simulated epochs are slow
+
+
+def steady_epochs(problem: Any, plan: Any, seed: int, policy: str = "gnnsched"
+                  ) -> dict[str, float] | None:
+    """What ``train`` will report for this plan and for colocation's: its epoch is the median
+    after the first, so the pipeline is already full, while a plan's predicted epoch is one
+    simulated epoch from empty (its fill included). The steady epoch is the middle of three
+    simulated back to back on the runtime's network, as the evaluation predicts every run
+    (:func:`gnnsched.evaluation.predict.steady_epoch`); ``policy`` is ``train``'s default.
+    None for an epoch too large to simulate thrice quickly (:data:`STEADY_LIMIT`)."""
+    from gnnsched import api
+    from gnnsched.evaluation.predict import steady_epoch
+
+    pr = Prediction.of(plan.prediction)
+    if (pr.iterations or 0) * len(plan.trainers) > STEADY_LIMIT:
+        return None
+    cl, job, prof = problem.cluster, problem.job, problem.profile
+    out = {"plan": steady_epoch(cl, job, plan, prof, policy, seed)[0]}
+    try:
+        colo = api.get_placer("colocation").place(cl, job, prof, seed=seed)
+    except Exception:  # noqa: BLE001 - colocation's row already says why it cannot place
+        return out
+    out["colocation"] = steady_epoch(cl, job, colo, prof, policy, seed)[0]
+    return out
+
+
+def steady_line(steady: dict[str, float] | None, placer: str) -> list[str]:
+    """The line that says what ``train`` will measure (:func:`steady_epochs`)."""
+    if not steady:
+        return []
+    colo = (f", colocation's {_secs(steady['colocation'])}" if "colocation" in steady else "")
+    return [f"what `train` will measure (the median epoch after the first, the pipeline "
+            f"already full; the steady simulated epoch, gnnsched policy): {placer}'s plan "
+            f"{_secs(steady['plan'])}{colo}"]
+
+
 def table(problem: Any, plan: Any, runtime: dict[str, Any] | None = None,
-          calibration: list[str] | None = None) -> str:
+          calibration: list[str] | None = None,
+          steady: dict[str, float] | None = None) -> str:
     """The human-readable report: tasks per trainer, then times against the baselines, and
     ``runtime`` (:func:`runtime_prediction`): this plan on the runtime's network;
     ``calibration`` (:func:`calibration_lines`) says what the predictions were calibrated
-    with."""
+    with; ``steady`` (:func:`steady_epochs`) what ``train`` will measure."""
     pr = Prediction.of(plan.prediction)
     cl, job = problem.cluster, problem.job
     lines = [f"plan: {plan.placer} for job {job.name!r} ({job.trainers} trainers, "
@@ -277,6 +315,7 @@ def table(problem: Any, plan: Any, runtime: dict[str, Any] | None = None,
                      f"{runtime['network']} network, as the runtime sends (send windows of "
                      f"{runtime['nic_window_s'] * 1e3:g} ms; `gnnsched simulate` prints this by "
                      f"default; the plans above were scored on the {net} network)")
+    lines.extend(steady_line(steady, plan.placer))
     lines.append("")
     lines.extend(bound_report(pr, ep))
     lines.append("")
@@ -416,6 +455,7 @@ def run(args: argparse.Namespace) -> int:
     pr = Prediction.of(plan.prediction)
     recorded = pr.as_legacy_dict()
     runtime = runtime_prediction(problem, plan, args.seed)
+    steady = steady_epochs(problem, plan, args.seed)
     if args.json:
         keys = ("placer", "epoch_time_s", "per_plan_bound_s", "any_placement_bound_s",
                 "bounds", "lower_bound_s", "baselines", "bottleneck",
@@ -426,6 +466,7 @@ def run(args: argparse.Namespace) -> int:
         out["network"] = scored_network(pr)
         if runtime is not None:
             out["runtime_network"] = runtime
+        out["steady_epoch_time_s"] = steady
         out["calibration"] = None if found is None else {
             "file": str(found.path), "dataset": found.key,
             **{k: getattr(found.box, k) for k in ("train", "sample", "allreduce_overhead_s",
@@ -435,6 +476,6 @@ def run(args: argparse.Namespace) -> int:
         out.update(out=str(args.out), plot=args.plot, notes=list(plan.notes))
         print(json.dumps(out, default=float))
     else:
-        print(table(problem, plan, runtime, said))
+        print(table(problem, plan, runtime, said, steady))
         print(f"\nwrote {args.out}" + (f" and {args.plot}" if args.plot else ""))
     return 0
