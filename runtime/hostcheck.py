@@ -586,135 +586,176 @@ def check_hosts(launcher: Any, machines: list[str], *, partitions: str | None = 
     # the source here may have been edited while the hosts read theirs: either digest is ours
     digests = {local.get("digest"), local_facts(dict(base, dists=[])).get("digest")}
 
-    coord_note = None
-    here: list[Problem] = []
     for m in machines:
         rep = reports[m]
-        f = rep.facts
-        if not f:
-            continue
-        _compare(rep, dict(local, digest=f.get("digest")) if f.get("digest") in digests
-                 else local, python, remote_dir)
-        addr = launcher.host_of(m)
-        if f.get("interface") is None:
-            rep.problem(f"address {addr} is not on any interface of the host (roles bind "
-                        "their sockets to it)",
-                        f"set machines[{index.get(m, '?')}].address in {source} to the "
-                        "host's address on the cluster network")
-        if partitions:
-            p = f.get("partitions", {})
-            if p.get("missing"):
-                rep.problem(f"partitions missing at {partitions}",
-                            "copy the partition folder to the same path on the host (rsync "
-                            "-a), or put it on storage every host mounts at that path")
-            elif p.get("meta_error"):
-                rep.problem(f"no readable gnnsched.json in {partitions} ({p['meta_error']})",
-                            "copy the whole partition folder there again")
-            else:
-                if meta_sha and p.get("meta_sha256") != meta_sha:
-                    rep.problem(f"the partitions at {partitions} are not this machine's "
-                                "(gnnsched.json differs)",
-                                "copy this machine's partition folder there again")
-                if p.get("missing_files"):
-                    miss = p["missing_files"]
-                    rep.problem(f"{len(miss)} partition file(s) missing in {partitions} "
-                                f"(e.g. {miss[0]})", "copy the whole partition folder there")
-                if p.get("corrupt_files"):
-                    bad = p["corrupt_files"]
-                    rep.problem(f"{len(bad)} partition file(s) corrupt in {partitions} (e.g. "
-                                f"{bad[0]}: sha256 differs from gnnsched.json)",
-                                "copy the partition folder there again")
-        if run_dir:
-            r = f.get("run_dir", {})
-            if r.get("error"):
-                rep.problem(f"cannot write the run directory {run_dir} ({r['error']})",
-                            "make it writable there, or choose another --out")
-            elif r.get("marker"):
-                mark = Path(r["marker"])
-                if mark.is_file():
-                    mark.unlink(missing_ok=True)
-                else:
-                    rep.problem(f"the run directory {run_dir} is not shared with this "
-                                "machine (a file written there is not seen here): logs and "
-                                "checkpoints written on the host would be lost to the "
-                                "coordinator",
-                                "put the run directory (--out) on storage every host mounts "
-                                "at the same path")
-        if rep.skew_s is not None and rep.rtt_s is not None and \
-                abs(rep.skew_s) - rep.rtt_s / 2 > skew_warn_s:
-            rep.warn(f"clock {rep.skew_s:+.2f} s from this machine's (more than "
-                     f"{skew_warn_s:g} s): timestamps in its logs will not line up; run NTP "
-                     "(chrony or systemd-timesyncd) on every host")
-
-    # ports: every host to the coordinator and to every other host's listener
-    listener: socket.socket | None = None
-    stop = threading.Event()
+        if rep.facts:
+            _compare(rep, dict(local, digest=rep.facts.get("digest"))
+                     if rep.facts.get("digest") in digests else local, python, remote_dir)
+            _judge_facts(rep, rep.facts, launcher.host_of(m), index.get(m, "?"), source,
+                         partitions, meta_sha, run_dir, skew_warn_s)
     live = [m for m in machines if reports[m].facts and m in sessions]
-    if ports and live:
-        target = None
-        if coordinator:
-            host, _, port = coordinator.replace("tcp://", "").rpartition(":")
-            target = (host.strip("[]"), int(port))
-            coord_note = f"coordinator {host}:{port}"
+    ports_check = _PortCheck(launcher, reports, sessions, coordinator, coordinator_port)
+    try:
+        if ports and live:
+            ports_check.run(live)
+    finally:
+        for s in sessions.values():
+            s.close(2.0)
+        ports_check.close()
+    return CheckReport([reports[m] for m in machines], local, ports_check.note,
+                       ports_check.here)
+
+
+def _judge_facts(rep: HostReport, f: dict[str, Any], addr: str, i: int | str, source: str,
+                 partitions: str | None, meta_sha: str | None, run_dir: str | None,
+                 skew_warn_s: float) -> None:
+    """A host's problems from its probed facts: its address, partitions, run directory, clock."""
+    if f.get("interface") is None:
+        rep.problem(f"address {addr} is not on any interface of the host (roles bind "
+                    "their sockets to it)",
+                    f"set machines[{i}].address in {source} to the "
+                    "host's address on the cluster network")
+    if partitions:
+        _judge_partitions(rep, f.get("partitions", {}), partitions, meta_sha)
+    if run_dir:
+        _judge_run_dir(rep, f.get("run_dir", {}), run_dir)
+    if rep.skew_s is not None and rep.rtt_s is not None and \
+            abs(rep.skew_s) - rep.rtt_s / 2 > skew_warn_s:
+        rep.warn(f"clock {rep.skew_s:+.2f} s from this machine's (more than "
+                 f"{skew_warn_s:g} s): timestamps in its logs will not line up; run NTP "
+                 "(chrony or systemd-timesyncd) on every host")
+
+
+def _judge_partitions(rep: HostReport, p: dict[str, Any], partitions: str,
+                      meta_sha: str | None) -> None:
+    """Whether the host holds this machine's partition folder, whole and intact."""
+    if p.get("missing"):
+        rep.problem(f"partitions missing at {partitions}",
+                    "copy the partition folder to the same path on the host (rsync "
+                    "-a), or put it on storage every host mounts at that path")
+        return
+    if p.get("meta_error"):
+        rep.problem(f"no readable gnnsched.json in {partitions} ({p['meta_error']})",
+                    "copy the whole partition folder there again")
+        return
+    if meta_sha and p.get("meta_sha256") != meta_sha:
+        rep.problem(f"the partitions at {partitions} are not this machine's "
+                    "(gnnsched.json differs)",
+                    "copy this machine's partition folder there again")
+    if p.get("missing_files"):
+        miss = p["missing_files"]
+        rep.problem(f"{len(miss)} partition file(s) missing in {partitions} "
+                    f"(e.g. {miss[0]})", "copy the whole partition folder there")
+    if p.get("corrupt_files"):
+        bad = p["corrupt_files"]
+        rep.problem(f"{len(bad)} partition file(s) corrupt in {partitions} (e.g. "
+                    f"{bad[0]}: sha256 differs from gnnsched.json)",
+                    "copy the partition folder there again")
+
+
+def _judge_run_dir(rep: HostReport, r: dict[str, Any], run_dir: str) -> None:
+    """Whether the host can write the run directory and shares it with this machine."""
+    if r.get("error"):
+        rep.problem(f"cannot write the run directory {run_dir} ({r['error']})",
+                    "make it writable there, or choose another --out")
+    elif r.get("marker"):
+        mark = Path(r["marker"])
+        if mark.is_file():
+            mark.unlink(missing_ok=True)
         else:
-            host = "?"
-            try:
-                host = launcher.coordinator_host()
-                listener, port = _listen(host, coordinator_port)
-                target = (host, port)
-                coord_note = f"coordinator address {host} (probe port {port})"
-            except (OSError, RuntimeError) as exc:
-                fix = ("choose a free --port" if coordinator_port else
-                       "pass --coordinator-address with an address of this machine the hosts "
-                       "reach")
-                here.append(Problem("this machine", host, f"the coordinator cannot listen "
-                                    f"({exc})", fix))
-        if listener is not None:
-            threading.Thread(target=_accept, args=(listener, stop), daemon=True).start()
-        peers = {m: (launcher.host_of(m), reports[m].facts.get("listen_port")) for m in live}
+            rep.problem(f"the run directory {run_dir} is not shared with this "
+                        "machine (a file written there is not seen here): logs and "
+                        "checkpoints written on the host would be lost to the "
+                        "coordinator",
+                        "put the run directory (--out) on storage every host mounts "
+                        "at the same path")
+
+
+class _PortCheck:
+    """The port phase: every live host connects to the coordinator and to every other host's
+    listener (a listener of this check's own when no ``coordinator`` endpoint is given)."""
+
+    def __init__(self, launcher: Any, reports: dict[str, HostReport],
+                 sessions: dict[str, _Session], coordinator: str | None,
+                 coordinator_port: int | None) -> None:
+        self.launcher, self.reports, self.sessions = launcher, reports, sessions
+        self.coordinator, self.coordinator_port = coordinator, coordinator_port
+        self.note: str | None = None
+        self.here: list[Problem] = []
+        self.listener: socket.socket | None = None
+        self.stop = threading.Event()
+        self.target: tuple[str, int] | None = None
+
+    def _target(self) -> None:
+        """Where the hosts must reach the coordinator: the given endpoint, or a listener."""
+        if self.coordinator:
+            host, _, port = self.coordinator.replace("tcp://", "").rpartition(":")
+            self.target = (host.strip("[]"), int(port))
+            self.note = f"coordinator {host}:{port}"
+            return
+        host = "?"
+        try:
+            host = self.launcher.coordinator_host()
+            self.listener, port = _listen(host, self.coordinator_port)
+            self.target = (host, port)
+            self.note = f"coordinator address {host} (probe port {port})"
+        except (OSError, RuntimeError) as exc:
+            fix = ("choose a free --port" if self.coordinator_port else
+                   "pass --coordinator-address with an address of this machine the hosts "
+                   "reach")
+            self.here.append(Problem("this machine", host, f"the coordinator cannot listen "
+                                     f"({exc})", fix))
+        if self.listener is not None:
+            threading.Thread(target=_accept, args=(self.listener, self.stop),
+                             daemon=True).start()
+
+    def run(self, live: list[str]) -> None:
+        self._target()
+        host_of = self.launcher.host_of
+        self.peers = {m: (host_of(m), self.reports[m].facts.get("listen_port")) for m in live}
         for m in live:
-            tg = [] if target is None else [["coordinator", target[0], target[1], 5.0]]
-            tg += [[o, a, p, 5.0] for o, (a, p) in peers.items() if o != m and p]
-            sessions[m].send(tg)
-
-        def phase2(m: str) -> None:
-            got = sessions[m].read("GNNSCHED-PORTS", time.monotonic() + 30)
-            rep = reports[m]
-            if got is None:
-                rep.problem("the port check did not answer", "run the check again (ssh -v)")
-                return
-            rep.ports = json.loads(got)
-            for name, err in sorted(rep.ports.items()):
-                if not err:
-                    continue
-                if name == "coordinator":
-                    assert target is not None
-                    rep.problem(f"cannot connect to the coordinator at {target[0]}:{target[1]} "
-                                f"({err})",
-                                "open TCP ports 20000-60000 (or the --port you pin) on this "
-                                "machine to the hosts, or pass --coordinator-address with an "
-                                "address of this machine they reach")
-                else:
-                    a, p = peers[name]
-                    rep.problem(f"cannot connect to {name} at {a}:{p} ({err}), a port of "
-                                "gnnsched's role range",
-                                f"allow TCP between the cluster's hosts on ports 20000-60000 "
-                                "and the ephemeral range (gloo), e.g. in the firewall of "
-                                f"{name}")
-
+            t = self.target
+            tg = [] if t is None else [["coordinator", t[0], t[1], 5.0]]
+            tg += [[o, a, p, 5.0] for o, (a, p) in self.peers.items() if o != m and p]
+            self.sessions[m].send(tg)
         with ThreadPoolExecutor(max_workers=min(32, len(live))) as pool:
-            list(pool.map(phase2, live))
+            list(pool.map(self._answers, live))
         for m in live:
-            err = reports[m].facts.get("listen_error")
+            err = self.reports[m].facts.get("listen_error")
             if err:
-                reports[m].problem(f"cannot listen on {launcher.host_of(m)} ({err})",
-                                   "free ports in 20000-60000 there")
-    for s in sessions.values():
-        s.close(2.0)
-    stop.set()
-    if listener is not None:
-        listener.close()
-    return CheckReport([reports[m] for m in machines], local, coord_note, here)
+                self.reports[m].problem(f"cannot listen on {host_of(m)} ({err})",
+                                        "free ports in 20000-60000 there")
+
+    def _answers(self, m: str) -> None:
+        """Host ``m``'s connection results, each failure a problem with its fix."""
+        got = self.sessions[m].read("GNNSCHED-PORTS", time.monotonic() + 30)
+        rep = self.reports[m]
+        if got is None:
+            rep.problem("the port check did not answer", "run the check again (ssh -v)")
+            return
+        rep.ports = json.loads(got)
+        for name, err in sorted(rep.ports.items()):
+            if not err:
+                continue
+            if name == "coordinator":
+                assert self.target is not None
+                rep.problem(f"cannot connect to the coordinator at {self.target[0]}:"
+                            f"{self.target[1]} ({err})",
+                            "open TCP ports 20000-60000 (or the --port you pin) on this "
+                            "machine to the hosts, or pass --coordinator-address with an "
+                            "address of this machine they reach")
+            else:
+                a, p = self.peers[name]
+                rep.problem(f"cannot connect to {name} at {a}:{p} ({err}), a port of "
+                            "gnnsched's role range",
+                            f"allow TCP between the cluster's hosts on ports 20000-60000 "
+                            "and the ephemeral range (gloo), e.g. in the firewall of "
+                            f"{name}")
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.listener is not None:
+            self.listener.close()
 
 
 def _listen(host: str, port: int | None = None) -> tuple[socket.socket, int]:
