@@ -269,18 +269,8 @@ def run_distdgl(
     train_counts = [int(p.get("train", 1)) for p in pset.meta.get("parts", [])] or None
     slots = plan_trainers(cluster, job.trainers, train_counts, split)
 
-    if hosts is None:
-        hosts = {}
-        for m in cluster.machines:
-            if exec_prefix is not None and m.address is None and m.partitions:
-                raise SpecError(cluster.source, f"machines[{m.name}].address", "is missing",
-                                "an IP per store host, or pass hosts={machine: ip}")
-            hosts[m.name] = (m.address or LOOPBACK) if exec_prefix is not None else LOOPBACK
+    hosts = _store_hosts(cluster, hosts, exec_prefix)
     host_of = [cluster.machines[cluster.store_of(p)].name for p in range(P)]
-    for h in set(host_of):
-        if h not in hosts:
-            raise SpecError(cluster.source, f"machines[{h}]", "has no IP in hosts",
-                            ", ".join(sorted(hosts)))
     ports = free_ports(P + 1)
     ip_lines = [f"{hosts[host_of[p]]} {ports[p]}" for p in range(P)]
     master_port = ports[P]
@@ -356,6 +346,33 @@ def run_distdgl(
         _stop(procs)
         _remove_shm(token)
 
+    return _result(out, logs, slots, n_epochs, host_of, exec_prefix is not None, ip_lines,
+                   time.perf_counter() - t_start)
+
+
+def _store_hosts(cluster: ClusterSpec, hosts: dict[str, str] | None,
+                 exec_prefix: Callable[[str], list[str]] | None) -> dict[str, str]:
+    """Every store host's IP: ``hosts``, else its ``address`` (with ``exec_prefix``: each
+    host in its own namespace or machine), else loopback for all."""
+    if hosts is None:
+        hosts = {}
+        for m in cluster.machines:
+            if exec_prefix is not None and m.address is None and m.partitions:
+                raise SpecError(cluster.source, f"machines[{m.name}].address", "is missing",
+                                "an IP per store host, or pass hosts={machine: ip}")
+            hosts[m.name] = (m.address or LOOPBACK) if exec_prefix is not None else LOOPBACK
+    for p in range(cluster.num_parts):
+        h = cluster.machines[cluster.store_of(p)].name
+        if h not in hosts:
+            raise SpecError(cluster.source, f"machines[{h}]", "has no IP in hosts",
+                            ", ".join(sorted(hosts)))
+    return hosts
+
+
+def _result(out: Path, logs: Path, slots: list[Any], n_epochs: int, host_of: list[str],
+            namespaced: bool, ip_lines: list[str], wall_s: float) -> DistDGLResult:
+    """The run's result from every trainer's JSON: the slowest trainer's epochs, the median
+    stage times, bytes each host sent (measured only where hosts have their own NICs)."""
     rows = []
     for s in slots:
         f = out / f"trainer-{s.rank}.json"
@@ -371,7 +388,7 @@ def run_distdgl(
                for k in ("sample_s", "fetch_s", "train_s")}
     bytes_sent = None
     note = "not measured: all hosts share the loopback interface (no exec_prefix)"
-    if exec_prefix is not None:
+    if namespaced:
         bytes_sent, seen = {}, set()
         for r in rows:
             if r["host"] not in seen:  # one trainer per host reads its namespace's counters
@@ -389,7 +406,7 @@ def run_distdgl(
         metric=rows[0].get("metric", "accuracy"), test_metric=rows[0].get("test_metric"),
         val_metric=[e.get("val_metric") for e in rows[0]["epochs"]],
         majority_rate=rows[0].get("majority_rate"),
-        stage_s=stage_s, bytes_sent=bytes_sent, bytes_note=note, wall_s=time.perf_counter() - t_start,
+        stage_s=stage_s, bytes_sent=bytes_sent, bytes_note=note, wall_s=wall_s,
         trainers=[{**asdict(s), "train_nodes": r["train_nodes"],
                    "test_nodes": r.get("test_nodes")} for s, r in zip(slots, rows)],
         ip_config=ip_lines, out_dir=str(out),
