@@ -338,6 +338,7 @@ class Predictions:
     probs: np.ndarray
     pred: np.ndarray
     embeddings: np.ndarray | None = None
+    logits: np.ndarray | None = None
     seconds: float = 0.0
     layer_seconds: list[float] = field(default_factory=list)
 
@@ -382,7 +383,8 @@ def reference_inference(trained: TrainedModel, pset: Any, chunk: int = CHUNK_NOD
             if progress:
                 progress(f"layer {i + 1}/{len(model.layers)}: {n} nodes in {times[-1]:.2f} s")
     probs = torch.softmax(h, dim=1).numpy()
-    return Predictions(nodes, probs, probs.argmax(1), emb, time.perf_counter() - t0, times)
+    return Predictions(nodes, probs, probs.argmax(1), emb, h.numpy(),
+                       time.perf_counter() - t0, times)
 
 
 def full_test_metric(trained: TrainedModel, pset: Any, nodes: np.ndarray, pred: np.ndarray,
