@@ -32,6 +32,7 @@ from gnnsched.api.core import (
     calibrate,
     calibrated,
     check_faults,
+    check_floors,
     check_partitions_fit,
     check_plan_job,
     file_digest,
@@ -40,6 +41,7 @@ from gnnsched.api.core import (
     load_plan,
     partition_bytes,
     plan,
+    plan_floors,
     plan_problem,
     plan_profile,
     planning_profile,
@@ -160,5 +162,6 @@ __all__ = ["Calibration", "CgroupError", "DATASETS", "EmulatedCluster", "FAULT_F
            "partition_bytes", "partition_dir", "partitions_for", "pipeline_limit", "placers",
            "plan", "plan_problem", "plan_profile", "planning_profile", "prepare",
            "profile_partitions", "ray_cluster", "resolve_calibration", "calibrated",
+           "check_floors", "plan_floors",
            "reference", "reference_slices", "reference_split", "reference_train", "run_distdgl",
            "simulate", "summary", "train"]

@@ -249,6 +249,61 @@ def planning_profile(cluster: ClusterSpec | str | Path, job: JobSpec,
     return calibrated(profile, found), found
 
 
+def plan_floors(cluster: ClusterSpec, plan: Plan | None, part_bytes: list[float],
+                row_bytes: float = 0.0, num_nodes: int = 0) -> dict[str, Any]:
+    """Per machine, its memory floor (:func:`gnnsched.memory.floor`) under ``plan``: the
+    processes the runtime starts there (a store per host with partitions, the plan's
+    trainers, samplers and relays, as its role table counts them), the partitions it stores
+    (``part_bytes``) and the plan's feature caches. Without a plan, the stores alone: what a
+    store host needs whatever is placed beside it."""
+    from collections import Counter
+
+    from gnnsched.memory import cache_bytes, floor
+
+    roles: dict[str, Counter[str]] = {}
+    for m in cluster.machines:
+        if m.partitions:
+            roles.setdefault(m.name, Counter())["store"] += 1
+    gatherers: Counter[str] = Counter()
+    for t in plan.trainers if plan is not None else ():
+        roles.setdefault(t.machine, Counter())["trainer"] += 1
+        for name, count in t.samplers:
+            roles.setdefault(name, Counter())["sampler"] += int(count)
+        if t.fetch_at == t.machine:  # gathers in its own process (else its relay does)
+            gatherers[t.machine] += 1
+    for relay in {t.fetch_at for t in plan.trainers if t.fetch_at != t.machine} \
+            if plan is not None else ():
+        roles.setdefault(relay, Counter())["fetcher"] += 1
+        gatherers[relay] += 1
+    caches = (getattr(plan, "caches", None) or {}) if plan is not None else {}
+    out = {}
+    for m in cluster.machines:
+        if m.name in roles:
+            stored = sum(part_bytes[p] for p in m.partitions if p < len(part_bytes))
+            cache = cache_bytes(int(caches.get(m.name, 0) or 0), row_bytes, num_nodes,
+                                gatherers[m.name])
+            out[m.name] = floor(roles[m.name], stored, cache)
+    return out
+
+
+def check_floors(cluster: ClusterSpec, floors: dict[str, Any], sizes_from: str,
+                 what: str) -> None:
+    """A SpecError naming the first machine whose memory_gb is below its floor, the floor and
+    what it is made of (``gnnsched.memory``, the number ``cluster up`` and ``train`` refuse
+    by too), and the memory_gb that holds it."""
+    from gnnsched.memory import fmt, gb_up
+
+    for i, m in enumerate(cluster.machines):
+        f = floors.get(m.name)
+        if f is None or m.memory >= f.total:
+            continue
+        raise SpecError(cluster.source, f"machines[{i}].memory_gb",
+                        f"{m.name} has memory_gb: {m.memory / 1e9:g} ({fmt(m.memory)}), below "
+                        f"the {fmt(f.total)} {what} ({f.parts()}; partition sizes "
+                        f"{sizes_from or 'estimated from the profile'}; gnnsched.memory)",
+                        f"memory_gb: {gb_up(f.total)} or more on {m.name}")
+
+
 def plan_problem(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
                  cost: CostProfile | str | Path | None = None, *,
                  partitions: str | Path | None = None, calibration: Calibration = None) -> Any:
@@ -299,8 +354,14 @@ def plan(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
     cost_file = None if cost is None or isinstance(cost, CostProfile) else str(cost)
     profile, found = planning_profile(cluster_arg, job, cost, calibration)
     problem = plan_problem(cluster, job, profile, partitions=partitions)
+    check_floors(cluster, plan_floors(cluster, None, problem.part_bytes),
+                 problem.part_bytes_from, "a store holding these partitions needs")
     result = plan_and_compare(problem, placer, seed=seed, budget=budget,
                               cache_share=cache_share, keep_colocation=keep_colocation)
+    nodes = int((profile.meta or {}).get("num_nodes", 0) or 0)
+    check_floors(cluster, plan_floors(cluster, result, problem.part_bytes,
+                                      float(profile.feature_bytes), nodes),
+                 problem.part_bytes_from, f"the roles {placer}'s plan puts there need")
     made_for: dict[str, Any] = {"cost": cost_file, "cluster": cluster_file, "job": job_file}
     if problem.part_bytes_from:
         made_for["part_bytes_from"] = problem.part_bytes_from
@@ -469,7 +530,7 @@ def check_faults(faults: Any, cluster: ClusterSpec, plan: Plan) -> None:
                             f"(step {f.at_step})", valid)
 
 
-__all__ = ["Calibration", "Inputs", "calibrate", "calibrated", "check_faults",
+__all__ = ["Calibration", "Inputs", "calibrate", "calibrated", "check_faults", "check_floors",
            "check_partitions_fit", "check_plan_job", "file_digest", "job_partitions", "load_pair",
-           "load_plan", "partition_bytes", "plan", "plan_problem", "plan_profile",
+           "load_plan", "partition_bytes", "plan", "plan_floors", "plan_problem", "plan_profile",
            "planning_profile", "prepare", "resolve_calibration", "simulate", "summary", "train"]
