@@ -455,8 +455,11 @@ class FoundCalibration:
     def line(self) -> str:
         """``calibration: FILE (KEY, made DATE): factors``, as ``plan`` prints it."""
         made = self.header.get("made")
+        nic = self.header.get("nic")
+        nics = "" if not isinstance(nic, dict) else (
+            ", NICs with TOS bands" if nic.get("bands") else ", FIFO NICs")
         out = (f"calibration: {self.path} ({self.key}" + (f", made {made}" if made else "")
-               + f"): {self.box.describe()}")
+               + f"{nics}): {self.box.describe()}")
         if self.differs:
             out += f"; calibrated with a job of other {', '.join(self.differs)}"
         return out

@@ -114,3 +114,19 @@ def test_a_calibrated_profile_is_not_calibrated_twice(files: dict[str, Path]) ->
     assert none is None and again is once
     measured = replace(prof, meta={"calibrated": {"by": "run", "run": "r", "dilation": 4}})
     assert api.planning_profile(files["cluster"], job, measured)[1] is None
+
+
+def test_calibrate_without_namespaces_says_why(files: dict[str, Path],
+                                               capsys: pytest.CaptureFixture,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calibration measures the runtime on the emulated cluster's scale model: where no
+    namespace can be made it stops at once, says why, and writes nothing."""
+    from gnnsched import api
+
+    monkeypatch.setattr(api, "netns_unavailable_reason", lambda: "needs root (try sudo)")
+    assert main(["cluster", "calibrate", "--cluster", str(files["cluster"]), "--job",
+                 str(files["job"]), "--cost", str(files["cost"])]) == 2
+    err = capsys.readouterr().err
+    assert "gnnsched cluster calibrate: error: needs root (try sudo)" in err
+    assert "on local processes the plan's NICs do not exist" in err
+    assert not calibration_path(files["cluster"]).exists()
