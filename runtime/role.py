@@ -74,6 +74,7 @@ ROLE_MODULES = {
     "sampler": "gnnsched.runtime.sampler:Sampler",
     "fetcher": "gnnsched.runtime.fetcher:Fetcher",
     "trainer": "gnnsched.runtime.trainer:Trainer",
+    "infer": "gnnsched.runtime.inference_role:InferRole",  # gnnsched predict
 }
 PHASES = ("train", "val", "test")
 
