@@ -198,9 +198,14 @@ def _calibrate(args: argparse.Namespace) -> int:
         f"scale model), against {how}")
     nic = {"payload_rates": args.payload_rates, "bands": args.bands,
            "queue_ms": args.queue_ms, "mtu": args.mtu}
-    path, box = calibrate_cluster(args.cluster, job, prof, Path(pset.root), work=Path(args.work),
-                                  epochs=args.epochs, repeats=args.repeats, nic=nic,
-                                  dilation=args.dilation, cores=args.cores, out=args.out)
+    import contextlib
+
+    # the run's progress lines go to stderr with --json, so stdout holds only the JSON
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        path, box = calibrate_cluster(args.cluster, job, prof, Path(pset.root),
+                                      work=Path(args.work), epochs=args.epochs,
+                                      repeats=args.repeats, nic=nic, dilation=args.dilation,
+                                      cores=args.cores, out=args.out)
     if args.json:
         print(json.dumps({"file": str(path), "dataset": dataset_key(job),
                           **{k: v for k, v in box.to_dict().items() if k != "barrier_skew_s"}},

@@ -103,11 +103,11 @@ def save_box(path: str | Path, boxes: dict[str, BoxCalibration], st: Settings) -
 
 def measure(st: Settings, cluster: ClusterSpec, job_of: Callable[[int], JobSpec],
             prof: CostProfile, part_dir: Path, run_dir: Path, label: str,
-            testbed: Callable[[], Any]) -> BoxCalibration:
+            testbed: Callable[[], Any], key: str) -> BoxCalibration:
     """One colocation + fifo run (``st.repeats`` repetitions, median; repetition ``r`` trains
     ``job_of(r)``) on ``cluster``, the emulated cluster ``testbed()`` brings up (an object with
     ``net``, ``counters`` and ``close()``, as :class:`~gnnsched.evaluation.runs.Testbed`),
-    read as this box's factors of ``prof``."""
+    read as this box's factors of ``prof`` for dataset ``key``."""
     from gnnsched.placement import get_placer
 
     job = job_of(0)
@@ -121,11 +121,11 @@ def measure(st: Settings, cluster: ClusterSpec, job_of: Callable[[int], JobSpec]
                                  bed.net, bed.counters, r) for r in range(st.repeats)]
     finally:
         bed.close()
-    return _read(st, cluster, job, plan, prof, aggregate_runtime(reps), label)
+    return _read(st, cluster, job, plan, prof, aggregate_runtime(reps), label, key)
 
 
 def _read(st: Settings, cluster: ClusterSpec, job: JobSpec, plan: Plan, prof: CostProfile,
-          row: dict[str, Any], label: str) -> BoxCalibration:
+          row: dict[str, Any], label: str, key: str) -> BoxCalibration:
     """A calibration run's row as a :class:`BoxCalibration`, checked by simulating the run's
     own plan with it."""
     wire = wire_overhead(row)
@@ -136,7 +136,7 @@ def _read(st: Settings, cluster: ClusterSpec, job: JobSpec, plan: Plan, prof: Co
         allreduce_overhead_s=float(f["allreduce_overhead_s"]),
         dilation=float(row.get("dilation") or 1.0),
         epoch_time_s=float(row.get("real_epoch_time_s") or row["epoch_time_s"]),
-        meta={"dataset": dataset_key(job), "sample_by_part": [float(x) for x in f["sample"]],
+        meta={"dataset": key, "sample_by_part": [float(x) for x in f["sample"]],
               "allreduce_measured_s": f.get("allreduce_measured_s"),
               "allreduce_model_s": f.get("allreduce_model_s"), "run_dir": row["run_dir"],
               "last_departure_s": f.get("last_departure_s")},
@@ -164,7 +164,7 @@ def calibrate(ctx: Context, ds: str) -> BoxCalibration:
     label = f"{CALIBRATION_SHAPE}/{ds}"
     return measure(st, cluster, lambda r: job_for_repeat(ds, st, r), ctx.profiles[ds],
                    ctx.parts[ds], st.work / "runs" / f"{CALIBRATION_SHAPE}-{ds}", label,
-                   lambda: Testbed(st, cluster, {}, label))
+                   lambda: Testbed(st, cluster, {}, label), ds)
 
 
 def ensure_box(ctx: Context) -> dict[str, BoxCalibration]:
@@ -267,7 +267,7 @@ def calibrate_cluster(cluster_file: str | Path, job: JobSpec, prof: CostProfile,
         return replace(job, epochs=epochs, seed=job.seed + r, eval_every=epochs)
 
     box = measure(st, cluster, job_of, prof, part_dir, work / "runs" / f"calibration-{key}",
-                  label, lambda: NetnsBed(cluster, nic, dilation, cores))
+                  label, lambda: NetnsBed(cluster, nic, dilation, cores), key)
     box.meta.update(job_key=job.profile_key(), trainers=job.trainers,
                     profile=prof.meta.get("file") if prof.meta else None)
     path = Path(out) if out is not None else calibration_path(cluster_file)
