@@ -105,7 +105,8 @@ class InferenceCoordinator:
         self.timeout = timeout_s
         self.progress = progress or (lambda *a, **k: None)
         self.stage = staging_dir(inp.out)
-        self.logs = self.stage.parent / f"{self.stage.name}-logs"
+        # kept after a failure (the error names them); moved to OUT/logs on success
+        self.logs = self.stage.parent / f".{inp.out.name}.predict-logs-{time.time_ns() % 10**9}"
         self.roles: dict[str, dict[str, Any]] = {}
         self.early: dict[str, dict[str, dict[str, Any]]] = {}  # by op, by role
         self.keys = None

@@ -125,6 +125,19 @@ def test_bad_input_is_refused_before_any_work(cora4: Path, tmp_path: Path) -> No
 
 
 @pytest.mark.slow
+def test_a_failed_prediction_leaves_nothing_that_looks_complete(cora4: Path,
+                                                                tmp_path: Path) -> None:
+    """Hosts that do not answer in time: the run fails, every process is stopped, and
+    --out is not created (the staged outputs are removed)."""
+    run = fake_run(tmp_path / "run", "sage", 1433, 7)
+    out = tmp_path / "pred"
+    code = cmd.run(_args(run, cluster=str(four_hosts(tmp_path)), partitions=str(cora4),
+                         out=str(out), request_timeout=0.01))
+    assert code == 2 and not out.exists()
+    assert not list(tmp_path.glob(".*partial*"))
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sage", "gcn", "gat"])
 def test_distributed_equals_single_process(cora4: Path, tmp_path: Path, kind: str,
                                            capsys) -> None:
