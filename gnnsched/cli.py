@@ -24,6 +24,8 @@ VERBS = {
     "plan": "gnnsched.commands.plan",
     "simulate": "gnnsched.commands.simulate",
     "train": "gnnsched.commands.train",
+    "predict": "gnnsched.commands.predict",
+    "export": "gnnsched.commands.export",
     "reference": "gnnsched.commands.reference",
     "trace": "gnnsched.commands.trace",
     "cluster": "gnnsched.commands.cluster",

@@ -559,16 +559,8 @@ def predict_single(run_dir: str | Path, partitions: str | Path, out: str | Path 
     return {**summary, "out": str(out)}
 
 
-def predict(*args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Distributed prediction (:func:`.inference_run.predict_distributed`): imported here
-    lazily so ``gnnsched.api`` can name one entry point for both."""
-    from gnnsched.runtime.inference_run import predict_distributed
-
-    return predict_distributed(*args, **kwargs)
-
-
 __all__ = ["CHUNK_NODES", "MANIFEST", "ChunkBuilder", "Predictions", "TrainedModel",
            "check_out_dir", "check_partitions", "find_checkpoint", "gcn_full", "in_csr",
            "layer_forward", "load_outputs", "load_trained", "model_shape", "per_part",
-           "predict", "predict_single", "reference_inference", "sampled_metric", "full_test_metric",
+           "predict_single", "reference_inference", "sampled_metric", "full_test_metric",
            "write_outputs"]

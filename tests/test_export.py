@@ -15,23 +15,6 @@ import torch
 from gnnsched.runtime.inference import ChunkBuilder, in_csr, layer_forward, load_trained
 from gnnsched.spec import JobSpec, SpecError
 
-# what gnnsched/api/__init__.py's RUNTIME table names for these verbs; registered here too
-# until it does (a no-op afterwards), so the command modules are tested through gnnsched.api
-API_NAMES = {
-    "predict": ("gnnsched.runtime.inference", "predict"),
-    "predict_single": ("gnnsched.runtime.inference", "predict_single"),
-    "load_predictions": ("gnnsched.runtime.inference", "load_outputs"),
-    "export_run": ("gnnsched.runtime.export", "export_run"),
-}
-
-
-@pytest.fixture(autouse=True)
-def _api_names() -> None:
-    from gnnsched import api
-
-    for name, where in API_NAMES.items():
-        api._LAZY.setdefault(name, where)
-
 
 def fake_run(root: Path, kind: str, in_dim: int, classes: int, layers: int = 2,
              hidden: int = 16, seed: int = 0, **job_fields) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_export import API_NAMES, fake_run
+from test_export import fake_run
 
 from gnnsched.commands import predict as cmd
 from gnnsched.runtime.inference import (
@@ -24,14 +24,6 @@ from gnnsched.runtime.inference import (
     reference_inference,
 )
 from gnnsched.spec import SpecError, cluster_from_dict
-
-
-@pytest.fixture(autouse=True)
-def _api_names() -> None:
-    from gnnsched import api
-
-    for name, where in API_NAMES.items():
-        api._LAZY.setdefault(name, where)
 
 
 @pytest.fixture(scope="module")

@@ -88,6 +88,10 @@ if TYPE_CHECKING:
     from gnnsched.runtime.coordinator import Fault, RunError, RuntimeOptions
     from gnnsched.runtime.distdgl import infeasible_reason as distdgl_infeasible_reason
     from gnnsched.runtime.distdgl import run_distdgl
+    from gnnsched.runtime.export import export_run
+    from gnnsched.runtime.inference import load_outputs as load_predictions
+    from gnnsched.runtime.inference import predict_single
+    from gnnsched.runtime.inference_run import predict_distributed as predict
     from gnnsched.runtime.launcher import LAUNCHERS, LaunchError, launchers
     from gnnsched.runtime.ledger import breakdown as ledger_breakdown
     from gnnsched.runtime.ledger import format_table as ledger_table
@@ -122,6 +126,10 @@ RUNTIME: dict[str, tuple[str, str]] = {
     "ledger_breakdown": ("gnnsched.runtime.ledger", "breakdown"),
     "ledger_table": ("gnnsched.runtime.ledger", "format_table"),
     "pipeline_limit": ("gnnsched.runtime.limit", "pipeline_limit"),
+    "predict": ("gnnsched.runtime.inference_run", "predict_distributed"),
+    "predict_single": ("gnnsched.runtime.inference", "predict_single"),
+    "load_predictions": ("gnnsched.runtime.inference", "load_outputs"),
+    "export_run": ("gnnsched.runtime.export", "export_run"),
 }
 PLACEMENT: dict[str, tuple[str, str]] = {
     "get_placer": ("gnnsched.placement.base", "get_placer"),
@@ -149,7 +157,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["Calibration", "CgroupError", "DATASETS", "EmulatedCluster", "FAULT_FORM", "FAULT_ROLES",
+__all__ = ["export_run", "load_predictions", "predict", "predict_single", "Calibration", "CgroupError", "DATASETS", "EmulatedCluster", "FAULT_FORM", "FAULT_ROLES",
            "FAULT_SIGNALS", "Fault", "HostCheck", "Inputs", "LAUNCHERS", "LaunchError",
            "MessageError", "NETNS_HOST_IF", "NetnsError", "PLACEMENT", "RUNTIME", "RunError",
            "RuntimeOptions", "TransportError", "calibrate", "check_cluster", "check_faults",
