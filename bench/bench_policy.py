@@ -125,7 +125,7 @@ def wire_order() -> dict[str, Any] | None:
     read what it measured; None where it cannot run here."""
     import subprocess
 
-    test = "tests/test_transport.py::test_wire_order_on_a_shaped_nic"
+    test = "tests/runtime/test_transport.py::test_wire_order_on_a_shaped_nic"
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
                         test], cwd=ROOT, capture_output=True, text=True, timeout=300)
     for line in r.stdout.splitlines():
@@ -227,7 +227,7 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
     out.append(target_row(
         "wire order: of two transfers queued for one NIC the higher-priority one finishes "
         "first, within one chunk's time",
-        "tests/test_transport.py::test_wire_order_on_a_shaped_nic (100 Mbit/s, bands)",
+        "tests/runtime/test_transport.py::test_wire_order_on_a_shaped_nic (100 Mbit/s, bands)",
         None if w is None else round(1e3 * w["extra_s"], 2),
         None if w is None else round(1e3 * w["chunk_s"], 2),
         None if w is None else bool(w["passed"] and w["first"] == "urgent"

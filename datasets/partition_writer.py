@@ -7,7 +7,7 @@ graph's in-memory size. This writer produces the same files from the same node -
 assignment while holding at most one part's subgraph, plus three edge-length arrays
 (:func:`estimate_partition_bytes` says how much).
 
-What is identical to DGL 2.1 (checked by tests/test_partition_memory.py against DGL's own
+What is identical to DGL 2.1 (checked by tests/datasets/test_partition_memory.py against DGL's own
 writer with the same assignment): the node renumbering (DGL sorts the assignment with
 ``torch.sort``, which is not stable; the same call here gives the same permutation), the
 node map, every part's node list (inner nodes, then halo nodes in the order DGL finds them:

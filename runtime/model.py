@@ -5,7 +5,7 @@ cannot live on a GPU. A block here is just its edge index in local ids (``src`` 
 block's source nodes, ``dst`` its destination nodes, which are the first ``num_dst`` sources,
 DGL's block convention) and the same code runs on CPU and CUDA with ``index_add_``.
 The layers reproduce ``dgl.nn.SAGEConv(aggregator_type="mean")``, ``GraphConv(norm="both")``
-and ``GATConv`` exactly (same parameters, same maths); ``tests/test_model.py`` checks outputs
+and ``GATConv`` exactly (same parameters, same maths); ``tests/runtime/test_model.py`` checks outputs
 and gradients against DGL on the same blocks.
 
 Speed: SAGE and GCN aggregate with ``F.embedding_bag`` (one bag of source rows per

@@ -94,7 +94,7 @@ class RuntimeOptions:
     grad_first: bool = True
     # Priority sharing on NICs that band by IP TOS (``cluster up --bands``; runtime.qos): each
     # store sends its first granted transfer on a second socket marked ``URGENT_TOS``, past
-    # every bulk byte queued at its NIC and at the receiver's (tests/test_transport.py::
+    # every bulk byte queued at its NIC and at the receiver's (tests/runtime/test_transport.py::
     # test_wire_order_on_a_shaped_nic: +0.1 ms over its own bytes at line rate, against
     # +33-41 ms on one band). The coordinator grants it in each receiver's order (a floor per
     # receiver over all stores' transfers); without that, one store's next-iteration prefetch

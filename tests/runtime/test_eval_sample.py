@@ -21,7 +21,7 @@ from gnnsched.runtime.coordinator.schedule import (
 )
 from gnnsched.spec import load_job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CAP = 300
 
 

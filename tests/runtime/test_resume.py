@@ -17,7 +17,7 @@ import pytest
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.spec import load_cluster, load_job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAB4 = ROOT / "examples" / "lab4"
 EPOCHS = 4
 

@@ -17,7 +17,7 @@ from gnnsched.placement.search import iteration_floor, plan_and_compare
 from gnnsched.profile import synthetic_profile
 from gnnsched.spec import SpecError, cluster_from_dict, job_from_dict, load_cluster
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHAPES = ROOT / "gnnsched" / "evaluation" / "shapes"
 
 

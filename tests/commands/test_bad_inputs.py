@@ -46,7 +46,7 @@ from gnnsched.runtime.transport import (
 )
 from gnnsched.spec import SpecError, job_from_dict, load_cluster, load_job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAB4 = ROOT / "examples" / "lab4"
 
 

@@ -24,7 +24,7 @@ from gnnsched.runtime.profiler import HOT_GRID, hot_rank
 from gnnsched.spec import SpecError, cluster_from_dict, job_from_dict
 from gnnsched.workload import Workload
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAB4 = ROOT / "examples" / "lab4"
 N = 100_000
 

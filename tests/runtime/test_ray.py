@@ -4,7 +4,7 @@ One raylet per host of examples/lab4 (Cora, 4 METIS partitions, 2 trainers), eac
 host's resource ``gnnsched-host:NAME`` (two logical CPUs, 80 MB of object store each: the
 box is small). Then:
 
-* the hand plan of tests/test_runtime.py trains to completion through ``RayLauncher``, every
+* the hand plan of tests/runtime/test_runtime.py trains to completion through ``RayLauncher``, every
   role in an actor on the node its host's resource names, with the local launcher's accuracy
   (the runtime is deterministic); afterwards no actor is alive, the placement group is
   removed, ``ray status`` shows no host resource in use and no role process is left;
@@ -38,7 +38,7 @@ ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'gnns
 
 from gnnsched.runtime.ray_launcher import NAMESPACE  # noqa: E402  (after the skip)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAB4 = ROOT / "examples" / "lab4"
 PY = sys.executable
 EPOCHS = 2

@@ -12,7 +12,7 @@ from gnnsched.datasets import load_dataset, open_partitions, partition_graph
 from gnnsched.datasets.cache import partitions_for
 from gnnsched.spec import SpecError, job_from_dict
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

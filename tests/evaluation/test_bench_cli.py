@@ -97,7 +97,7 @@ def test_a_bad_targets_file_is_one_line(tmp_path: Path) -> None:
     bad.write_text("scale:\n  vs_distdgl: fast\n")
     with pytest.raises(SystemExit, match="is not a finite number"):
         load_targets(bad)
-    ours = load_targets(Path(__file__).resolve().parents[1] / "bench" / "targets.yaml")
+    ours = load_targets(Path(__file__).resolve().parents[2] / "bench" / "targets.yaml")
     assert ours.evaluation == {"speedup_vs_distdgl": 1.2, "speedup_vs_colocation_limited": 1.5,
                                "sim_error": 0.1, "accuracy_vs_distdgl": 0.01}
     assert ours.scale["limit_fraction"] == 0.8 and ours.planning["plan_time_s"] == 60.0

@@ -23,7 +23,7 @@ from gnnsched.datasets.cache import check_made_for
 from gnnsched.datasets.partition import metis_assignment, metis_vertex_weights
 from gnnsched.spec import JobSpec, SpecError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _same_partitions(a: Path, b: Path) -> None:

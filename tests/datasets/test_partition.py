@@ -21,7 +21,7 @@ from gnnsched.datasets import (
 )
 from gnnsched.spec import SpecError
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
 needs_shared = pytest.mark.skipif(not (SHARED / "coauthor_cs.npz").is_file(),
                                   reason=f"shared datasets folder {SHARED} is absent")
 

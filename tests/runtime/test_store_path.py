@@ -40,7 +40,7 @@ from gnnsched.runtime.transport import (
     make_socket,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAB4 = ROOT / "examples" / "lab4"
 MEMFD = "memfd:gnnsched-features"
 

@@ -3,7 +3,7 @@
 Each host of examples/lab4 (Cora, 4 METIS partitions, 2 trainers) is a network namespace
 running its own ``sshd`` (keys made here: a host key in a known_hosts file, a client key in
 authorized_keys; nothing of the user's ~/.ssh is read). ``gnnsched train --launcher ssh``
-then trains the hand plan of tests/test_runtime.py to completion, and:
+then trains the hand plan of tests/runtime/test_runtime.py to completion, and:
 
 * its accuracy equals the netns launcher's on the same plan and the single-process reference
   (the runtime is deterministic);
@@ -41,7 +41,7 @@ from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.runtime import netns
 from gnnsched.spec import ClusterSpec, cluster_from_dict, load_cluster, load_job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAB4 = ROOT / "examples" / "lab4"
 SSHD = "/usr/sbin/sshd"
 PY = sys.executable
@@ -65,7 +65,7 @@ pytestmark = [pytest.mark.netns,
 
 
 def _plan(cluster: ClusterSpec) -> Plan:
-    """tests/test_runtime.py's hand plan: trainer 0 gathers through a relay on store0,
+    """tests/runtime/test_runtime.py's hand plan: trainer 0 gathers through a relay on store0,
     trainer 1 pulls from the stores itself."""
     return Plan("hand", cluster.name, cluster.fingerprint(), (
         TrainerPlan(0, "gpu0", 0, (0, 1), (("store0", 1),), "store0"),

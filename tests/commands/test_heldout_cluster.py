@@ -23,7 +23,7 @@ import yaml
 
 from gnnsched.cli import main
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
 DATA = SHARED / "coauthor_cs.npz"
 TOLERANCE = 0.15
 pytestmark = [pytest.mark.slow, pytest.mark.netns]

@@ -19,7 +19,7 @@ from procs import survivors
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.spec import ClusterSpec, load_cluster, load_job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAB4 = ROOT / "examples" / "lab4"
 LIMIT_S = 5.0
 

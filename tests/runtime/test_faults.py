@@ -30,7 +30,7 @@ from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.runtime.coordinator import Fault, RunResult, RuntimeOptions
 from gnnsched.spec import load_cluster, load_job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAB4 = ROOT / "examples" / "lab4"
 EPOCHS = 2
 FAULT_STEP = 12  # epoch 1 (9 training steps + 1 validation step per epoch), batch 2

@@ -21,7 +21,7 @@ from gnnsched.evaluation import scale
 from gnnsched.evaluation.measure import interp
 from gnnsched.evaluation.targets import load_targets
 
-TARGETS = Path(__file__).resolve().parents[1] / "bench" / "targets.yaml"
+TARGETS = Path(__file__).resolve().parents[2] / "bench" / "targets.yaml"
 
 
 def _args(*argv: str) -> argparse.Namespace:

@@ -20,7 +20,7 @@ from gnnsched.runtime import cgroups as cg
 from gnnsched.runtime.coordinator.startup import check_host_memory, host_floors
 from gnnsched.spec import SpecError, cluster_from_dict, load_job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAB4 = ROOT / "examples" / "lab4"
 
 

@@ -32,7 +32,7 @@ from gnnsched.runtime.launcher import LocalLauncher, RoleLaunch, SshLauncher
 from gnnsched.runtime.sampler import compact
 from gnnsched.spec import SpecError, cluster_from_dict, load_cluster, load_job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAB4 = ROOT / "examples" / "lab4"
 FAST = RuntimeOptions(start_timeout=240, request_timeout=60, stop_grace_s=10)
 

@@ -21,7 +21,7 @@ from gnnsched.graphstats import (
 from gnnsched.profile import CostProfile, profile_for, profile_from_stats, synthetic_profile
 from gnnsched.spec import SpecError, job_from_dict, load_cluster, load_job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _stats(n: int, parts: int = 4, **kw) -> GraphStats:

@@ -28,7 +28,7 @@ from gnnsched.runtime.role import seeds_hash
 from gnnsched.runtime.transport import Kind, Message, ctrl_body
 from gnnsched.spec import load_cluster, load_job
 
-LAB4 = Path(__file__).resolve().parent.parent / "examples" / "lab4"
+LAB4 = Path(__file__).resolve().parents[3] / "examples" / "lab4"
 PACKAGE = Path(inspect.getfile(Coordinator)).parent
 
 

@@ -32,7 +32,7 @@ from gnnsched.runtime.transport import (
     make_socket,
 )
 
-RUNTIME = Path(__file__).resolve().parents[1] / "runtime"
+RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
 
 
 def _block(layers: int = 2) -> Message:

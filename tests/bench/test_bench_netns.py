@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "bench_netns.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "bench_netns.py"
 
 
 def _free_port() -> int:

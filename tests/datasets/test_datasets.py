@@ -19,7 +19,7 @@ from gnnsched.datasets import (
 )
 from gnnsched.spec import SpecError
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
 STATS = SHARED / "stats.json"
 needs_shared = pytest.mark.skipif(not STATS.is_file(),
                                   reason=f"shared datasets folder {SHARED} is absent")

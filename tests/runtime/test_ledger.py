@@ -27,7 +27,7 @@ from gnnsched.runtime.ledger import (
     section_cost,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAB4 = ROOT / "examples" / "lab4"
 
 

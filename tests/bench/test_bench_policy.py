@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "bench_policy.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "bench_policy.py"
 
 
 def _script():  # a script of the checkout, not a module of the package

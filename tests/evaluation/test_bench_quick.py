@@ -25,7 +25,7 @@ from gnnsched.placement.placer import split_of
 from gnnsched.plan import Plan, TrainerPlan
 from gnnsched.profile import synthetic_profile
 
-TARGETS = str(Path(__file__).resolve().parents[1] / "bench" / "targets.yaml")
+TARGETS = str(Path(__file__).resolve().parents[2] / "bench" / "targets.yaml")
 
 
 def _args(*argv: str) -> argparse.Namespace:

@@ -18,7 +18,7 @@ from gnnsched.evaluation.predict import real_epoch, row_steps
 from gnnsched.evaluation.targets import load_targets
 from gnnsched.profile import synthetic_profile
 
-TARGETS = Path(__file__).resolve().parents[1] / "bench" / "targets.yaml"
+TARGETS = Path(__file__).resolve().parents[2] / "bench" / "targets.yaml"
 GOALS = load_targets(TARGETS)
 
 
