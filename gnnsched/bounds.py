@@ -34,9 +34,7 @@ test code: ``tests/exact_schedules.py``.
 from __future__ import annotations
 
 import heapq
-import importlib
 import math
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -597,28 +595,6 @@ def ratio_line(epoch_s: float, per: PerPlanBound, anyb: AnyPlacementBound | None
     if anyb is not None and anyb.epoch_s > 0:
         out += f" and {epoch_s / anyb.epoch_s:.3f}x the {ANY_PLACEMENT_NAME}"
     return out
-
-
-_MOVED = ("ExactResult", "MAX_EXACT_BATCHES", "MAX_EXACT_MACHINES", "exact_schedule",
-          "small_instance")
-
-
-def __getattr__(name: str) -> Any:
-    """The exact schedules moved to ``tests/exact_schedules.py`` (test code, not shipped).
-    Where that module is importable (tests/ on ``sys.path``, as under pytest) the old names
-    still resolve there, with a deprecation warning, until their last users
-    (``bench/bench_scheduler.py``, ``tests/test_policy.py``) import it themselves; this
-    bridge then goes."""
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        mod = importlib.import_module("exact_schedules")
-    except ImportError:
-        raise AttributeError(f"{__name__}.{name} moved to tests/exact_schedules.py (test "
-                             "code: put tests/ on sys.path and import it from there)") from None
-    warnings.warn(f"{__name__}.{name} moved to tests/exact_schedules.py", DeprecationWarning,
-                  stacklevel=2)
-    return getattr(mod, name)
 
 
 __all__ = ["ANY_PLACEMENT_MEANS", "ANY_PLACEMENT_NAME", "PER_PLAN_MEANS", "PER_PLAN_NAME",

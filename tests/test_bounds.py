@@ -111,15 +111,9 @@ def test_exact_refuses_large_instances():
         exact_schedule(big)
 
 
-def test_exact_schedules_moved_to_tests_with_the_old_names_kept():
-    """The test-only schedules live in tests/exact_schedules.py; gnnsched.bounds still
-    resolves the old names there (with a deprecation warning) for their last users."""
+def test_exact_schedules_are_test_code_only():
+    """The test-only schedules live in tests/exact_schedules.py; the product has none."""
     import gnnsched.bounds as bounds
 
     for name in ("exact_schedule", "small_instance", "ExactResult"):
-        assert name not in bounds.__all__
-        with pytest.warns(DeprecationWarning, match="tests/exact_schedules.py"):
-            old = getattr(bounds, name)
-        assert old is getattr(__import__("exact_schedules"), name)
-    with pytest.raises(AttributeError):
-        bounds.no_such_name  # noqa: B018
+        assert name not in bounds.__all__ and not hasattr(bounds, name)
