@@ -132,14 +132,15 @@ class Budget:
         return w[len(w) // 2] if w else None
 
     def calibration(self) -> float:
-        """Median simulated epoch / per-plan bound of the first plans simulated in full (1
-        without any), fixed at its first use."""
+        """The largest simulated epoch / per-plan bound of the first plans simulated in full
+        (1 without any), fixed at its first use: a plan scored so is not favoured over the
+        simulated ones it is compared with."""
         if self._ratio is None:
             from gnnsched.bounds import per_plan_bound
 
             rs = sorted(e / b for wl, p, s, e in self._seen
                         if (b := per_plan_bound(wl, p, s).epoch_s) > 0)
-            self._ratio = max(1.0, rs[len(rs) // 2]) if rs else 1.0
+            self._ratio = max(1.0, rs[-1]) if rs else 1.0
         return self._ratio
 
     def fallback(self, wl: Any, plan: Any, seed: int, cut: Any | None) -> float:
@@ -188,7 +189,7 @@ class Budget:
                              f"of {max(c.K for c in ext)})")
             if bnd:
                 parts.append(f"{len(bnd)} by the plan's bound on the same draws times "
-                             f"{self.calibration():.3f} (simulated epochs over their bounds)")
+                             f"{self.calibration():.3f} (the largest simulated epoch over its bound)")
             what = "the budget" if self.seconds is None else f"--budget {self.seconds:g} s"
             out.append(f"budget: {len(self.cuts)} simulation(s) would have run past {what} "
                        "and were cut short or not started: " + "; ".join(parts))

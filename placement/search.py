@@ -63,7 +63,8 @@ from gnnsched.spec import SpecError
 
 RACE = 0.15  # a start this much slower than the best on the first draw is scored on no other
 MODEL_S = 1.0  # seconds a start that solves a model or simulates needs, else it is left out
-CPSAT_SHARE, STARTS_SHARE = 0.2, 0.2  # of the placer's seconds: CP-SAT's limit, a start's
+CPSAT_SHARE, STARTS_SHARE = 0.2, 0.2  # of the placer's seconds: CP-SAT's limit, a tuned
+# start's (the seed-share model's cap is half: its work is bounded, the cap only a safety)
 
 
 # ---------------------------------------------------------------------- the placer
@@ -81,7 +82,7 @@ def _starts(problem: Problem, out: Any, *, seed: int = 0, budget: float = 2.0,
     joined by " = "), only plans with every trainer of the job. With `bud`, the starts that
     solve a model or simulate (shares, cpsat+shares, balanced) are left out once less than
     :data:`MODEL_S` seconds are left (the budget's notes say so)."""
-    named = _base_starts(problem, out, seed=seed)
+    named = _base_starts(problem, out, seed=seed, budget=budget, bud=bud)
     named += _more_starts(problem, out, named, seed=seed, budget=budget, score=score,
                           balance_s=balance_s, bud=bud)
     return _dedupe(problem, named)
@@ -95,20 +96,23 @@ def _late(bud: Budget | None, name: str) -> bool:
     return True
 
 
-def _base_starts(problem: Problem, out: Any, *, seed: int) -> list[tuple[str, Plan]]:
-    """The starts of :func:`_starts` that cost no model and no simulation (CP-SAT's, greedy's
-    and colocation's), as named (not deduplicated)."""
+def _base_starts(problem: Problem, out: Any, *, seed: int, budget: float = 2.0,
+                 bud: Budget | None = None) -> list[tuple[str, Plan]]:
+    """The starts of :func:`_starts` that need no simulation (CP-SAT's, greedy's,
+    colocation's and the seed-share model's: `budget` caps its seconds, and it is left out
+    where `bud` has less than :data:`MODEL_S` left), as named (not deduplicated)."""
     from gnnsched.placement.base import placers
 
     named: list[tuple[str, Plan]] = [("cpsat", out.plan)]
     named += [(f"cpsat pool {k}", p) for k, p in enumerate(list(out.pool)[:3])]
     named += [("greedy" if k == 0 else f"greedy split {k}", p)
               for k, p in enumerate(out.warm_starts)]
-    for name in ("colocation", "colocation-even"):
-        if name not in placers():
+    for name in ("colocation", "colocation-even", "shares"):
+        if name not in placers() or (name == "shares" and _late(bud, name)):
             continue
         try:
-            named.append((name, placers()[name]().place_problem(problem, seed=seed)))
+            named.append((name, placers()[name]().place_problem(problem, seed=seed,
+                                                                budget=budget)))
         except SpecError:  # it cannot place this job (e.g. colocation: trainers > groups)
             pass
     return named
@@ -117,20 +121,14 @@ def _base_starts(problem: Problem, out: Any, *, seed: int) -> list[tuple[str, Pl
 def _more_starts(problem: Problem, out: Any, named: list[tuple[str, Plan]], *, seed: int,
                  budget: float, score: Scorer | None, balance_s: float,
                  bud: Budget | None) -> list[tuple[str, Plan]]:
-    """The starts of :func:`_starts` that solve a model (``shares``, ``cpsat+shares``) or
-    simulate (``balanced``, ``staggered``: with a `score`), each left out where `bud` has
+    """The starts of :func:`_starts` that tune another: the even colocation's seeds balanced
+    or staggered by the simulation (``balanced``, ``staggered``: with a `score`) and CP-SAT's
+    plan with the seed split best for it (``cpsat+shares``), each left out where `bud` has
     less than :data:`MODEL_S` seconds left (not deduplicated)."""
     from gnnsched.placement.base import placers
 
-    # the simulation's tuning first: at 256 hosts it finds the best start, where the
-    # seed-share model's plan is often one of the others
+    # the simulation's tuning first: at 256 hosts it finds the best start
     more = _tuned_starts(problem, named, score, balance_s, bud) if score is not None else []
-    if "shares" in placers() and not _late(bud, "shares"):
-        try:
-            more.append(("shares", placers()["shares"]().place_problem(problem, seed=seed,
-                                                                       budget=budget)))
-        except SpecError:
-            pass
     split_already = {p.key() for name, p in named if name in ("colocation", "colocation-even",
                                                                   "greedy")}
     # CP-SAT's own placement with the seed split best for it (unless the seed-share stage
@@ -353,7 +351,9 @@ class GnnschedPlacer(Placer):
         # the shares placer's own); its budget is only a safety cap
         left = bud.left()
         share = STARTS_SHARE * min(budget, left)
-        raw = _base_starts(problem, out, seed=seed)
+        with bud.scope(0.5 * left):
+            raw = _base_starts(problem, out, seed=seed,
+                               budget=max(MODEL_S, 0.5 * min(budget, left)), bud=bud)
         named = _dedupe(problem, raw)
         base_keys = {p.key() for _, p in named}
         if not named:
