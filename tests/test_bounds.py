@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from builders import make_problem
 from exact_schedules import exact_schedule, small_instance
-from test_simulator import make_problem
 
 from gnnsched.bounds import (
     flow_bound,

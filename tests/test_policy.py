@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from builders import make_problem
 from exact_schedules import small_instance
-from test_simulator import make_problem
 
 from gnnsched.bounds import isolation_bound
 from gnnsched.policy import (

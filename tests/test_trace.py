@@ -81,7 +81,7 @@ def test_simulated_timeline_summary_matches_its_flows() -> None:
     """summarize_sim counts one flow per sender, kind and batch after warm-up, and its
     pipeline gaps are the simulator's own batch times."""
     import numpy as np
-    from test_simulator import make_problem
+    from builders import make_problem
 
     from gnnsched.simulator import Instance, run, workload_for
     from gnnsched.trace import format_summary, summarize_sim

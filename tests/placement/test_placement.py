@@ -446,7 +446,7 @@ def test_gnnsched_placer_is_deterministic() -> None:
     GPU-less shape has interchangeable hosts, where hash-ordered model terms and racing
     workers used to give the search other (equally scored) starts: another trajectory, and
     on the heterogeneous shape another plan."""
-    shape = (Path(__file__).resolve().parents[1] / "gnnsched" / "evaluation" / "shapes"
+    shape = (Path(__file__).resolve().parents[2] / "gnnsched" / "evaluation" / "shapes"
              / "gpuless.yaml")
     outs = set()
     for hash_seed in ("1", "2", "3"):

@@ -23,7 +23,7 @@ from gnnsched.placement.scoring import simulator_scorer
 from gnnsched.simulator import SimulationCut, simulate
 from gnnsched.workload import NIC_WINDOW_S
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HETERO = ROOT / "examples" / "hetero16"
 STORES256 = ROOT / "bench" / "planning_shapes" / "stores256"
 

@@ -1,7 +1,7 @@
 """Issue 52: the windowed model's work per event does not grow with the transfers queued behind
 a full stream (they wait out of their sender's queue until a piece of that stream finishes),
 and it hands over the same pieces at the same times as the model before it
-(``tests/old_window.py``).
+(``tests/simulator/old_window.py``).
 
 One sender; receiver 1's ingress is slow, so its stream stays full, and ``T`` transfers to it
 come first in the policy's order, ahead of one transfer to each fast receiver. The old model

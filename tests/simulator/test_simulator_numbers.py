@@ -23,7 +23,7 @@ from gnnsched.profile import CostProfile, profile_for, synthetic_profile
 from gnnsched.simulator import SimResult, simulate
 from gnnsched.spec import ClusterSpec, JobSpec, load_cluster, load_job
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NETWORKS: dict[str, dict[str, float]] = {
     "ideal": {}, "windowed": {"nic_window_s": 0.15},
     "small": {"nic_window_s": 0.01, "nic_chunk_s": 0.001}}

@@ -1,6 +1,6 @@
 """Issue 52: the faster windowed network model simulates the same epochs as the one before it.
 
-``tests/old_window.py`` is the model as it was (its :class:`_WindowNet` over its own
+``tests/simulator/old_window.py`` is the model as it was (its :class:`_WindowNet` over its own
 :class:`_FairNet`); every case here runs one plan through the engine twice, once with each
 model, and compares the epoch, the steady iteration, every barrier and the sums of every
 batch's timestamps (:func:`test_simulator_numbers.numbers`) to 1e-9 relative. The shapes are
@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE))
 import old_window  # noqa: E402
 from test_simulator_numbers import _Classes, numbers  # noqa: E402
 
-ROOT = HERE.parent
+ROOT = HERE.parents[1]
 STORES256 = ROOT / "bench" / "planning_shapes" / "stores256"
 
 

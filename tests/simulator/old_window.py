@@ -1,5 +1,5 @@
 """The windowed network model as it was before issue 52, kept as the reference that the
-faster model is tested against (tests/test_window_equivalence.py): :class:`_WindowNet` of
+faster model is tested against (tests/simulator/test_window_equivalence.py): :class:`_WindowNet` of
 ``gnnsched/simulator/window.py`` and the :class:`_FairNet` (with :class:`_Group`) of
 ``gnnsched/simulator/network.py`` at commit 9d5065e, copied verbatim (only the imports
 differ). Do not edit: it is what "identical epochs" means.

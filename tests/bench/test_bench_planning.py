@@ -18,7 +18,7 @@ import pytest
 from gnnsched.evaluation import planning
 from gnnsched.spec import GBIT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TARGET_KEYS = {"target", "config", "value", "goal", "met", "why"}
 
 

@@ -27,7 +27,7 @@ from gnnsched.plan import Plan
 from gnnsched.profile import profile_for, synthetic_profile
 from gnnsched.spec import cluster_from_dict, job_from_dict, load_cluster, load_job
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture(scope="module")
