@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -334,7 +335,8 @@ def plan(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
          cost: CostProfile | str | Path | None = None, *, placer: str = "gnnsched",
          seed: int = 0, budget: float | None = None,
          partitions: str | Path | None = None, cache_share: float = 0.0,
-         keep_colocation: float = 0.0, calibration: Calibration = "auto") -> Plan:
+         keep_colocation: float = 0.0, calibration: Calibration = "auto",
+         progress: Callable[[str], None] | None = None) -> Plan:
     """Place every task of ``job`` on ``cluster`` with ``placer``, compared with the baselines
     (colocation, greedy, random) and the lower bound; the plan's ``predicted`` holds the
     comparison and ``made_for`` the files it was made from. Every machine's memory is checked
@@ -344,7 +346,8 @@ def plan(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
     unless its own is predicted faster by more than this fraction on every draw. Every
     prediction is made with the box calibration ``calibration`` chooses (by default the one
     beside the cluster file, :func:`planning_profile`), which ``made_for.calibration``
-    records."""
+    records. ``progress`` gets one line per planning phase (starts, race, scoring, search,
+    bound) with the seconds since planning began."""
     from gnnsched.placement.compare import plan_and_compare
 
     cluster_file = None if isinstance(cluster, ClusterSpec) else str(cluster)
@@ -357,7 +360,8 @@ def plan(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,
     check_floors(cluster, plan_floors(cluster, None, problem.part_bytes),
                  problem.part_bytes_from, "a store holding these partitions needs")
     result = plan_and_compare(problem, placer, seed=seed, budget=budget,
-                              cache_share=cache_share, keep_colocation=keep_colocation)
+                              cache_share=cache_share, keep_colocation=keep_colocation,
+                              progress=progress)
     nodes = int((profile.meta or {}).get("num_nodes", 0) or 0)
     check_floors(cluster, plan_floors(cluster, result, problem.part_bytes,
                                       float(profile.feature_bytes), nodes),

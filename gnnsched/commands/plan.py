@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from gnnsched.commands import new_image_file, output_file, seconds, seed_int
@@ -430,6 +431,16 @@ def from_ray(args: argparse.Namespace) -> str:
     return str(out)
 
 
+def _phase_printer() -> Callable[[str], None] | None:
+    """One line per planning phase on stderr, as train shows its own progress: on a
+    terminal only, so pipes and logs get the plan and nothing else."""
+    from gnnsched.commands.progress import on_terminal
+
+    if not on_terminal(sys.stderr):
+        return None
+    return lambda line: print(f"plan: {line}", file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
     from gnnsched import api
 
@@ -445,7 +456,8 @@ def run(args: argparse.Namespace) -> int:
                                           calibration_choice(args))
     plan = api.plan(args.cluster, args.job, args.cost, placer=args.placer, seed=args.seed,
                     budget=args.budget, partitions=parts, cache_share=args.cache_share,
-                    keep_colocation=args.keep_colocation, calibration=found)
+                    keep_colocation=args.keep_colocation, calibration=found,
+                    progress=_phase_printer())
     plan.save(args.out)
     problem = api.plan_problem(args.cluster, args.job, args.cost, partitions=parts,
                                calibration=found)
