@@ -188,8 +188,9 @@ class Colocation(Placer):
             _, m, d = best
             ledger.take_trainer(m, d, parts, shares[i])
             placed[i] = (m, d)
-            notes.append(f"colocation infeasible: {why}; its trainer (partitions "
-                         f"{_span(parts)}) runs on {problem.names[m]}")
+            notes.append(f"colocation cannot train partitions {_span(parts)} on a store of "
+                         f"their data: {why}; colocation's fallback runs their trainer on "
+                         f"{problem.names[m]}")
         trainers = []
         for i, (s, parts) in enumerate(groups):
             m, d = placed[i]

@@ -264,12 +264,14 @@ def test_colocation_infeasible_only_where_a_store_cannot_host_its_trainer() -> N
     pb = Problem(small, pb0.job, pb0.profile)
     colo = get_placer("colocation").place_problem(pb)
     assert colo.prediction.colocation_feasible is False
-    (note,) = [n for n in colo.notes if "infeasible" in n]
-    assert note.startswith("colocation infeasible: store h0 has ")
+    (note,) = [n for n in colo.notes if "colocation's fallback" in n]
+    assert note.startswith("colocation cannot train partitions 0 on a store of their data: "
+                           "store h0 has ")
     assert "of memory left after what it stores and runs, a trainer needs" in note
-    assert note.endswith("its trainer (partitions 0) runs on g4")
+    assert note.endswith("colocation's fallback runs their trainer on g4")
     text = table(pb, plan_and_compare(pb, "greedy", seed=0, budget=2.0))
     assert "colocation's placement with trainers moved to GPU hosts" in text
+    assert "infeasible" not in text  # never beside an epoch
 
     # with 2 trainers h0 shares its trainer with a neighbouring store, which runs it: that
     # store holds the trainer's data too, so colocation is still feasible
