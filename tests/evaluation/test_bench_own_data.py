@@ -171,7 +171,7 @@ def test_bench_runs_on_a_users_graph(tmp_path: Path, cache: Path) -> None:
     f = write_graph(tmp_path / "mygraph.npz")
     out = tmp_path / "out"
     rc = main(["bench", "eval", "--quick", "--datasets", str(f), "--no-scale", "--launcher", "local",
-               "--systems", "distdgl", "colocation+fifo", "gnnsched+gnnsched",
+               "--shapes", "gpuless", "--systems", "distdgl", "colocation+fifo", "gnnsched+gnnsched",
                "--samples", "4", "--budget", "1", "--out", str(out),
                "--work", str(tmp_path / "work")])
     doc = json.loads((out / "results.json").read_text())
