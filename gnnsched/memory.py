@@ -29,8 +29,9 @@ Pure: no torch, no DGL, no runtime import.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 MIB = 1 << 20
 FORK_SERVER_BYTES = 320 * MIB  # per host that runs any role: interpreter + torch + DGL, shared
@@ -110,6 +111,23 @@ def machine_floor(roles: tuple[str, ...], stores: bool) -> Floor:
     return floor({min(kinds, key=lambda k: ROLE_BYTES[k]): 1})
 
 
+def refuse_below(cluster: Any, floors: Mapping[str, Floor], need: Callable[[Floor], str],
+                 fix: str = "") -> None:
+    """Raise a SpecError naming the first machine whose ``memory_gb`` is below its floor: the
+    floor, ``need(floor)`` (what needs it, of what it is made), and the ``memory_gb`` that
+    holds it (``fix``: another way out). One wording for ``plan`` and ``train``."""
+    from gnnsched.spec import SpecError
+
+    for i, m in enumerate(cluster.machines):
+        f = floors.get(m.name)
+        if f is None or m.memory >= f.total:
+            continue
+        raise SpecError(cluster.source, f"machines[{i}].memory_gb",
+                        f"{m.name} has memory_gb: {m.memory / 1e9:g} ({fmt(m.memory)}), below "
+                        f"the {fmt(f.total)} {need(f)}",
+                        f"memory_gb: {gb_up(f.total)} or more on {m.name}{fix}")
+
+
 def fmt(b: float) -> str:
     """Bytes for a person: MB or GB (decimal, as ``memory_gb`` is)."""
     if b >= 1e9:
@@ -122,6 +140,6 @@ def gb_up(b: float) -> str:
     return f"{-(-b // 1e7) / 100:.2f}"
 
 
-__all__ = ["FORK_SERVER_BYTES", "Floor", "MIB", "NODE_MAP_BYTES", "PARTITION_PEAK",
+__all__ = ["FORK_SERVER_BYTES", "Floor", "refuse_below", "MIB", "NODE_MAP_BYTES", "PARTITION_PEAK",
            "PROCESS_OF", "ROLE_BYTES", "cache_bytes", "floor", "fmt", "gb_up", "host_floor",
            "machine_floor"]

@@ -292,17 +292,11 @@ def check_floors(cluster: ClusterSpec, floors: dict[str, Any], sizes_from: str,
     """A SpecError naming the first machine whose memory_gb is below its floor, the floor and
     what it is made of (``gnnsched.memory``, the number ``cluster up`` and ``train`` refuse
     by too), and the memory_gb that holds it."""
-    from gnnsched.memory import fmt, gb_up
+    from gnnsched.memory import refuse_below
 
-    for i, m in enumerate(cluster.machines):
-        f = floors.get(m.name)
-        if f is None or m.memory >= f.total:
-            continue
-        raise SpecError(cluster.source, f"machines[{i}].memory_gb",
-                        f"{m.name} has memory_gb: {m.memory / 1e9:g} ({fmt(m.memory)}), below "
-                        f"the {fmt(f.total)} {what} ({f.parts()}; partition sizes "
-                        f"{sizes_from or 'estimated from the profile'}; gnnsched.memory)",
-                        f"memory_gb: {gb_up(f.total)} or more on {m.name}")
+    refuse_below(cluster, floors, lambda f: (
+        f"{what} ({f.parts()}; partition sizes {sizes_from or 'estimated from the profile'}; "
+        "gnnsched.memory)"))
 
 
 def plan_problem(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path,

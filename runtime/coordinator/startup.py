@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gnnsched.memory import Floor, cache_bytes, floor, fmt, gb_up
+from gnnsched.memory import Floor, cache_bytes, floor, refuse_below
 from gnnsched.policy import Policy
 from gnnsched.runtime.coordinator.options import (
     NIC_CHUNK_S,
@@ -28,7 +28,7 @@ from gnnsched.runtime.coordinator.state import RunState
 from gnnsched.runtime.launcher import Launcher, on_loopback
 from gnnsched.runtime.store import CHUNK_BYTES, PEER_WINDOW_BYTES, WINDOW_BYTES
 from gnnsched.runtime.transport import Message, ctrl
-from gnnsched.spec import ClusterSpec, JobSpec, SpecError
+from gnnsched.spec import ClusterSpec, JobSpec
 
 if TYPE_CHECKING:
     from gnnsched.datasets.partition import PartitionSet
@@ -69,16 +69,9 @@ def check_host_memory(cluster: ClusterSpec, plan: Any, specs: list[tuple[str, st
     ``plan`` and ``cluster up`` refuse by)."""
     floors = host_floors(cluster, plan, specs, pset.part_bytes(), 4.0 * pset.feature_dim,
                          pset.num_nodes)
-    for i, m in enumerate(cluster.machines):
-        f = floors.get(m.name)
-        if f is None or m.memory >= f.total:
-            continue
-        raise SpecError(cluster.source, f"machines[{i}].memory_gb",
-                        f"{m.name} has memory_gb: {m.memory / 1e9:g} ({fmt(m.memory)}), below "
-                        f"the {fmt(f.total)} its roles of this plan need ({f.parts()}; "
-                        "gnnsched.memory); no role was started",
-                        f"memory_gb: {gb_up(f.total)} or more on {m.name}, or a plan that "
-                        "runs less there")
+    refuse_below(cluster, floors, lambda f: (
+        f"its roles of this plan need ({f.parts()}; gnnsched.memory); no role was started"),
+        ", or a plan that runs less there")
 
 
 def role_config(state: RunState, *, opts: RuntimeOptions, job: JobSpec, policy: Policy,
