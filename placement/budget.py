@@ -66,6 +66,7 @@ class Budget:
         self._ratio: float | None = None
         self.reject = False  # cut scores are inf (a search's proposals: not kept unseen)
         self.walls: list[float] = []  # seconds of the simulations that ran to their end
+        self.estimated: set[Any] = set()  # (plan key, seed): scored the cheaper way
 
     # ------------------------------------------------------------------ time
     @property
@@ -151,6 +152,9 @@ class Budget:
         and chain floors no schedule of it beats) times :meth:`calibration`."""
         K = cut.K if cut is not None else wl.iterations
         done = cut.done if cut is not None else 0
+        key = getattr(plan, "key", None)
+        if key is not None:
+            self.estimated.add((key(), seed))
         if self.reject:
             self.cuts.append(Cut(done, K, "rejected", math.inf))
             return math.inf

@@ -63,7 +63,7 @@ from gnnsched.spec import SpecError
 
 RACE = 0.15  # a start this much slower than the best on the first draw is scored on no other
 MODEL_S = 1.0  # seconds a start that solves a model or simulates needs, else it is left out
-CPSAT_SHARE, STARTS_SHARE = 0.2, 0.2  # of the placer's seconds: CP-SAT's limit, a tuned
+CPSAT_SHARE, STARTS_SHARE = 0.1, 0.2  # of the placer's seconds: CP-SAT's limit, a tuned
 # start's (the seed-share model's cap is half: its work is bounded, the cap only a safety)
 
 
@@ -219,17 +219,31 @@ def _affordable(named: list[tuple[str, Plan]], ev: SeedEvaluator, per_sim: float
     return [named[i] for i in keep], {named[i][0]: ev.first(named[i][1]) for i in order[fit:]}
 
 
-def _race(named: list[tuple[str, Plan]], ev: SeedEvaluator
-          ) -> tuple[list[tuple[str, Plan]], dict[str, float]]:
+def _race(named: list[tuple[str, Plan]], ev: SeedEvaluator, problem: Problem | None = None,
+          bud: Budget | None = None) -> tuple[list[tuple[str, Plan]], dict[str, float]]:
     """The starts worth scoring on every draw, and the others' first-draw scores: a start
     more than ``RACE`` slower than the best on the first draw is dropped there (at 256 hosts
     every draw of a start costs a second), except colocation's, whose margin
-    (``keep_colocation``) needs every draw."""
-    firsts = [ev.first(p) for _, p in named]
-    lead = min(firsts)
+    (``keep_colocation``) needs every draw. With a `problem` the starts are simulated in the
+    order of the cost model's bound (the most promising first: where the budget runs out,
+    the others are the ones scored the cheaper way); with a `bud` a start scored the cheaper
+    way is dropped where another was simulated (it is never kept on an estimate)."""
+    order = list(range(len(named)))
+    if problem is not None:
+        order.sort(key=lambda i: (problem.epoch_bound(named[i][1]), i))
+    firsts = [0.0] * len(named)
+    for i in order:
+        firsts[i] = ev.first(named[i][1])
+    seed = ev.seeds[0] if ev.seeds else None
+    guessed = set() if bud is None else \
+        {i for i in order if (named[i][1].key(), seed) in bud.estimated}
+    if len(guessed) == len(named):
+        guessed = set()  # none simulated: the estimates are all there is
+    lead = min(f for i, f in enumerate(firsts) if i not in guessed)
     keep, raced = [], {}
-    for (name, p), f in zip(named, firsts):
-        if f <= lead * (1 + RACE) or "colocation" in name.split(" = "):
+    for i, ((name, p), f) in enumerate(zip(named, firsts)):
+        colo = "colocation" in name.split(" = ")
+        if (f <= lead * (1 + RACE) and i not in guessed) or colo:
             keep.append((name, p))
         else:
             raced[name] = f
@@ -362,7 +376,7 @@ class GnnschedPlacer(Placer):
         lap("starts", f"{len(named)} starts")
         sims = quick.simulations
         with bud.scope(0.5 * bud.left()):
-            named, raced = _race(named, quick)
+            named, raced = _race(named, quick, problem, bud)
         lap("race", f"{len(named)} kept, {len(raced)} raced out on the first draw")
         per_sim = phases["race"] / max(1, quick.simulations - sims)
         # then the starts that solve a model or simulate, with what the race left (those it
@@ -374,7 +388,7 @@ class GnnschedPlacer(Placer):
         named, raced = _also(named, raced, found, base_keys)
         extra = _dedupe(problem, found, base_keys)
         if extra:
-            named, more = _race(named + extra, quick)
+            named, more = _race(named + extra, quick, problem, bud)
             raced.update(more)
         lap("more starts", f"{len(extra)} new: " + (", ".join(n for n, _ in extra) or "-"))
         per_sim = bud.sim_s() or per_sim
