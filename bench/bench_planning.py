@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from gnnsched.evaluation import planning  # noqa: E402
 from gnnsched.evaluation.targets import load_targets, target_row  # noqa: E402
+from gnnsched.placement.budget import OVERSHOOT, OVERSHOOT_S  # noqa: E402
 
 SHAPES_DIR = ROOT / "bench" / "planning_shapes"
 PLAN_BUDGET_S = 30.0  # `gnnsched plan --budget`'s default: the plan-time target's budget
@@ -187,6 +188,11 @@ def plan_command(shape: str, budget: float = PLAN_BUDGET_S) -> dict[str, Any]:
                           if counts["wall_s"] > 0 else None}}
 
 
+def budget_limit(budget: float) -> float:
+    """The seconds a plan at `budget` may take: the budget's stated overshoot on top."""
+    return budget * (1 + OVERSHOOT) + OVERSHOOT_S
+
+
 def plan_time_target(runs: list[dict[str, Any]], goal: float | None, quick: bool
                      ) -> list[dict[str, Any]]:
     """Issue 52's Done-when: ``gnnsched plan`` within the goal at its default budget on every
@@ -199,7 +205,14 @@ def plan_time_target(runs: list[dict[str, Any]], goal: float | None, quick: bool
         return [target_row(name, "stores256", None, goal, None,
                            "not run (--quick)" if quick else "not run (--only)")]
     worst = max(runs, key=lambda r: r["wall_s"])
-    return [target_row(name, f"{worst['shape']} ({worst['simulator']['events_per_s'] or 0:.0f}"
+    over = max(runs, key=lambda r: r["wall_s"] - budget_limit(r["budget_s"]))
+    limit = budget_limit(over["budget_s"])
+    held = [target_row(f"gnnsched plan keeps its --budget: <= budget x (1 + {OVERSHOOT:g}) + "
+                       f"{OVERSHOOT_S:g} s (placement/budget.py's stated overshoot)",
+                       f"{over['shape']} at --budget {over['budget_s']:g} s", over["wall_s"],
+                       limit, over["wall_s"] <= limit, "; ".join(over["budget_notes"]),
+                       over["wall_s"] - limit)]
+    return held + [target_row(name, f"{worst['shape']} ({worst['simulator']['events_per_s'] or 0:.0f}"
                        " simulator events/s)", worst["wall_s"], goal, worst["wall_s"] <= goal,
                        "" if worst["wall_s"] <= goal else "; ".join(worst["budget_notes"]),
                        worst["wall_s"] - goal)]

