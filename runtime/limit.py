@@ -6,7 +6,8 @@ own mini-batches (the runtime's :class:`~gnnsched.runtime.coordinator.Schedule`:
 seeds per trainer and step) sampled by DGL's C++ sampler on the whole graph or by gnnsched's
 sampler on every partition in process (the faster), their input features gathered, and
 forward, backward and the optimizer step by gnnsched's model or by ``dgl.nn.SAGEConv`` (the
-faster). Measured on 1 thread for each stage's CPU seconds, then on ``threads`` threads for
+faster), gathered by torch's indexing or by ``np.take`` into a kept buffer as gnnsched's stores
+do (the faster). Measured on 1 thread for each stage's CPU seconds, then on ``threads`` threads for
 the wall clock; the limit is the higher of the CPU bound (every core busy at the 1-thread
 CPU-seconds per seed) and the wall clock. Call :func:`pipeline_limit` in a process of its
 own: it sets torch's and DGL's thread counts.
@@ -26,6 +27,9 @@ from gnnsched.plan import split_slices
 from gnnsched.spec import JobSpec
 
 STAGE_IMPLS = (("dgl", "DGL"), ("ours", "gnnsched"), ("sageconv", "dgl.nn.SAGEConv"))
+# the gather's implementations: torch's indexing (``feat[idx]``, a fresh tensor) and the one
+# gnnsched's stores and caches use (``np.take`` into a buffer kept between batches)
+GATHER_IMPLS = (("torch", "torch indexing"), ("take", "np.take into a kept buffer"))
 
 
 def set_threads(n: int) -> None:
@@ -55,9 +59,10 @@ def _median(rows: list[dict[str, Any]], key: str) -> float | None:
     return float(np.median(vals)) if vals and all(v is not None for v in vals) else None
 
 
-def _fastest(rows: list[dict[str, Any]], kind: str, suffix: str) -> tuple[float, str]:
+def _fastest(rows: list[dict[str, Any]], kind: str, suffix: str,
+             impls: tuple[tuple[str, str], ...] = STAGE_IMPLS) -> tuple[float, str]:
     """The fastest implementation of stage ``kind`` (its median) and its name."""
-    opts = [(_median(rows, f"{kind}_{impl}_{suffix}"), name) for impl, name in STAGE_IMPLS]
+    opts = [(_median(rows, f"{kind}_{impl}_{suffix}"), name) for impl, name in impls]
     return min((v, n) for v, n in opts if v is not None)
 
 
@@ -79,7 +84,9 @@ class _Probe:
         self.g = graph.to_dgl().formats(["csc"])
         self.node_part = np.asarray(pset.node_part)
         self.sched = self._schedule(job, pset, graph, split, Schedule, part_counts)
-        self.feat = torch.from_numpy(np.ascontiguousarray(graph.features, dtype=np.float32))
+        self.feat_np = np.ascontiguousarray(graph.features, dtype=np.float32)
+        self.feat = torch.from_numpy(self.feat_np)
+        self.buf = np.empty((0, self.feat_np.shape[1]), np.float32)  # the take's kept buffer
         del graph
         self.sampler = dgl.dataloading.NeighborSampler(list(job.fanouts))
         self.own_sampler = self._own_sampler(partitions, pset.num_parts)
@@ -151,7 +158,15 @@ class _Probe:
         (inp, _, blocks), row["sample_dgl_s"], row["sample_dgl_cpu"] = _clock(
             lambda: self.sampler.sample_blocks(self.g, torch.from_numpy(seeds)))
         row["input_nodes"] = int(len(inp))
-        x, row["gather_s"], row["gather_cpu"] = _clock(lambda: self.feat[inp])
+        x, row["gather_torch_s"], row["gather_torch_cpu"] = _clock(lambda: self.feat[inp])
+        idx = inp.numpy()
+        if len(self.buf) < len(idx):  # grown outside the clock, as a store sizes its buffer
+            self.buf = np.empty((max(len(idx), 2 * len(self.buf)), self.buf.shape[1]),
+                                np.float32)
+        out = self.buf[:len(idx)]
+        _, row["gather_take_s"], row["gather_take_cpu"] = _clock(
+            lambda: np.take(self.feat_np, idx, axis=0, out=out))
+        assert np.array_equal(out, x.numpy()), "the two gathers disagree"
         mine = []
         for b in blocks:  # DGL's block as gnnsched's (edges grouped by destination): untimed
             u, v = b.edges()
@@ -205,11 +220,11 @@ def _phase(probe: _Probe, steps: list[tuple[int, Any]], threads: int,
     suffix = "cpu" if threads == 1 else "s"
     sample, s_by = _fastest(rows_t, "sample", suffix)
     train, t_by = _fastest(rows_t, "train", suffix)
-    gather = _median(rows_t, f"gather_{suffix}")
-    assert gather is not None
+    gather, g_by = _fastest(rows_t, "gather", suffix, GATHER_IMPLS)
     return {
         "batches": rows, "seeds_per_batch": float(np.median([r["seeds"] for r in rows_t])),
         "seconds_per_batch": sample + gather + train, "sample_by": s_by, "train_by": t_by,
+        "gather_by": g_by,
         "stage_s_per_batch": {k: _median(rows_t, k) for k in rows_t[0] if k.endswith("_s")},
         "stage_cpu_s_per_batch": {k.removesuffix("_cpu") + "_s": _median(rows_t, k)
                                   for k in rows_t[0] if k.endswith("_cpu")},

@@ -63,17 +63,32 @@ def _gather(parts: dict[int, PartGraph], node_part: np.ndarray, nodes: np.ndarra
 def reference_train(job: JobSpec, partitions: str, trainer_parts: list[list[int]], *,
                     eval_batch_size: int | None = None,
                     progress: Callable[[str], None] | None = None,
-                    slices: list[dict[int, tuple[float, float]]] | None = None
-                    ) -> ReferenceResult:
+                    slices: list[dict[int, tuple[float, float]]] | None = None,
+                    threads: int = 1) -> ReferenceResult:
     """Train ``job`` in this process as ``len(trainer_parts)`` synchronous trainers would
-    (``slices``: each trainer's share of split partitions, :func:`gnnsched.plan.seed_slices`)."""
+    (``slices``: each trainer's share of split partitions, :func:`gnnsched.plan.seed_slices`).
+
+    ``threads``: torch's intra-op threads for the gather and the training steps. Sampling
+    always runs on one (DGL's sampling RNG streams depend on the thread count, and the
+    reference trains the mini-batches a distributed run does), so more threads change the
+    speed, never the batches."""
     from gnnsched.compat import dgl
     from gnnsched.datasets import open_partitions
 
-    threads = torch.get_num_threads()
-    pin_threads(1)
-    torch.set_num_threads(1)
-    dgl.utils.set_num_threads(1)  # DGL's sampling RNG streams depend on the thread count
+    if threads < 1:
+        raise ValueError(f"reference_train: threads must be >= 1 (got {threads})")
+    saved = torch.get_num_threads()
+    pin_threads(threads)
+
+    def sampling() -> None:  # one OpenMP thread count for both libraries: set per stage
+        dgl.utils.set_num_threads(1)
+
+    def computing() -> None:
+        if threads > 1:
+            torch.set_num_threads(threads)
+
+    torch.set_num_threads(threads)
+    sampling()
     try:
         t0 = time.monotonic()
         pset = open_partitions(partitions, verify=False)
@@ -100,8 +115,11 @@ def reference_train(job: JobSpec, partitions: str, trainer_parts: list[list[int]
             for w in range(W):
                 seeds, labels = sched.batch(w, item)
                 fanouts = job.fanouts if item.phase == 0 else job.evaluation_fanouts
+                if threads > 1:
+                    sampling()
                 b = sample_blocks(seeds, list(fanouts), node_part, job.seed, w, item.seq,
                                   sample)
+                computing()
                 blocks = [Block(torch.from_numpy(s), torch.from_numpy(d), ns, nd)
                           for s, d, ns, nd in b.layers]
                 x = torch.from_numpy(_gather(parts, node_part, b.input_nodes))
@@ -135,7 +153,7 @@ def reference_train(job: JobSpec, partitions: str, trainer_parts: list[list[int]
             majority_rate=metrics.majority_rate(tally.arrays(test[0])[0]) if test else None,
             num_classes=pset.num_classes)
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(saved)
 
 
 __all__ = ["ReferenceResult", "reference_train"]

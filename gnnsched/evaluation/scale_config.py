@@ -34,7 +34,8 @@ DEFAULT_SYSTEMS = ("distdgl", "colocation+fifo", "colocation+fifo+cache", "gnnsc
 # half of the memory its plan leaves free (`gnnsched plan --cache-share 0.5`)
 HEADLINE = "gnnsched+gnnsched+cache"
 CACHE_SHARE = 0.5
-LABELS = {"limit": "box's compute limit", "reference": "single-process reference (1 thread)",
+LABELS = {"limit": "the best single-process pipeline (the box's limit)",
+          "reference": "single-process reference (1 thread)",
           "distdgl": "DistDGL", "colocation+fifo": "colocation + fifo",
           "gnnsched+fifo": "gnnsched placement + fifo",
           "gnnsched+gnnsched": "gnnsched (placement + policy), no caches",

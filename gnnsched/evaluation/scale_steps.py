@@ -64,7 +64,7 @@ def _c_reference(a: dict[str, Any]) -> dict[str, Any]:
     split_parts, slices = split_slices(a["split"])
     r = reference_train(job, a["partitions"], split_parts, slices=slices,
                         eval_batch_size=job.eval_batch_size,
-                        progress=progress)
+                        progress=progress, threads=int(a.get("threads", 1)))
     cpu = [b[1] - a_[1] for a_, b in zip(marks, marks[1:])]
     return {"test_accuracy": r.test_accuracy, "metric": r.metric,
             "test_metric": r.test_metric, "epoch_times_s": list(r.epoch_time_s),
@@ -72,6 +72,7 @@ def _c_reference(a: dict[str, Any]) -> dict[str, Any]:
             "cpu_s_per_epoch_after_first": cpu}
 
 
+REFERENCE_THREADS = 2  # the reference's second thread count (the box's cores)
 STEPS = {"partition": _c_partition, "limit": _c_limit, "reference": _c_reference}
 
 
@@ -182,35 +183,42 @@ class Steps:
 
     def limit(self, parts: Path, split: list[list[int]]) -> dict[str, Any]:
         """The box's compute limit, in a child process (:func:`_c_limit`)."""
-        with self.timed("limit", "the box's compute limit: the job's first mini-batches "
-                        "sampled and trained in one process, on 1 and on 2 threads (a child "
-                        "process)"):
+        with self.timed("limit", "the best single-process pipeline: the job's first "
+                        "mini-batches sampled, gathered and trained in one process by the "
+                        "fastest implementations, on 1 and on 2 threads (a child process)"):
             return child_step("limit", {"job": self.job.to_dict(), "partitions": str(parts),
                                         "split": split, "threads": 2,
                                         "batches": list(self.st.limit_batches)})
 
     def references(self, parts: Path, split: list[list[int]],
                    describe: Any) -> dict[str, Any]:
-        """The single-process reference of ``split``, once per repeat (job seed SEED + r),
-        each in a child process on 1 thread; none with ``--no-reference``."""
+        """The single-process reference of ``split``, once per repeat (job seed SEED + r)
+        on 1 thread (``runs``) and on :data:`REFERENCE_THREADS` (``runs_threads``: the same
+        mini-batches, sampling on one thread, the gather and training on more), each in a
+        child process; none with ``--no-reference``."""
         st = self.st
-        refs: dict[str, Any] = {"split": split, "runs": [], "skipped": not st.reference}
+        refs: dict[str, Any] = {"split": split, "runs": [], "runs_threads": [],
+                                "threads": REFERENCE_THREADS, "skipped": not st.reference}
         for rep in range(st.repeats if st.reference else 0):
             rjob = make_job(st, st.seed + rep)
-            with self.timed(f"reference #{rep + 1}", f"single-process reference of split "
-                            f"{split}, job seed {rjob.seed} (a child process, 1 thread)"):
-                r = self._reference(rjob, parts, split)
-            refs["runs"].append(r)
-            say(f"[scale] reference #{rep + 1}: {describe(r)}")
+            for n, key in ((1, "runs"), (REFERENCE_THREADS, "runs_threads")):
+                name = f"reference #{rep + 1}" + ("" if n == 1 else f" ({n} threads)")
+                with self.timed(name, f"single-process reference of split {split}, job seed "
+                                f"{rjob.seed} (a child process, {n} thread(s))"):
+                    r = self._reference(rjob, parts, split, n)
+                refs[key].append(r)
+                say(f"[scale] {name}: {describe(r)}")
         return refs
 
     @staticmethod
-    def _reference(rjob: JobSpec, parts: Path, split: list[list[int]]) -> dict[str, Any]:
+    def _reference(rjob: JobSpec, parts: Path, split: list[list[int]], threads: int = 1
+                   ) -> dict[str, Any]:
         """One reference run, measured: seeds/s, CPU per seed, peak memory, box load."""
         load0 = os.getloadavg()[0]
         try:
             r = child_step("reference", {"job": rjob.to_dict(), "partitions": str(parts),
-                                         "split": split})
+                                         "split": split, "threads": threads})
+            r["threads"] = threads
             r["load_before_after"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
             r["job_seed"] = rjob.seed
             r["seeds_per_epoch"] = split_seeds(parts, split)

@@ -121,6 +121,10 @@ def test_interp_and_limits() -> None:
     comp = scale.compute_bound({"seeds_per_s": 100.0},
                                {"runs": [{"seeds_per_s": 150.0}]})
     assert comp["seeds_per_s"] == 150.0 and "reference" in comp["from"]
+    two = scale.compute_bound({"seeds_per_s": 100.0}, {
+        "runs": [{"seeds_per_s": 150.0}], "threads": 2,
+        "runs_threads": [{"seeds_per_s": 90.0}, {"seeds_per_s": 210.0}, {"seeds_per_s": 200.0}]})
+    assert two["seeds_per_s"] == 200.0 and two["from"] == "the single-process reference (2 thread(s))"
     lim = scale.box_limit(comp, {"seeds_per_s": 120.0})
     assert lim["seeds_per_s"] == 120.0 and lim["binds"] == "network"
     assert scale.box_limit(comp, None)["binds"] == "compute"
@@ -186,6 +190,11 @@ def test_bench_scale_quick(tmp_path: Path) -> None:
         "gnnsched >= 1.0x colocation + fifo",
         "partitioning peak memory <= 4x the graph's in-memory size"}
     assert doc["partition"]["peak_rss_bytes"] > 0 and doc["limit"]["seeds_per_s"] > 0
+    ref = doc["reference"]  # on 1 thread and on 2, every repeat: the faster is the peer
+    assert len(ref["runs"]) == len(ref["runs_threads"]) >= 1
+    assert [r["threads"] for r in ref["runs_threads"]] == [2] * len(ref["runs"])
+    assert "single-process reference (2 threads)" in (out / "report.md").read_text()
+    assert doc["limit"]["compute"]["phases"]["1"]["gather_by"]
     # a second run reuses the cached partitions and their measured peak
     st = scale.resolve(_args("scale", "--quick", "--out", str(out), "--work", str(work)))
     parts, m = scale.Steps(st).partition()

@@ -109,7 +109,9 @@ def _system_row(name: str, r: dict[str, Any], lim: dict[str, Any]) -> str:
     frac = sps / lim["seeds_per_s"] if sps and lim.get("seeds_per_s") else None
     roles = r.get("roles") or {}
     peaks = [x.get("peak_rss_bytes") for x in roles.values() if x.get("peak_rss_bytes")]
-    if name == "reference":
+    if name == "reference-threads":
+        label = f"single-process reference ({r.get('threads', 2)} threads)"
+    if name.startswith("reference"):
         peaks = [r.get("peak_rss_bytes")] if r.get("peak_rss_bytes") else []
     epochs = r.get("epoch_times_s") or []
     ep = statistics.median(epochs[1:] or epochs) if epochs else None
@@ -142,6 +144,8 @@ def _systems_table(doc: dict[str, Any], c: dict[str, Any], L: list[str]) -> None
     ref = doc["reference"]
     rr = median_run(ref["runs"])
     rows = [("reference", {**rr, "test_metric_mean": ref.get("test_metric")})]
+    if ref.get("runs_threads"):  # the same batches on more threads: the faster peer
+        rows.append(("reference-threads", median_run(ref["runs_threads"])))
     rows += list(c["systems"].items())
     for name, r in rows:
         L.append(_system_row(name, r, lim))
