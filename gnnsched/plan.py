@@ -232,9 +232,15 @@ class Plan:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
 
     def key(self) -> tuple:
-        """Hashable identity of the placement itself (for search caches)."""
+        """Hashable identity of the placement itself: where every trainer, sampler and
+        gather runs on which seeds (caches aside: "the same plan as colocation's")."""
         return tuple((t.machine, t.device, t.parts, t.shares, tuple(sorted(t.samplers)),
                       t.fetch_at) for t in self.trainers)
+
+    def score_key(self) -> tuple:
+        """Hashable identity of everything a plan's score depends on: its placement and its
+        feature caches (a plan with caches is not scored as the same plan without)."""
+        return self.key(), tuple(sorted(self.caches.items()))
 
     @classmethod
     def from_dict(cls, d: Any, source: str = "<plan>") -> Plan:

@@ -102,6 +102,17 @@ class Budget:
             self.step = saved
 
     @contextmanager
+    def unbounded(self) -> Iterator[Budget]:
+        """Within the block nothing is cut: the chosen plan's own score is one simulation
+        in full, never an estimate made because the baselines spent the budget."""
+        saved = self.deadline, self.step
+        self.deadline = self.step = None
+        try:
+            yield self
+        finally:
+            self.deadline, self.step = saved
+
+    @contextmanager
     def rejecting(self) -> Iterator[Budget]:
         """Within the block a cut simulation scores inf: a search proposal whose simulation
         ran out of time is rejected, never kept on an estimate."""

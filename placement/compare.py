@@ -283,7 +283,8 @@ def plan_and_compare(problem: Problem, placer: str = "gnnsched", *, seed: int = 
     bound = any_placement(problem, plan, outcome, compared, seed,
                           time_limit=max(0.5, min(10.0, BOUND_SHARE * bud.left())),
                           solve=solve)
-    epoch = ev(plan)
+    with bud.unbounded():  # the plan's own score: simulated in full where not yet scored
+        epoch = ev(plan)  # (its caches make it another plan than the one the search scored)
     it = problem.wl.iterations
     colo = next((r.epoch_time_s for r in compared.rows if r.name == "colocation"), None)
     prediction = replace(

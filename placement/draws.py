@@ -52,7 +52,7 @@ class SeedEvaluator:
         return self.simulations / self.n
 
     def known(self, plan: Plan) -> bool:
-        k = plan.key()
+        k = plan.score_key()
         return all(k in e.cache for e in self.evs)
 
     def first(self, plan: Plan) -> float:

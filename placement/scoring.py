@@ -83,7 +83,8 @@ def default_scorer(problem: Problem, seed: int = 0, iterations: int | None = Non
 
 
 class Evaluator:
-    """A scorer with a cache keyed on the placement itself, counting real evaluations."""
+    """A scorer with a cache keyed on what a score depends on (:meth:`Plan.score_key`:
+    the placement and its caches), counting real evaluations."""
 
     def __init__(self, scorer: Scorer) -> None:
         self.scorer = scorer
@@ -91,7 +92,7 @@ class Evaluator:
         self.calls = 0
 
     def __call__(self, plan: Plan) -> float:
-        k = plan.key()
+        k = plan.score_key()
         if k not in self.cache:
             self.calls += 1
             self.cache[k] = float(self.scorer(plan))
