@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from gnnsched.runtime import checkpoints
 from gnnsched.runtime.model import GNN, Block, aggregate, build_model
 from gnnsched.spec import SpecError
 
@@ -98,7 +100,8 @@ class TrainedModel:
 
 def find_checkpoint(run_dir: str | Path, checkpoint: str | Path | None = None) -> Path:
     """The checkpoint to use: ``checkpoint`` (a path, or a file name in the run's
-    ``checkpoints/``), else the run's ``latest.pt``."""
+    ``checkpoints/``; refused if it fails its digest), else the run's ``latest.pt``, or the
+    newest intact step file where that one is corrupt (said on stderr)."""
     run = Path(run_dir)
     if not run.is_dir():
         raise SpecError(str(run), "", "is not a folder", _FIX_RUN)
@@ -107,11 +110,20 @@ def find_checkpoint(run_dir: str | Path, checkpoint: str | Path | None = None) -
         c = Path(checkpoint)
         for cand in (c, folder / c):
             if cand.is_file():
+                why = checkpoints.verify(cand)
+                if why is not None:
+                    raise SpecError(str(cand), "", why, "another checkpoint of the run: "
+                                    + ", ".join(_listing(folder)))
                 return cand
         raise SpecError(str(checkpoint), "", "no such checkpoint file",
                         f"a .pt file, or a name in {folder}: " + ", ".join(_listing(folder)))
     if (folder / "latest.pt").is_file():
-        return folder / "latest.pt"
+        got = checkpoints.newest_intact(folder, say=lambda m: print(
+            f"gnnsched: {m}; using the previous intact checkpoint", file=sys.stderr))
+        if got is None:
+            raise SpecError(str(folder), "", "holds no intact checkpoint (every one fails "
+                            "its digest)", f"{_FIX_RUN}, or --checkpoint FILE")
+        return got
     found = _listing(folder)
     raise SpecError(str(folder if folder.is_dir() else run), "",
                     "holds no checkpoint" + (f" named latest.pt ({', '.join(found)} are there)"

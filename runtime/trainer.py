@@ -22,7 +22,8 @@ Checkpoints (what recovery resumes from). Every ``checkpoint_every`` training st
 end of every epoch, trainer 0 saves model + optimizer + the step (``seq``) and epoch it
 completed: written to a temporary file, fsynced, then renamed, so a crash leaves the previous
 checkpoint intact; ``latest.pt`` and ``epoch-NNN.pt`` (NNN: the log's 1-based epoch,
-:mod:`~gnnsched.runtime.checkpoints`) are hard links swapped in the same way.
+:mod:`~gnnsched.runtime.checkpoints`) are hard links swapped in the same way, and each file
+has a SHA-256 digest beside it that is checked before a checkpoint is loaded.
 Only then does it report ``checkpointed`` to the coordinator, which therefore only ever rolls
 back to a complete file. Trainers are synchronous, so trainer 0's state is every trainer's.
 Started with ``resume`` in its configuration, a trainer loads that checkpoint and trains the
@@ -523,33 +524,24 @@ class Trainer(Role):
 
     def checkpoint(self, model: torch.nn.Module, opt: torch.optim.Optimizer, epoch: int,
                    seq: int, epoch_end: bool = True) -> None:
-        """Atomic: write a temporary file, fsync, rename; aliases are hard links swapped in
-        the same way. Reported to the coordinator only once complete."""
+        """Atomic, with a digest (:func:`~gnnsched.runtime.checkpoints.save`); reported to
+        the coordinator only once complete. A write that fails (a full disk) is reported as
+        such and training goes on: the previous checkpoint is intact and stays the one
+        recovery and ``--resume`` use."""
         t0 = time.monotonic()
         folder = Path(self.config["run_dir"]) / "checkpoints"
-        folder.mkdir(parents=True, exist_ok=True)
-        checkpoints.mark(folder)  # epoch files named as the log numbers epochs
         state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch,
                  "seq": seq, "job": self.config["job"], "version": checkpoints.VERSION}
-        name = folder / f"step-{seq:06d}.pt"
-        tmp = folder / f".{name.name}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, name)
         alias_of_epoch = checkpoints.epoch_file(epoch) if epoch_end else None
-        for alias in ["latest.pt"] + ([alias_of_epoch] if alias_of_epoch else []):
-            tmp = folder / f".{alias}.tmp-{os.getpid()}"
-            tmp.unlink(missing_ok=True)
-            try:
-                os.link(name, tmp)
-            except OSError:  # no hard links here: a second copy
-                torch.save(state, tmp)
-            os.replace(tmp, folder / alias)
-        steps = sorted(f for f in folder.glob("step-*.pt") if f.name <= name.name)
-        for old in steps[:-3]:  # the aliases keep their data alive through their links
-            old.unlink(missing_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            checkpoints.mark(folder)  # epoch files named as the log numbers epochs
+            name = checkpoints.save(folder, state, seq, ["latest.pt"] + (
+                [alias_of_epoch] if alias_of_epoch else []), torch.save)
+        except OSError as exc:  # CheckpointWriteError; mkdir / mark on a full disk
+            self.log(f"{exc}; the previous checkpoint is intact, training goes on")
+            self.inbox.send("checkpoint_failed", seq=seq, epoch=epoch, error=str(exc))
+            return
         self.inbox.send("checkpointed", seq=seq, epoch=epoch, path=str(name),
                         epoch_file=alias_of_epoch, bytes=name.stat().st_size,
                         seconds=time.monotonic() - t0)

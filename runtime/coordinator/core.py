@@ -221,6 +221,8 @@ class Coordinator:
             earlier = earlier_run(self.run_dir, self.state.W, self.record_seq) \
                 if self.opts.resume else None
             if earlier:  # the trainers load it before their first step
+                for said in earlier.skipped:
+                    self.log(f"--resume: {said}")
                 self.resume = {"path": earlier.path, "seq": earlier.seq}
                 renamed = renumber_epoch_files(self.run_dir / "checkpoints")
                 if renamed:  # an older run's 0-based names: the log's numbers from now on
@@ -474,6 +476,7 @@ class Coordinator:
         return {"hello": self._on_hello, "ready": self._on_ready, "hb": self._on_hb,
                 "error": self._on_error, "stats": self._on_stats,
                 "checkpointed": self._on_checkpointed, "trained": self._on_trained,
+                "checkpoint_failed": self._on_checkpoint_failed,
                 "done": self._on_done}
 
     # ----- start-up
@@ -518,6 +521,13 @@ class Coordinator:
     def _on_checkpointed(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
         self.recovery.checkpointed(int(body["seq"]), int(body["epoch"]), str(body["path"]))
         self.event({"type": "checkpoint", **body, "time": self.now()})
+
+    def _on_checkpoint_failed(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
+        """A checkpoint write failed (a full disk): said and recorded; recovery and
+        ``--resume`` keep the previous one, which the failed write left intact."""
+        self.log(f"{name}: {body.get('error')}; recovery and --resume keep the previous "
+                 "checkpoint (intact); training goes on")
+        self.event({"type": "checkpoint_failed", **body, "time": self.now()})
 
     def _on_trained(self, name: str, r: RoleState, body: dict[str, Any]) -> None:
         w, seq = int(body["trainer"]), int(body["seq"])

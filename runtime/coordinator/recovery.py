@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gnnsched.plan import Plan, TrainerPlan, plan_dict_diff
+from gnnsched.runtime import checkpoints
 from gnnsched.runtime.coordinator.advisor import Advisor
 from gnnsched.runtime.coordinator.messenger import Messenger
 from gnnsched.runtime.coordinator.options import RoleFailure, RuntimeOptions
@@ -191,8 +192,15 @@ class Recovery:
         trainer's record of every step before it is here) and whose file is intact -- the
         step to resume at, the training steps to replay, and the last step done before."""
         st = self.state
-        ckpt = max((c for c in self.checkpoints
-                    if c[0] <= st.last_barrier and Path(c[2]).is_file()), default=None)
+        ckpt = None
+        for c in sorted((c for c in self.checkpoints if c[0] <= st.last_barrier),
+                        reverse=True):  # the newest intact one; a corrupt one is said
+            why = checkpoints.verify(Path(c[2]))
+            if why is None:
+                ckpt = c
+                break
+            self.host.log(f"recovery {self.attempt}: skipped the checkpoint of step {c[0]}: "
+                          f"{why}")
         start = ckpt[0] + 1 if ckpt else 0
         replay = [s for s in range(start, st.last_barrier + 1) if st.items[s].phase == 0]
         until = st.last_barrier

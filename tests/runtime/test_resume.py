@@ -120,3 +120,90 @@ def test_interrupted_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> 
     done = subprocess.run(_cmd(tmp_path, parts, "--resume"), capture_output=True, text=True,
                           timeout=120)
     assert done.returncode != 0 and "finished; nothing to resume" in done.stderr
+
+
+def _fill(mount: Path) -> Path:
+    """Fill a tmpfs to its last byte: the kernel's own ENOSPC for every write after."""
+    filler = mount / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * (1 << 16))
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+@pytest.mark.slow
+def test_a_full_disk_mid_run_keeps_the_last_checkpoint_and_resume_goes_on(
+        tmp_path: Path) -> None:
+    """The run's ``checkpoints/`` on a 64 MB tmpfs that fills once the first checkpoint is
+    written: later checkpoints fail cleanly (said, recorded), training goes on, the last good
+    checkpoint stays intact; interrupted, the run resumes from it once the disk has room
+    and ends with the uninterrupted run's model (issue 57)."""
+    import os
+
+    from gnnsched.datasets import load_dataset, partition_graph
+    from gnnsched.runtime import checkpoints
+    from gnnsched.runtime.reference import reference_train
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    cluster, job = load_cluster(LAB4 / "cluster.yaml"), load_job(LAB4 / "job.yaml")
+    parts = tmp_path / "parts"
+    partition_graph(load_dataset(job.dataset), job.num_parts, parts, method="random", seed=0)
+    plan = Plan("hand", cluster.name, cluster.fingerprint(), (
+        TrainerPlan(0, "gpu0", 0, (0, 1), (("store0", 1),), "store0"),
+        TrainerPlan(1, "gpu1", 0, (2, 3), (("store1", 1),), "gpu1")))
+    plan.save(tmp_path / "plan.json")
+    run = tmp_path / "run"
+    folder = run / "checkpoints"
+    folder.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    proc = None
+    try:
+        # --force: the folder exists (the mount point); --checkpoint-every 3: several writes
+        proc = subprocess.Popen(_cmd(tmp_path, parts, "--force", "--checkpoint-every", "3"),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 240
+        filler = None
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            ev = _events(run) if (run / "metrics.jsonl").exists() else []
+            if filler is None and any(e.get("type") == "checkpoint" for e in ev):
+                filler = _fill(folder)
+            if any(e.get("type") == "checkpoint_failed" for e in ev):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("no checkpoint write failed on the full disk")
+        time.sleep(1.0)  # training goes on past the failure
+        assert proc.poll() is None, "the run stopped at the failed checkpoint"
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        ev = _events(run)
+        failed = [e for e in ev if e.get("type") == "checkpoint_failed"]
+        assert failed and "No space left on device" in failed[0]["error"], failed
+        assert "not written" in out and "training goes on" in out, out[-3000:]
+        good = [e for e in ev if e.get("type") == "checkpoint"]
+        assert good and max(e["seq"] for e in good) < failed[0]["seq"]
+        assert checkpoints.verify(folder / "latest.pt") is None
+        assert not list(folder.glob(".*.tmp-*")), "a failed write left a temporary file"
+        filler.unlink()  # room again: --resume goes on from the last good checkpoint
+        res = subprocess.run(_cmd(tmp_path, parts, "--resume", "--json"), capture_output=True,
+                             text=True, timeout=400)
+        assert res.returncode == 0, res.stderr[-3000:]
+        got = json.loads(res.stdout.strip().splitlines()[-1])
+        resumed = [e for e in _events(run) if e.get("type") == "resume"]
+        assert resumed and resumed[0]["checkpoint_step"] == max(e["seq"] for e in good)
+        ref = reference_train(replace(job, epochs=EPOCHS), str(parts), [[0, 1], [2, 3]])
+        assert got["test_accuracy"] == pytest.approx(ref.test_accuracy, abs=1e-9)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        subprocess.run(["umount", "-l", str(folder)], check=False)
