@@ -13,6 +13,12 @@ CLUSTER = [
     ("storage", "shared", "where a dead store's partitions reload: shared or replicated "
      "storage lets another host load them; local means they are lost with the host"),
     ("latency_ms", "0", "one-way latency added to every message between hosts"),
+    ("jitter_ms", "0", "on the emulated cluster: each packet's delay varies by up to this "
+     "much around `latency_ms` (netem; reorders packets as a real path can; needs the "
+     "kernel's netem)"),
+    ("loss_pct", "0", "on the emulated cluster: the share of packets every host's NIC drops, "
+     "0 to 50 (netem where the kernel has it, else an eBPF filter on the NIC); the planner "
+     "and simulator do not model it"),
     ("curve", "false", "require ZeroMQ CURVE keys on every socket (`gnnsched keys`)"),
     ("keys_dir", "none", "folder of the CURVE keys (default: beside the cluster file)"),
     ("machines", "required", "the hosts, a list of the machine fields below"),

@@ -252,6 +252,10 @@ class ClusterSpec:
     curve: bool = False  # require ZeroMQ CURVE keys on every socket
     keys_dir: str | None = None
     source: str = "<memory>"
+    # grey links on the emulated cluster (netem on every host's NIC): the share of packets
+    # lost and the random variation of each packet's delay around ``latency`` (seconds)
+    loss: float = 0.0  # fraction of packets, 0..0.5
+    jitter: float = 0.0  # seconds
 
     def __post_init__(self) -> None:
         index = {m.name: i for i, m in enumerate(self.machines)}
@@ -284,7 +288,8 @@ class ClusterSpec:
             return self
         machines = tuple(_replace(m, egress=m.egress / factor, ingress=m.ingress / factor)
                          for m in self.machines)
-        return _replace(self, machines=machines, latency=self.latency * factor)
+        return _replace(self, machines=machines, latency=self.latency * factor,
+                        jitter=self.jitter * factor)
 
     def store_of(self, part: int) -> int:
         """Index of the machine that stores partition `part`."""
@@ -298,6 +303,10 @@ class ClusterSpec:
         out: dict[str, Any] = {"name": self.name, "storage": self.storage}
         if self.latency:
             out["latency_ms"] = self.latency * 1e3
+        if self.loss:
+            out["loss_pct"] = self.loss * 100
+        if self.jitter:
+            out["jitter_ms"] = self.jitter * 1e3
         if self.curve:
             out["curve"] = True
         machines = []
@@ -344,8 +353,7 @@ class ClusterSpec:
                 i = rest.index(tgt)
                 rest[i] = _replace(rest[i], partitions=tuple(sorted(rest[i].partitions + (p,))))
                 hosts = [rest[rest.index(h)] if h.name != tgt.name else rest[i] for h in hosts]
-        return ClusterSpec(self.name, tuple(rest), self.storage, self.latency, self.curve,
-                           self.keys_dir, self.source)
+        return _replace(self, machines=tuple(rest))
 
 
 def _replace(m: Any, **kw: Any) -> Any:
@@ -420,6 +428,8 @@ def cluster_from_dict(data: Any, source: str = "<cluster>") -> ClusterSpec:
     name = r.string("name", Path(source).parent.name or "cluster")
     storage = r.string("storage", "shared", choices=("shared", "replicated", "local"))
     latency = r.number("latency_ms", 0.0, maximum=1e5) / 1e3
+    loss = r.number("loss_pct", 0.0, maximum=50.0) / 100
+    jitter = r.number("jitter_ms", 0.0, maximum=1e5) / 1e3
     curve = r.flag("curve", False)
     keys_dir = r.string("keys_dir", None)
     entries = r.seq("machines")
@@ -447,7 +457,7 @@ def cluster_from_dict(data: Any, source: str = "<cluster>") -> ClusterSpec:
     else:
         raise SpecError(source, "machines[*].partitions", "no machine stores a partition",
                         "list the partitions each store machine holds")
-    return ClusterSpec(name, machines, storage, latency, curve, keys_dir, source)
+    return ClusterSpec(name, machines, storage, latency, curve, keys_dir, source, loss, jitter)
 
 
 def load_cluster(path: str | Path) -> ClusterSpec:

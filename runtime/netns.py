@@ -8,7 +8,9 @@ limits without a rack of machines. Per cluster ``C`` (names from the cluster fil
   ``tbf`` to the host's **ingress** rate.
 * ``gs-C-<host>`` -- one namespace per host: ``lo`` and ``eth0`` (the veth peer) with the host's
   address; ``eth0``'s egress is shaped with ``tbf`` to the host's **egress** rate, behind a
-  ``netem`` delay of the cluster's ``latency_ms`` when it has one (one way, host to host).
+  ``netem`` delay of the cluster's ``latency_ms`` when it has one (one way, host to host),
+  varied by ``jitter_ms`` and dropping ``loss_pct`` of the packets where the file says so
+  (grey links: TCP retransmits, ZeroMQ's connections ride it out).
   TCP small queues are capped (``TSQ_BYTES``) so a bulk flow waits in the tbf queue instead of
   overflowing it: no local drops, goodput a steady ~95.6% of the wire rate at MTU 1500.
 * optionally a *gateway* veth in the root namespace (link ``gs-C``, address ``x.y.z.254``), an
@@ -92,7 +94,7 @@ from gnnsched.runtime.netns_state import (
     state_path,
 )
 from gnnsched.runtime.procs import signals_deferred
-from gnnsched.runtime.qos import QosError, attach_classifier
+from gnnsched.runtime.qos import QosError, attach_classifier, attach_drop
 from gnnsched.spec import ClusterSpec
 
 BRIDGE = "br0"
@@ -233,6 +235,10 @@ class EmulatedCluster:
                                          m.egress / self.dilation, m.ingress / self.dilation,
                                          port)
         self.latency = 0.0 if ignore_latency else cluster.latency * self.dilation
+        self.jitter = 0.0 if ignore_latency else cluster.jitter * self.dilation
+        self.loss = cluster.loss  # a share of packets: the same on the model
+        self._has_netem = False  # set by up(): whether this kernel's netem delays and drops
+        self.drops: str | None = None  # what drops ``loss``: "netem", "bpf" (None: nothing)
         self.fingerprint = hashlib.sha1(json.dumps(
             [cluster.to_dict(), gateway, mtu, payload_rates, ignore_latency]
             + ([queue_ms] if queue_ms is not None else []) + (["bands"] if bands else [])
@@ -318,13 +324,15 @@ class EmulatedCluster:
             self._check_routes()
             if self.groups is not None:
                 self.groups.resolve()  # needs root and the controllers: says what is missing
-            if self.latency > 0 and not qdisc_available("netem"):
+            self._has_netem = bool(self.latency or self.jitter or self.loss) and \
+                qdisc_available("netem")
+            if (self.latency > 0 or self.jitter > 0) and not self._has_netem:
                 raise NetnsError(
                     f"cluster {self.spec.name!r} has latency_ms "
-                    f"{self.latency * 1e3:g} but this kernel has no netem qdisc (sch_netem) "
-                    "to delay packets: load it (`modprobe sch_netem`), or run without the "
-                    "delay (`gnnsched cluster up --ignore-latency`, "
-                    "EmulatedCluster(..., ignore_latency=True))")
+                    f"{self.latency * 1e3:g} / jitter_ms {self.jitter * 1e3:g} but this "
+                    "kernel has no netem qdisc (sch_netem) to delay packets: load it "
+                    "(`modprobe sch_netem`), or run without the delay (`gnnsched cluster up "
+                    "--ignore-latency`, EmulatedCluster(..., ignore_latency=True))")
             self._write_state(complete=False)  # before creating anything: `down` finds it all
             try:
                 self._create()
@@ -379,7 +387,8 @@ class EmulatedCluster:
             "created": time.time(), "switch_ns": self.switch_ns, "mtu": self.mtu,
             "wire_scale": self.wire_scale, "queue_ms": self.queue_ms, "queues": self.queues,
             "options": self.options,
-            "latency_s": self.latency, "gateway_if": self.gateway_if,
+            "latency_s": self.latency, "jitter_s": self.jitter, "loss": self.loss,
+            "gateway_if": self.gateway_if,
             "dilation": self.dilation, "compute_cores": self.compute_cores,
             "box_cores": self.box_cores, "memory_scale": self.memory_scale,
             "cgroups": self.groups.to_state() if self.groups is not None else None,
@@ -413,10 +422,9 @@ class EmulatedCluster:
             _run(["ip", "-n", h.ns, "link", "set", HOST_IF, "up"])
             # Egress: the host's own NIC queue (plus the one-way latency, if any).
             egress = h.egress * self.wire_scale
-            if self.latency > 0:
-                delay = f"{self.latency * 1e3:.3f}ms"
+            if self._netem():
                 _run(["tc", "-n", h.ns, "qdisc", "replace", "dev", HOST_IF, "root", "handle",
-                      "1:", "netem", "delay", delay, "limit", "100000"])
+                      "1:", "netem", *self._netem(), "limit", "100000"])
                 _run(["tc", "-n", h.ns, "qdisc", "add", "dev", HOST_IF, "parent", "1:1",
                       "handle", "10:", *_shape_args(egress, self.mtu, self.queue_ms)])
                 self._bands(h.ns, HOST_IF, "10:", egress)
@@ -446,6 +454,29 @@ class EmulatedCluster:
                 self.queues = "tos bands"
             except (QosError, OSError) as exc:  # host egress still bands; switch ports cannot
                 self.queues = f"fifo at the switch ports ({exc})"
+        if self.loss > 0 and not self._netem():
+            try:  # no netem: the kernel's bpf drops the share, first of the NIC's filters
+                for h in self.hosts.values():
+                    attach_drop(h.ns, [HOST_IF], self.loss)
+            except (QosError, OSError) as exc:
+                raise NetnsError(f"cluster {self.spec.name!r} has loss_pct "
+                                 f"{self.loss * 100:g} but this kernel can drop packets "
+                                 f"neither with netem nor with a bpf filter ({exc}): run "
+                                 "with loss_pct: 0") from exc
+        self.drops = "netem" if self.loss > 0 and self._netem() else \
+            ("bpf" if self.loss > 0 else None)
+
+    def _netem(self) -> list[str]:
+        """The netem arguments of every host's NIC: the one-way delay, its jitter and the
+        packet loss (empty: no netem qdisc). Jitter reorders packets, as a real path can."""
+        if not self._has_netem:
+            return []  # (loss without netem: an eBPF filter drops, see _create)
+        args = ["delay", f"{self.latency * 1e3:.3f}ms"]
+        if self.jitter > 0:
+            args.append(f"{self.jitter * 1e3:.3f}ms")
+        if self.loss > 0:
+            args += ["loss", f"{self.loss * 100:.4f}%"]
+        return args
 
     def _bands(self, ns: str, dev: str, tbf: str, rate: float) -> None:
         """Give the tbf at handle ``tbf`` of ``dev`` Linux's classic three-band queue

@@ -50,6 +50,7 @@ import platform
 import struct
 import subprocess
 import tempfile
+from typing import Any
 
 BULK_TOS = 0x08  # IPTOS_THROUGHPUT: Linux maps it to TC_PRIO_BULK, pfifo_fast's last band
 URGENT_TOS = 0x04  # IPTOS_RELIABILITY: Linux maps it to TC_PRIO_BESTEFFORT, the middle band
@@ -95,7 +96,27 @@ def tos_priority_program() -> bytes:
     ])
 
 
-def _bpf(cmd: int, attr: bytes) -> int:
+def drop_program(share: float) -> bytes:
+    """eBPF (tc direct-action) dropping each packet with probability ``share`` (< 0.5): a
+    lossy link where the kernel has no netem. A dropped packet is TC_ACT_SHOT; the rest
+    continue to the next filter (TC_ACT_UNSPEC), the TOS classifier where there is one."""
+    if not 0 <= share < 0.5:
+        raise ValueError(f"drop share must be in [0, 0.5), got {share}")
+    call, jlt_imm, mov64_imm, exit_ = 0x85, 0xA5, 0xB7, 0x95
+    threshold = min(int(share * 2 ** 32), 2 ** 31 - 1)
+    return b"".join([
+        _insn(call, imm=7),                                  # 0: r0 = bpf_get_prandom_u32()
+        _insn(jlt_imm, 0, off=2, imm=threshold),             # 1: r0 < share x 2^32: drop (4)
+        _insn(mov64_imm, 0, imm=-1),                         # 2: TC_ACT_UNSPEC: go on
+        _insn(exit_),                                        # 3
+        _insn(mov64_imm, 0, imm=2),                          # 4: TC_ACT_SHOT
+        _insn(exit_),                                        # 5
+    ])
+
+
+def _bpf(cmd: int, attr: bytes, give_attr: bool = False) -> Any:
+    """The bpf system call; its return value, or (``give_attr``) the attribute block as the
+    kernel left it (where ``BPF_PROG_TEST_RUN`` writes its results)."""
     nr = _SYS_BPF.get(platform.machine())
     if nr is None:
         raise QosError(f"no bpf system call number known for {platform.machine()}")
@@ -105,12 +126,12 @@ def _bpf(cmd: int, attr: bytes) -> int:
     if r < 0:
         err = ctypes.get_errno()
         raise QosError(f"bpf({cmd}) failed: {os.strerror(err)}")
-    return int(r)
+    return buf.raw if give_attr else int(r)
 
 
-def load_program() -> int:
-    """Load :func:`tos_priority_program`; returns its file descriptor."""
-    prog = tos_priority_program()
+def load_program(prog: bytes | None = None) -> int:
+    """Load ``prog`` (default :func:`tos_priority_program`); returns its file descriptor."""
+    prog = tos_priority_program() if prog is None else prog
     code = ctypes.create_string_buffer(prog, len(prog))
     lic = ctypes.create_string_buffer(b"GPL")
     log = ctypes.create_string_buffer(4096)
@@ -122,6 +143,24 @@ def load_program() -> int:
     except QosError as exc:
         raise QosError(f"{exc} loading the TOS classifier "
                        f"({log.value.decode(errors='replace').strip()[:300]})") from None
+
+
+def dropped(share: float, packets: int = 2000) -> int:
+    """How many of ``packets`` built packets the loaded :func:`drop_program` drops (the
+    kernel runs it on each, ``BPF_PROG_TEST_RUN``): checks the program the NICs use."""
+    fd = load_program(drop_program(share))
+    try:
+        pkt = ctypes.create_string_buffer(b"\x02" * 12 + b"\x08\x00" + bytes(28), 42)
+        out = ctypes.create_string_buffer(64)
+        attr = struct.pack("<IIIIQQII", fd, 0, 42, 64, ctypes.addressof(pkt),
+                           ctypes.addressof(out), 1, 0)
+        shot = 0
+        for _ in range(packets):
+            raw = _bpf(_BPF_PROG_TEST_RUN, attr, give_attr=True)
+            shot += struct.unpack_from("<i", raw, 4)[0] == 2  # retval: TC_ACT_SHOT
+        return shot
+    finally:
+        os.close(fd)
 
 
 def classify(tos: int) -> int:
@@ -155,9 +194,23 @@ def attach_classifier(ns: str, devs: list[str], direction: str = "ingress") -> N
     """Set ``skb->priority`` from the IP TOS (:func:`tos_priority_program`) on what ``devs``
     (in namespace ``ns``) receive (``ingress``: switch ports, so the queues they forward into
     band it) or send (``egress``: a host's NIC, before its own queue)."""
+    attach_program(ns, devs, direction, tos_priority_program(), "tos")
+
+
+def attach_drop(ns: str, devs: list[str], share: float) -> None:
+    """Drop ``share`` of what ``devs`` send (:func:`drop_program`), before every other
+    filter there (``pref 1``): a lossy link on a kernel without netem."""
+    attach_program(ns, devs, "egress", drop_program(share), "drop", pref=1)
+
+
+def attach_program(ns: str, devs: list[str], direction: str, prog: bytes, name: str,
+                   pref: int | None = None) -> None:
+    """Load ``prog`` and attach it (tc direct-action, on a ``clsact`` qdisc, added where
+    missing) to ``direction`` of ``devs`` in namespace ``ns``; ``pref``: its place among the
+    filters there (lower runs first; None: tc's)."""
     if direction not in ("ingress", "egress"):
         raise ValueError(f"direction must be 'ingress' or 'egress', got {direction!r}")
-    fd = load_program()
+    fd = load_program(prog)
     folder = tempfile.mkdtemp(prefix="gnnsched-bpf-")
     mounted = False
     try:
@@ -166,12 +219,17 @@ def attach_classifier(ns: str, devs: list[str], direction: str = "ingress") -> N
         if r.returncode:
             raise QosError(f"cannot mount a bpf filesystem: {r.stderr.strip()}")
         mounted = True
-        pin = os.path.join(folder, "tos")
+        pin = os.path.join(folder, name)
         path = ctypes.create_string_buffer(pin.encode())
         _bpf(_BPF_OBJ_PIN, struct.pack("<QII", ctypes.addressof(path), fd, 0))
         for dev in devs:
-            _tc(["-n", ns, "qdisc", "add", "dev", dev, "clsact"])
-            _tc(["-n", ns, "filter", "add", "dev", dev, direction, "bpf", "da",
+            r = subprocess.run(["tc", "-n", ns, "qdisc", "add", "dev", dev, "clsact"],
+                               capture_output=True, text=True)
+            if r.returncode and "exists" not in r.stderr:
+                raise QosError(f"`tc -n {ns} qdisc add dev {dev} clsact` failed: "
+                               f"{r.stderr.strip() or r.returncode}")
+            _tc(["-n", ns, "filter", "add", "dev", dev, direction,
+                 *(["pref", str(pref)] if pref is not None else []), "bpf", "da",
                  "object-pinned", pin])
         os.unlink(pin)
     finally:
@@ -182,4 +240,6 @@ def attach_classifier(ns: str, devs: list[str], direction: str = "ingress") -> N
             os.rmdir(folder)
 
 
-__all__ = ["BULK_TOS", "URGENT_TOS", "QosError", "attach_classifier", "classify", "load_program", "tos_priority_program"]
+__all__ = ["BULK_TOS", "URGENT_TOS", "QosError", "attach_classifier", "attach_drop",
+           "attach_program", "classify", "drop_program", "dropped", "load_program",
+           "tos_priority_program"]

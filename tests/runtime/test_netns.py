@@ -324,6 +324,23 @@ def test_tos_classifier_is_a_valid_program() -> None:
                    qos.URGENT_TOS | 0x01: 0}, got
 
 
+def test_the_drop_program_drops_its_share() -> None:
+    """Loss without netem: six eBPF instructions; run by the kernel on built packets, they
+    drop about their share (binomial: 2,000 packets at 10% drop 200 +- 13), nothing at 0."""
+    from gnnsched.runtime import qos
+
+    assert len(qos.drop_program(0.1)) == 6 * 8
+    with pytest.raises(ValueError, match="drop share"):
+        qos.drop_program(0.5)
+    if os.geteuid() != 0:
+        return
+    try:
+        got = qos.dropped(0.1, 2000), qos.dropped(0.0, 200)
+    except qos.QosError as exc:
+        pytest.skip(f"this kernel cannot load or test-run a tc program: {exc}")
+    assert 140 <= got[0] <= 260 and got[1] == 0, got
+
+
 @needs_netns
 def test_attach_finds_the_cluster_as_it_was_brought_up() -> None:
     """A launcher attaches to the cluster `gnnsched cluster up` made, whatever its options

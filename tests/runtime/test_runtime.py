@@ -510,3 +510,60 @@ def test_shaped_links_chunk_each_store_by_its_own_nic() -> None:
                                                       out.pop("nic_rates").items()})
     assert dilated == out
     assert "nic_rates" not in sizes("local")
+
+
+@pytest.mark.slow
+@pytest.mark.netns
+def test_lab4_trains_over_lossy_jittery_links(lab4, tmp_path: Path) -> None:
+    """Grey links (issue 57): every host's NIC drops 2% of its packets (the cluster file's
+    ``loss_pct``: netem where the kernel has it, with a 2 ms delay varied by 2 ms, else a bpf
+    filter on the NIC). TCP retransmits under ZeroMQ; the run trains like the reference,
+    every batch once, and no heartbeat flaps into a recovery."""
+    from gnnsched.runtime import netns
+    from gnnsched.runtime.reference import reference_train
+
+    base, job, _, parts = lab4
+    job = replace(job, epochs=2)
+    d = _emulated_lab4(base, "loss").to_dict()
+    d["loss_pct"] = 2
+    if netns.qdisc_available("netem"):
+        d.update(jitter_ms=2, latency_ms=2)
+    cluster = cluster_from_dict(d, "<test>")
+    assert cluster.loss == pytest.approx(0.02)
+    plan = _plan(cluster)
+    net = netns.EmulatedCluster(cluster).up()
+    try:
+        def shown(*what: str) -> str:
+            return subprocess.run(net.exec_prefix("store0") + ["tc", *what, "show", "dev",
+                                  netns.HOST_IF, *(["egress"] if what == ("filter",) else [])],
+                                  capture_output=True, text=True).stdout
+
+        if net.drops == "netem":  # the kernel drops them, not the runtime
+            assert "loss 2%" in shown("qdisc"), shown("qdisc")
+        else:
+            assert net.drops == "bpf" and "drop" in shown("filter"), shown("filter")
+        before = _dropped(net)
+        res = train(cluster, job, plan, policy="gnnsched", launcher="netns",
+                    out_dir=tmp_path / "run", partitions=parts, options=FAST)
+        recs = _records(tmp_path / "run")
+        assert not [r for r in recs if r.get("type") == "recovery"], "a heartbeat flapped"
+        retrans = _dropped(net) - before
+        assert retrans > 0, "no packet was lost: the link was not lossy"
+        ref = reference_train(job, str(parts), [list(t.parts) for t in plan.trainers])
+        assert res.test_accuracy == pytest.approx(ref.test_accuracy, abs=1e-9)
+        _assert_every_batch_once(recs, job.epochs, 2, res.iterations_per_epoch)
+        assert not _children(), "a role process outlived the run"
+    finally:
+        net.down()
+    assert [n for n in netns.list_namespaces() if n in net.namespaces] == []
+
+
+def _dropped(net) -> int:
+    """TCP segments retransmitted on every host of ``net`` so far (``/proc/net/snmp``)."""
+    total = 0
+    for host in net.hosts:
+        snmp = subprocess.run(net.exec_prefix(host) + ["cat", "/proc/net/snmp"],
+                              capture_output=True, text=True, check=True).stdout
+        rows = [ln.split() for ln in snmp.splitlines() if ln.startswith("Tcp:")]
+        total += int(rows[1][rows[0].index("RetransSegs")])
+    return total
