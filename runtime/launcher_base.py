@@ -180,6 +180,12 @@ class Launcher:
             del self.zygotes[machine]
         return killed
 
+    def cut_off(self, machine: str, seconds: float) -> str:
+        """Cut ``machine`` off the network for ``seconds``, its processes alive (a grey
+        fault); only an emulated cluster can (:class:`~.netns_launcher.NetnsLauncher`)."""
+        raise LaunchError(f"cutting machine {machine} off needs the emulated cluster "
+                          f"(--launcher netns); the {self.name} launcher cannot")
+
     def explain_exit(self, proc: Process) -> str | None:
         """Why ``proc`` ended, where the launcher knows more than its exit code (the netns
         launcher: killed by the kernel for exceeding its host's memory limit); else None."""

@@ -535,6 +535,12 @@ class EmulatedCluster:
             rows.append(row)
         return rows
 
+    def set_cut(self, host: str, cut: bool) -> None:
+        """Cut ``host`` off from every other host (its switch port down: its processes live
+        on, unreachable, as behind a failed link or switch port) or join it again."""
+        h = self.hosts[host]
+        _run(["ip", "-n", self.switch_ns, "link", "set", h.port, "down" if cut else "up"])
+
     def ping(self, src: str, dst: str, timeout: float = 2.0) -> float | None:
         """ICMP round-trip time in seconds from host `src` to host (or address) `dst`."""
         target = self.hosts[dst].address if dst in self.hosts else dst

@@ -52,9 +52,34 @@ class NetnsLauncher(Launcher):
         self.cpu_model = self.groups is not None  # a trainer's quota is its device's speed
         self.nic_bands = getattr(self.net, "queues", "") == "tos bands"
         self._placed: set[str] = set()  # fork servers moved into their host's group
+        self._cuts: dict[str, Any] = {}  # machine -> the timer that joins it again
         self._devices: dict[tuple[str, str], int] = {}  # (machine, trainer id) -> device
         self._oom0 = {h: self.groups.usage(h).get("oom_kills") or 0
                       for h in self.groups.shares} if self.groups else {}
+
+    # ---------------------------------------------------------------- grey faults
+    def cut_off(self, machine: str, seconds: float) -> str:
+        """Its switch port down now and up again after ``seconds`` (a timer; :meth:`close`
+        joins a host still cut off), its processes left running."""
+        import threading
+
+        self.net.set_cut(machine, True)
+        timer = threading.Timer(seconds, self._join, (machine,))
+        timer.daemon = True
+        self._cuts[machine] = timer
+        timer.start()
+        return f"machine {machine} cut off the network for {seconds:g} s (its switch port " \
+               "down; its processes keep running)"
+
+    def _join(self, machine: str) -> None:
+        if self._cuts.pop(machine, None) is not None:
+            self.net.set_cut(machine, False)
+
+    def close(self) -> None:
+        for machine, timer in list(self._cuts.items()):
+            timer.cancel()
+            self._join(machine)
+        super().close()
 
     # ---------------------------------------------------------------- control groups
     def group_for(self, launch: RoleLaunch) -> str | None:

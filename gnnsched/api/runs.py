@@ -15,8 +15,9 @@ from typing import Any
 from gnnsched.spec import SpecError
 
 FAULT_ROLES = ("trainer", "sampler", "store", "fetcher", "machine")
-FAULT_SIGNALS = ("KILL", "STOP", "TERM")  # as gnnsched.runtime.coordinator sends them
-FAULT_FORM = "ROLE:ID:STEP[:KILL|STOP|TERM], e.g. sampler:1:20 or machine:store0:5:STOP"
+FAULT_SIGNALS = ("KILL", "STOP", "TERM", "CUT")  # CUT: off the network, processes alive
+FAULT_FORM = ("ROLE:ID:STEP[:KILL|STOP|TERM] or machine:ID:STEP:CUT:SECONDS, e.g. sampler:1:20, "
+              "machine:store0:5:STOP or machine:gpu1:12:CUT:3")
 
 
 def parse_faults(specs: list[str]) -> tuple[Any, ...]:
@@ -28,7 +29,7 @@ def parse_faults(specs: list[str]) -> tuple[Any, ...]:
     out = []
     for spec in specs:
         parts = spec.split(":")
-        if len(parts) not in (3, 4) or not all(p.strip() for p in parts):
+        if len(parts) not in (3, 4, 5) or not all(p.strip() for p in parts):
             raise SpecError("--kill-at", "", f"cannot parse {spec!r}", FAULT_FORM)
         kind, ident = parts[0].strip().lower(), parts[1].strip()
         if kind not in FAULT_ROLES:
@@ -47,7 +48,19 @@ def parse_faults(specs: list[str]) -> tuple[Any, ...]:
         if sig not in FAULT_SIGNALS:
             raise SpecError("--kill-at", "", f"unknown signal {parts[3]!r} in {spec!r}",
                             ", ".join(FAULT_SIGNALS))
-        out.append(Fault(f"{kind}:{ident}", step, sig))
+        seconds = 0.0
+        if sig == "CUT" or len(parts) == 5:
+            if sig != "CUT" or kind != "machine" or len(parts) != 5:
+                raise SpecError("--kill-at", "", f"cannot parse {spec!r}: only a machine is cut "
+                                "off, for a number of seconds", FAULT_FORM)
+            try:
+                seconds = float(parts[4])
+            except ValueError:
+                seconds = -1.0
+            if not 0 < seconds <= 3600:
+                raise SpecError("--kill-at", "", f"CUT seconds must be in (0, 3600], got "
+                                f"{parts[4]!r} in {spec!r}", "e.g. machine:gpu1:12:CUT:3")
+        out.append(Fault(f"{kind}:{ident}", step, sig, seconds))
     return tuple(out)
 
 

@@ -136,6 +136,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "every process of a machine (machine:store0) when training reaches "
                         "step STEP (>= 0; steps count every batch a trainer runs, "
                         "validation and test batches included, as metrics.jsonl's seq does); "
+                        "machine:NAME:STEP:CUT:SECONDS instead cuts the machine off the "
+                        "network for SECONDS, its processes alive (--launcher netns); "
                         "repeatable, checked against the plan before anything starts")
 
 

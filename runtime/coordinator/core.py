@@ -111,9 +111,13 @@ class Coordinator:
             raise SpecError("runtime options", "replan", f"unknown value {o.replan!r}",
                             "auto, always, never")
         for f in o.faults:
-            if f.signal not in SIGNALS:
+            if f.signal == "CUT":
+                if not f.role.startswith("machine:") or f.seconds <= 0:
+                    raise SpecError("runtime options", "faults", f"CUT of {f.role!r} for "
+                                    f"{f.seconds:g} s", "machine:NAME and seconds > 0")
+            elif f.signal not in SIGNALS:
                 raise SpecError("runtime options", "faults", f"unknown signal {f.signal!r}",
-                                ", ".join(SIGNALS))
+                                ", ".join([*SIGNALS, "CUT"]))
         self.policy = get_policy(policy)
         self.run_dir = Path(run_dir)
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)

@@ -61,11 +61,13 @@ def exit_text(code: int) -> str:
 class Fault:
     """Fault injection: at ``at_step`` (when a trainer starts it) send ``signal`` to ``role``
     (``sampler:1``, ``trainer:0``, ``store:store1``, ``fetcher:store0``) or to every process
-    of a machine (``machine:store0``, which also marks the machine down)."""
+    of a machine (``machine:store0``, which also marks the machine down); ``CUT`` takes a
+    machine off the network for ``seconds`` with its processes alive (netns launcher)."""
 
     role: str
     at_step: int
-    signal: str = "KILL"  # KILL | STOP (a hang: only heartbeats detect it) | TERM
+    signal: str = "KILL"  # KILL | STOP (a hang: only heartbeats detect it) | TERM | CUT
+    seconds: float = 0.0  # CUT: how long the machine is off the network (a grey fault)
 
 
 @dataclass

@@ -263,9 +263,12 @@ class RoleTable:
 
     def _inject(self, f: Fault) -> None:
         """Fault injection: a real signal to a real process (or every process of a machine)."""
-        sig = SIGNALS[f.signal]
         t = time.monotonic()
-        if f.role.startswith("machine:"):
+        if f.signal == "CUT":  # a grey fault: the machine unreachable, its processes alive
+            machine = f.role.split(":", 1)[1]
+            pids: list[int] = []
+            what = self.launcher.cut_off(machine, f.seconds)
+        elif f.role.startswith("machine:"):
             machine = f.role.split(":", 1)[1]
             pids = self.launcher.mark_down(machine)
             what = f"machine {machine} down: SIGKILL to {len(pids)} processes {pids}"
@@ -278,9 +281,10 @@ class RoleTable:
             machine = r.launch.machine
             what = f"SIG{f.signal} to {f.role} (pid {r.proc.pid}) on {machine}, which was " \
                    f"{r.doing}"
-            r.proc.signal(sig)
+            r.proc.signal(SIGNALS[f.signal])
         rec = {"type": "fault", "role": f.role, "signal": f.signal, "at_step": f.at_step,
-               "pids": pids, "machine": machine, "time": self.now(), "_t": t}
+               "pids": pids, "machine": machine, "time": self.now(), "_t": t,
+               **({"seconds": f.seconds} if f.signal == "CUT" else {})}
         self.recovery.faults.append(rec)
         self.event({k: v for k, v in rec.items() if k != "_t"})
         self.log(f"fault injection at step {f.at_step}: {what}")

@@ -814,7 +814,13 @@ def test_closed_pipe_is_quiet() -> None:
     ("sampler:0:soon", "step 'soon' is not a whole number"),
     ("sampler:0:-1", "--kill-at: step must be >= 0, got -1"),
     ("sampler:0:1:HUP", "--kill-at: unknown signal 'HUP' in 'sampler:0:1:HUP' (valid: KILL, "
-                        "STOP, TERM)"),
+                        "STOP, TERM, CUT)"),
+    ("trainer:0:1:CUT:3", "cannot parse 'trainer:0:1:CUT:3': only a machine is cut off"),
+    ("machine:gpu0:1:CUT", "cannot parse 'machine:gpu0:1:CUT': only a machine is cut off, "
+                           "for a number of seconds"),
+    ("machine:gpu0:1:CUT:0", "CUT seconds must be in (0, 3600], got '0'"),
+    ("machine:gpu0:1:CUT:3", "machine:gpu0:1:CUT cuts a machine off its network, which the "
+                             "local launcher cannot (valid: --launcher netns"),
     ("trainer:7:3", "--kill-at: no process 'trainer:7' in this plan (step 3) (valid: "
                     "trainer:0, trainer:1)"),
     ("sampler:2:3", "no process 'sampler:2' in this plan (step 3) (valid: sampler:0, "
@@ -836,9 +842,11 @@ def test_bad_fault_injection_is_refused_before_launch(capsys: pytest.CaptureFixt
 def test_good_fault_specs_parse() -> None:
     from gnnsched.api import parse_faults
 
-    f = parse_faults(["sampler:1:20", "machine:store0:5:stop", "trainer:0:0:SIGTERM"])
-    assert [(x.role, x.at_step, x.signal) for x in f] == [
-        ("sampler:1", 20, "KILL"), ("machine:store0", 5, "STOP"), ("trainer:0", 0, "TERM")]
+    f = parse_faults(["sampler:1:20", "machine:store0:5:stop", "trainer:0:0:SIGTERM",
+                      "machine:gpu1:12:cut:2.5"])
+    assert [(x.role, x.at_step, x.signal, x.seconds) for x in f] == [
+        ("sampler:1", 20, "KILL", 0.0), ("machine:store0", 5, "STOP", 0.0),
+        ("trainer:0", 0, "TERM", 0.0), ("machine:gpu1", 12, "CUT", 2.5)]
 
 
 def test_unknown_replan_placer_is_refused_before_launch(capsys: pytest.CaptureFixture,

@@ -567,3 +567,41 @@ def _dropped(net) -> int:
         rows = [ln.split() for ln in snmp.splitlines() if ln.startswith("Tcp:")]
         total += int(rows[1][rows[0].index("RetransSegs")])
     return total
+
+
+@pytest.mark.slow
+@pytest.mark.netns
+def test_a_machine_cut_off_and_back_rejoins(lab4, tmp_path: Path) -> None:
+    """A grey fault (issue 57): trainer 1's host is cut off the network for 3 s mid-epoch
+    (its switch port down; its processes alive), shorter than the heartbeat timeout. TCP
+    retransmits once the port is up; nothing is declared dead, so no second copy of any role
+    starts; the run trains like the reference, every batch once, a few seconds later."""
+    from gnnsched import api
+    from gnnsched.runtime import netns
+    from gnnsched.runtime.reference import reference_train
+
+    base, job, _, parts = lab4
+    job = replace(job, epochs=2)
+    cluster = _emulated_lab4(base, "cut")
+    plan = _plan(cluster)
+    net = netns.EmulatedCluster(cluster).up()
+    try:
+        faults = api.parse_faults(["machine:gpu1:8:CUT:3"])
+        res = train(cluster, job, plan, policy="gnnsched", launcher="netns",
+                    out_dir=tmp_path / "run", partitions=parts,
+                    options=replace(FAST, faults=faults, dead_after_s=10.0))
+        recs = _records(tmp_path / "run")
+        cut = [r for r in recs if r.get("type") == "fault"]
+        assert len(cut) == 1 and cut[0]["signal"] == "CUT" and cut[0]["seconds"] == 3.0
+        assert not [r for r in recs if r.get("type") == "recovery"], "declared dead"
+        at = next(r["epoch"] for r in recs if r.get("type") == "batch" and r["seq"] == 8)
+        took = {r["epoch"]: r["epoch_time_s"] for r in recs if r.get("type") == "epoch"}
+        assert took[at] >= 2.5, took  # the cut really stalled the step it fell in
+        ref = reference_train(job, str(parts), [list(t.parts) for t in plan.trainers])
+        assert res.test_accuracy == pytest.approx(ref.test_accuracy, abs=1e-9)
+        _assert_every_batch_once(recs, job.epochs, 2, res.iterations_per_epoch)
+        assert net.ping("gpu0", "gpu1") is not None, "the port was left down"
+        assert not _children(), "a role process outlived the run"
+    finally:
+        net.down()
+    assert [n for n in netns.list_namespaces() if n in net.namespaces] == []
