@@ -20,6 +20,7 @@ from typing import Any
 
 from gnnsched.spec import SYNTHETIC_DEFAULTS, SpecError, check_synthetic
 
+from .chunked import ChunkedGraph, is_chunked, write_chunked
 from .npz import Graph, load_npz, random_projection, scale_features
 from .partition import (
     LocalPart,
@@ -36,9 +37,10 @@ SYNTHETIC_DEFAULT_NODES = SYNTHETIC_DEFAULTS["num_nodes"]
 _REPO_SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 
 __all__ = [
-    "Graph", "LocalPart", "PartitionReport", "PartitionSet", "available_datasets",
+    "ChunkedGraph", "Graph", "LocalPart", "PartitionReport", "PartitionSet", "available_datasets",
     "bundled_datasets", "data_dirs", "generate", "load_dataset", "load_npz",
-    "open_partitions", "partition_graph", "random_projection", "run_partition",
+    "is_chunked", "open_partitions", "partition_graph", "random_projection", "run_partition",
+    "write_chunked",
 ]
 
 
@@ -78,6 +80,22 @@ def available_datasets(data_dir: str | os.PathLike | None = None) -> dict[str, P
     for name, path in bundled_datasets().items():
         out.setdefault(name, path)
     return out
+
+
+def _load_chunked(path: Path, split: int, feature_dim: int | None, seed: int,
+                  normalize: str) -> Graph:
+    """A chunked graph folder held whole (where it fits), with the job's feature settings."""
+    if split != 0:
+        raise SpecError(str(path), "split", f"a chunked graph holds one split, got {split}",
+                        "0")
+    graph = ChunkedGraph.open(path).to_graph()
+    width = graph.feature_dim
+    if feature_dim is not None and feature_dim != width:
+        graph.features = random_projection(graph.features, int(feature_dim), seed)
+    graph.features = scale_features(graph.features, normalize)
+    graph.meta.update(split=0, raw_feature_dim=width, seed=seed, normalize=normalize,
+                      projected=feature_dim is not None and feature_dim != width)
+    return graph
 
 
 def load_dataset(
@@ -121,6 +139,8 @@ def load_dataset(
                         "use name='synthetic'")
 
     path = Path(name).expanduser()
+    if path.is_dir() and is_chunked(path):  # DGL's chunked graph format (metadata.json)
+        return _load_chunked(path, split, feature_dim, seed, normalize)
     if path.is_file():
         return load_npz(path, split=split, feature_dim=feature_dim, seed=seed,
                         normalize=normalize)

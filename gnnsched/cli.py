@@ -19,6 +19,7 @@ from gnnsched.spec import SpecError
 
 VERBS = {
     "demo": "gnnsched.commands.demo",
+    "chunk": "gnnsched.commands.chunk",
     "partition": "gnnsched.commands.partition",
     "profile": "gnnsched.commands.profile",
     "plan": "gnnsched.commands.plan",

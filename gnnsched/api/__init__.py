@@ -52,6 +52,7 @@ from gnnsched.api.core import (
     train,
 )
 from gnnsched.api.data import (
+    chunk,
     create_keys,
     open_job_partitions,
     partition,
@@ -162,7 +163,7 @@ __all__ = ["export_run", "load_predictions", "predict", "predict_single", "Calib
            "MessageError", "NETNS_HOST_IF", "NetnsError", "PLACEMENT", "RUNTIME", "RunError",
            "RuntimeOptions", "TransportError", "calibrate", "check_cluster", "check_faults",
            "check_partitions_fit", "check_placer", "check_plan_job", "cluster_down",
-           "cluster_down_all", "cluster_status", "cluster_up", "create_keys",
+           "chunk", "cluster_down_all", "cluster_status", "cluster_up", "create_keys",
            "distdgl_infeasible_reason", "draw_plan", "emulated_cluster_up", "file_digest",
            "get_placer", "job_partitions", "launcher_kwargs", "launchers", "ledger_breakdown",
            "ledger_table", "load_dataset", "load_pair", "load_plan", "netns_unavailable_reason",

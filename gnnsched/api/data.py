@@ -51,6 +51,18 @@ def partition(dataset: str, parts: int, out: str | Path | None = None, *,
     return report
 
 
+def chunk(dataset: str, out: str | Path, chunks: int, *, data_dir: str | None = None
+          ) -> dict[str, Any]:
+    """``dataset`` written in DGL's chunked graph format into ``out`` (``gnnsched chunk``):
+    what a reader of the folder sees (:class:`gnnsched.datasets.ChunkedGraph`, checked)."""
+    from gnnsched.datasets import ChunkedGraph, load_dataset, write_chunked
+
+    meta = write_chunked(load_dataset(dataset, data_dir=data_dir), out, chunks)
+    g = ChunkedGraph.open(meta.parent)
+    return {"metadata": str(meta), "num_nodes": g.num_nodes, "num_edges": g.num_edges,
+            "feature_dim": g.feature_dim, "chunks": len(g.nodes_per_chunk)}
+
+
 def open_job_partitions(job: JobSpec, partitions: str | Path | None = None,
                         data_dir: str | None = None, *, quiet: bool = False) -> PartitionSet:
     """The job's partitions, verified: ``partitions`` when given, else the job's
@@ -137,5 +149,5 @@ def create_keys(folder: str | Path, force: bool = False) -> tuple[Path, Path]:
     return Path(pub), Path(sec)
 
 
-__all__ = ["create_keys", "open_job_partitions", "partition", "partition_dir", "reference",
+__all__ = ["chunk", "create_keys", "open_job_partitions", "partition", "partition_dir", "reference",
            "reference_slices", "reference_split"]

@@ -25,7 +25,8 @@ HELP = "partition a dataset (METIS or random) into DGL's distributed partition f
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dataset", help="bundled name (cora), NAME of a file in --data-dir, a path "
-                   "to an .npz of the shared schema, or 'synthetic'")
+                   "to an .npz of the shared schema, a folder in DGL's chunked graph format "
+                   "(metadata.json + chunks; `gnnsched chunk` writes one), or 'synthetic'")
     p.add_argument("--parts", type=parts_int, required=True, help="number of partitions")
     p.add_argument("--out", type=output_dir, default=None,
                    help="output directory (default: parts/NAME-PARTS, NAME the dataset's "
