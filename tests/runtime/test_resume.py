@@ -47,10 +47,9 @@ def _epoch_files(folder: Path) -> dict[int, int]:
             for f in sorted(folder.glob("epoch-*.pt"))}
 
 
-@pytest.mark.slow
-def test_interrupted_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
+def _lab4_setup(tmp_path: Path) -> tuple:
+    """lab4's job, its partitions (random, seed 0) and a hand plan in ``tmp_path``."""
     from gnnsched.datasets import load_dataset, partition_graph
-    from gnnsched.runtime.reference import reference_train
 
     cluster, job = load_cluster(LAB4 / "cluster.yaml"), load_job(LAB4 / "job.yaml")
     parts = tmp_path / "parts"
@@ -59,6 +58,14 @@ def test_interrupted_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> 
         TrainerPlan(0, "gpu0", 0, (0, 1), (("store0", 1),), "store0"),
         TrainerPlan(1, "gpu1", 0, (2, 3), (("store1", 1),), "gpu1")))
     plan.save(tmp_path / "plan.json")
+    return job, parts
+
+
+@pytest.mark.slow
+def test_interrupted_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
+    from gnnsched.runtime.reference import reference_train
+
+    job, parts = _lab4_setup(tmp_path)
     run = tmp_path / "run"
 
     proc = subprocess.Popen(_cmd(tmp_path, parts), stdout=subprocess.PIPE,
@@ -144,19 +151,12 @@ def test_a_full_disk_mid_run_keeps_the_last_checkpoint_and_resume_goes_on(
     and ends with the uninterrupted run's model (issue 57)."""
     import os
 
-    from gnnsched.datasets import load_dataset, partition_graph
     from gnnsched.runtime import checkpoints
     from gnnsched.runtime.reference import reference_train
 
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    cluster, job = load_cluster(LAB4 / "cluster.yaml"), load_job(LAB4 / "job.yaml")
-    parts = tmp_path / "parts"
-    partition_graph(load_dataset(job.dataset), job.num_parts, parts, method="random", seed=0)
-    plan = Plan("hand", cluster.name, cluster.fingerprint(), (
-        TrainerPlan(0, "gpu0", 0, (0, 1), (("store0", 1),), "store0"),
-        TrainerPlan(1, "gpu1", 0, (2, 3), (("store1", 1),), "gpu1")))
-    plan.save(tmp_path / "plan.json")
+    job, parts = _lab4_setup(tmp_path)
     run = tmp_path / "run"
     folder = run / "checkpoints"
     folder.mkdir(parents=True)
