@@ -351,6 +351,7 @@ class ClusterGroups:
         self.period_us = int(period_us or choose_period(shares.values(), dilation))
         self.dirs: dict[str, str] = dict(dirs or {})
         self.version = version
+        self._planned: dict[str, dict[Path, int | None]] = {}  # throttled: the plan's
 
     # -- where
 
@@ -491,6 +492,43 @@ class ClusterGroups:
             for i, c in enumerate(s.device_cores):
                 self._make(self.device_group(host, i), c, subtree=False)
         return [f"cgroup {r}" for r in self._roots()]
+
+    def throttle(self, host: str, factor: float = 1.0) -> None:
+        """Every CPU quota of ``host``'s groups divided by ``factor`` (1: as they were before
+        the first throttle): a straggler made by the kernel, every role of the host slowed
+        alike. Children first when lowering and parents first when raising, as cgroup v1
+        refuses a child a quota above its parent's."""
+        self.resolve()
+        d = self._dir("cpu", self.host_group(host))
+        if d is None or not d.is_dir():
+            raise CgroupError(f"host {host!r} has no cpu group to throttle")
+        saved = self._planned.setdefault(host, {})
+        dirs = _tree(d)  # deepest first
+        if factor <= 1.0:
+            dirs = dirs[::-1]
+        for g in dirs:
+            if g not in saved:
+                saved[g] = self._read_quota(g)
+            q = saved[g]
+            if q is not None:
+                self._write_quota(g, q if factor <= 1.0 else max(MIN_QUOTA_US,
+                                                                 round(q / factor)))
+        if factor <= 1.0:
+            self._planned.pop(host, None)
+
+    def _read_quota(self, d: Path) -> int | None:
+        """A group's CPU quota in microseconds per period (None: none of its own)."""
+        if self.version == 2:
+            q = (_read(d / "cpu.max") or "max").split()[0]
+            return None if q == "max" else int(q)
+        q = _read_int(d / "cpu.cfs_quota_us")
+        return None if q is None or q < 0 else q
+
+    def _write_quota(self, d: Path, quota_us: int) -> None:
+        if self.version == 2:
+            _write(d / "cpu.max", f"{quota_us} {self.period_us}")
+        else:
+            _write(d / "cpu.cfs_quota_us", quota_us)
 
     def role(self, host: str, name: str, threads: int = 1) -> str:
         """The leaf of one process on ``host`` (made if missing): at most ``threads`` emulated

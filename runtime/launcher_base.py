@@ -186,6 +186,13 @@ class Launcher:
         raise LaunchError(f"cutting machine {machine} off needs the emulated cluster "
                           f"(--launcher netns); the {self.name} launcher cannot")
 
+    def slow_down(self, machine: str, factor: float, seconds: float) -> str:
+        """Divide ``machine``'s CPU by ``factor`` for ``seconds`` (a straggler); only a scale
+        model's control groups can (:class:`~.netns_launcher.NetnsLauncher`)."""
+        raise LaunchError(f"slowing machine {machine} down needs the scale model (--launcher "
+                          f"netns on a cluster up with control groups); the {self.name} "
+                          "launcher cannot")
+
     def explain_exit(self, proc: Process) -> str | None:
         """Why ``proc`` ended, where the launcher knows more than its exit code (the netns
         launcher: killed by the kernel for exceeding its host's memory limit); else None."""

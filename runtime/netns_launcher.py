@@ -53,6 +53,7 @@ class NetnsLauncher(Launcher):
         self.nic_bands = getattr(self.net, "queues", "") == "tos bands"
         self._placed: set[str] = set()  # fork servers moved into their host's group
         self._cuts: dict[str, Any] = {}  # machine -> the timer that joins it again
+        self._slowed: dict[str, Any] = {}  # machine -> the timer that gives its CPU back
         self._devices: dict[tuple[str, str], int] = {}  # (machine, trainer id) -> device
         self._oom0 = {h: self.groups.usage(h).get("oom_kills") or 0
                       for h in self.groups.shares} if self.groups else {}
@@ -71,6 +72,24 @@ class NetnsLauncher(Launcher):
         return f"machine {machine} cut off the network for {seconds:g} s (its switch port " \
                "down; its processes keep running)"
 
+    def slow_down(self, machine: str, factor: float, seconds: float) -> str:
+        """Its host group's CPU quota / ``factor`` now, as planned again after ``seconds``."""
+        import threading
+
+        if self.groups is None:
+            return super().slow_down(machine, factor, seconds)
+        self.groups.throttle(machine, factor)
+        timer = threading.Timer(seconds, self._unthrottle, (machine,))
+        timer.daemon = True
+        self._slowed[machine] = timer
+        timer.start()
+        return f"machine {machine} slowed to 1/{factor:g} of its CPU for {seconds:g} s (its " \
+               "control group's quota)"
+
+    def _unthrottle(self, machine: str) -> None:
+        if self._slowed.pop(machine, None) is not None and self.groups is not None:
+            self.groups.throttle(machine, 1.0)
+
     def _join(self, machine: str) -> None:
         if self._cuts.pop(machine, None) is not None:
             self.net.set_cut(machine, False)
@@ -79,6 +98,9 @@ class NetnsLauncher(Launcher):
         for machine, timer in list(self._cuts.items()):
             timer.cancel()
             self._join(machine)
+        for machine, timer in list(self._slowed.items()):
+            timer.cancel()
+            self._unthrottle(machine)
         super().close()
 
     # ---------------------------------------------------------------- control groups

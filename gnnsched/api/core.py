@@ -446,11 +446,13 @@ def train(cluster: ClusterSpec | str | Path, job: JobSpec | str | Path, plan: Pl
     cluster, job, plan, profile = inp.cluster, inp.job, inp.plan, inp.profile
     if options is not None and getattr(options, "faults", ()):
         check_faults(options.faults, cluster, plan)
-        cut = next((f for f in options.faults if f.signal == "CUT"), None)
+        cut = next((f for f in options.faults if f.signal in ("CUT", "SLOW")), None)
         kind = getattr(launcher, "name", launcher)
         if cut is not None and kind != "netns":
-            raise SpecError("--kill-at", "", f"{cut.role}:{cut.at_step}:CUT cuts a machine off "
-                            f"its network, which the {kind} launcher cannot",
+            what = "cuts a machine off its network" if cut.signal == "CUT" else \
+                "slows a machine's CPU down"
+            raise SpecError("--kill-at", "", f"{cut.role}:{cut.at_step}:{cut.signal} {what}, "
+                            f"which the {kind} launcher cannot",
                             "--launcher netns on an emulated cluster (gnnsched cluster up)")
     parts = Path(partitions) if partitions else partitions_for(job, data_dir, quiet=True)
     run_dir = Path(out_dir or f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}")

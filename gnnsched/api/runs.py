@@ -15,9 +15,10 @@ from typing import Any
 from gnnsched.spec import SpecError
 
 FAULT_ROLES = ("trainer", "sampler", "store", "fetcher", "machine")
-FAULT_SIGNALS = ("KILL", "STOP", "TERM", "CUT")  # CUT: off the network, processes alive
-FAULT_FORM = ("ROLE:ID:STEP[:KILL|STOP|TERM] or machine:ID:STEP:CUT:SECONDS, e.g. sampler:1:20, "
-              "machine:store0:5:STOP or machine:gpu1:12:CUT:3")
+# CUT: off the network, processes alive; SLOW: an eighth of its CPU (a straggler)
+FAULT_SIGNALS = ("KILL", "STOP", "TERM", "CUT", "SLOW")
+FAULT_FORM = ("ROLE:ID:STEP[:KILL|STOP|TERM] or machine:ID:STEP:CUT|SLOW:SECONDS, e.g. "
+              "sampler:1:20, machine:store0:5:STOP or machine:gpu1:12:CUT:3")
 
 
 def parse_faults(specs: list[str]) -> tuple[Any, ...]:
@@ -49,16 +50,16 @@ def parse_faults(specs: list[str]) -> tuple[Any, ...]:
             raise SpecError("--kill-at", "", f"unknown signal {parts[3]!r} in {spec!r}",
                             ", ".join(FAULT_SIGNALS))
         seconds = 0.0
-        if sig == "CUT" or len(parts) == 5:
-            if sig != "CUT" or kind != "machine" or len(parts) != 5:
+        if sig in ("CUT", "SLOW") or len(parts) == 5:
+            if sig not in ("CUT", "SLOW") or kind != "machine" or len(parts) != 5:
                 raise SpecError("--kill-at", "", f"cannot parse {spec!r}: only a machine is cut "
-                                "off, for a number of seconds", FAULT_FORM)
+                                "off or slowed, for a number of seconds", FAULT_FORM)
             try:
                 seconds = float(parts[4])
             except ValueError:
                 seconds = -1.0
             if not 0 < seconds <= 3600:
-                raise SpecError("--kill-at", "", f"CUT seconds must be in (0, 3600], got "
+                raise SpecError("--kill-at", "", f"{sig} seconds must be in (0, 3600], got "
                                 f"{parts[4]!r} in {spec!r}", "e.g. machine:gpu1:12:CUT:3")
         out.append(Fault(f"{kind}:{ident}", step, sig, seconds))
     return tuple(out)

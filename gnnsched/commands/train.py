@@ -137,7 +137,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "step STEP (>= 0; steps count every batch a trainer runs, "
                         "validation and test batches included, as metrics.jsonl's seq does); "
                         "machine:NAME:STEP:CUT:SECONDS instead cuts the machine off the "
-                        "network for SECONDS, its processes alive (--launcher netns); "
+                        "network for SECONDS, its processes alive (--launcher netns), and "
+                        "machine:NAME:STEP:SLOW:SECONDS leaves it an eighth of its CPU for "
+                        "SECONDS (a straggler; the scale model's control groups); "
                         "repeatable, checked against the plan before anything starts")
 
 

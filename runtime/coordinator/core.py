@@ -53,6 +53,7 @@ from gnnsched.runtime.checkpoints import renumber_epoch_files
 from gnnsched.runtime.coordinator.advisor import Advisor
 from gnnsched.runtime.coordinator.driver import Handler, PolicyDriver
 from gnnsched.runtime.coordinator.options import (
+    GREY,
     SIGNALS,
     STAGES,
     RoleFailure,
@@ -66,6 +67,7 @@ from gnnsched.runtime.coordinator.roles import RoleState, RoleTable
 from gnnsched.runtime.coordinator.schedule import Item, Schedule, eval_ids_of, part_counts
 from gnnsched.runtime.coordinator.startup import check_host_memory, role_config, start_message
 from gnnsched.runtime.coordinator.state import RunState
+from gnnsched.runtime.coordinator.straggler import StragglerWatch
 from gnnsched.runtime.launcher import Launcher, LaunchError
 from gnnsched.runtime.role import PHASES
 from gnnsched.runtime.transport import (
@@ -111,13 +113,13 @@ class Coordinator:
             raise SpecError("runtime options", "replan", f"unknown value {o.replan!r}",
                             "auto, always, never")
         for f in o.faults:
-            if f.signal == "CUT":
+            if f.signal in GREY:
                 if not f.role.startswith("machine:") or f.seconds <= 0:
-                    raise SpecError("runtime options", "faults", f"CUT of {f.role!r} for "
-                                    f"{f.seconds:g} s", "machine:NAME and seconds > 0")
+                    raise SpecError("runtime options", "faults", f"{f.signal} of {f.role!r} "
+                                    f"for {f.seconds:g} s", "machine:NAME and seconds > 0")
             elif f.signal not in SIGNALS:
                 raise SpecError("runtime options", "faults", f"unknown signal {f.signal!r}",
-                                ", ".join([*SIGNALS, "CUT"]))
+                                ", ".join([*SIGNALS, *GREY]))
         self.policy = get_policy(policy)
         self.run_dir = Path(run_dir)
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -160,6 +162,7 @@ class Coordinator:
         # evaluated nodes per (trainer, step): labels, predictions, positive-class probability
         self.outputs: dict[tuple[int, int], tuple[list, list, list | None]] = {}
         self.imbalance_checked = False
+        self.stragglers = StragglerWatch()
         self.recovery = Recovery(
             self, self.state, opts=o, job=job, launcher=launcher, run_dir=self.run_dir,
             trainer_parts=self.trainer_parts, trainer_shares=self.trainer_shares,
@@ -550,6 +553,8 @@ class Coordinator:
         self.last_progress = time.monotonic()
         item = self.state.items[seq]
         self.event({"type": "batch", **body})
+        if item.phase == 0:
+            self._watch_straggler(w, float(body.get("train_s") or 0.0), seq, now)
         self.driver.on_trained(w, seq, item, body, now)
         self.barriers[seq] += 1
         if self.barriers[seq] == self.state.W:
@@ -558,6 +563,24 @@ class Coordinator:
             self.policy.on_barrier(seq, now)
             self._after_barrier(item, now)
             self.recovery.barrier(seq, now)
+
+    def _watch_straggler(self, w: int, train_s: float, seq: int, now: float) -> None:
+        """Say and record a trainer that turned straggler or recovered (:mod:`.straggler`)."""
+        change = self.stragglers.step(w, train_s)
+        if change is None:
+            return
+        what, ratio = change
+        machine = self.state.plan.trainers[w].machine
+        if what == "slow":
+            self.log(f"straggler: trainer {w} on {machine} takes {ratio:.1f}x its own usual "
+                     f"step time (from step {seq}); the others wait for it at every barrier "
+                     "(no re-plan: not built yet)")
+        else:
+            self.log(f"straggler: trainer {w} on {machine} is back to {ratio:.1f}x its usual "
+                     f"step time (step {seq})")
+        self.event({"type": "straggler" if what == "slow" else "straggler_recovered",
+                    "trainer": w, "machine": machine, "seq": seq, "ratio": ratio,
+                    "time": now})
 
     def _after_barrier(self, item: Item, now: float) -> None:
         """Every trainer finished ``item``: progress, and an epoch's or the test's record."""

@@ -15,6 +15,8 @@ from gnnsched.workload import NIC_CHUNK_S, NIC_WINDOW_S, PEER_WINDOW_S
 STAGES = ("sample_s", "fetch_s", "wait_s", "train_s", "allreduce_s")
 ROLE_ORDER = (("trainer",), ("sampler", "fetcher"), ("store",))  # shutdown order
 SIGNALS = {"KILL": signal.SIGKILL, "STOP": signal.SIGSTOP, "TERM": signal.SIGTERM}
+GREY = ("CUT", "SLOW")  # grey faults of a machine, for Fault.seconds (not signals)
+SLOW_FACTOR = 8.0  # SLOW: the machine keeps an eighth of its CPU
 
 
 class RunError(RuntimeError):
@@ -62,12 +64,13 @@ class Fault:
     """Fault injection: at ``at_step`` (when a trainer starts it) send ``signal`` to ``role``
     (``sampler:1``, ``trainer:0``, ``store:store1``, ``fetcher:store0``) or to every process
     of a machine (``machine:store0``, which also marks the machine down); ``CUT`` takes a
-    machine off the network for ``seconds`` with its processes alive (netns launcher)."""
+    machine off the network for ``seconds`` with its processes alive (netns launcher),
+    ``SLOW`` leaves it 1/:data:`SLOW_FACTOR` of its CPU for ``seconds`` (the scale model)."""
 
     role: str
     at_step: int
     signal: str = "KILL"  # KILL | STOP (a hang: only heartbeats detect it) | TERM | CUT
-    seconds: float = 0.0  # CUT: how long the machine is off the network (a grey fault)
+    seconds: float = 0.0  # CUT / SLOW: how long the grey fault lasts
 
 
 @dataclass

@@ -41,6 +41,7 @@ from gnnsched.runtime.coordinator.messenger import Messenger
 from gnnsched.runtime.coordinator.options import (
     ROLE_ORDER,
     SIGNALS,
+    SLOW_FACTOR,
     Fault,
     RoleFailure,
     RunError,
@@ -268,6 +269,10 @@ class RoleTable:
             machine = f.role.split(":", 1)[1]
             pids: list[int] = []
             what = self.launcher.cut_off(machine, f.seconds)
+        elif f.signal == "SLOW":  # a straggler: the machine's CPU quota cut for a while
+            machine = f.role.split(":", 1)[1]
+            pids = []
+            what = self.launcher.slow_down(machine, SLOW_FACTOR, f.seconds)
         elif f.role.startswith("machine:"):
             machine = f.role.split(":", 1)[1]
             pids = self.launcher.mark_down(machine)
@@ -284,7 +289,7 @@ class RoleTable:
             r.proc.signal(SIGNALS[f.signal])
         rec = {"type": "fault", "role": f.role, "signal": f.signal, "at_step": f.at_step,
                "pids": pids, "machine": machine, "time": self.now(), "_t": t,
-               **({"seconds": f.seconds} if f.signal == "CUT" else {})}
+               **({"seconds": f.seconds} if f.signal in ("CUT", "SLOW") else {})}
         self.recovery.faults.append(rec)
         self.event({k: v for k, v in rec.items() if k != "_t"})
         self.log(f"fault injection at step {f.at_step}: {what}")

@@ -294,10 +294,12 @@ def test_servers_bind_only_to_named_addresses(host: str, needle: str) -> None:
     ("sampler:0:soon", "step 'soon' is not a whole number"),
     ("sampler:0:-1", "--kill-at: step must be >= 0, got -1"),
     ("sampler:0:1:HUP", "--kill-at: unknown signal 'HUP' in 'sampler:0:1:HUP' (valid: KILL, "
-                        "STOP, TERM, CUT)"),
+                        "STOP, TERM, CUT, SLOW)"),
     ("trainer:0:1:CUT:3", "cannot parse 'trainer:0:1:CUT:3': only a machine is cut off"),
-    ("machine:gpu0:1:CUT", "cannot parse 'machine:gpu0:1:CUT': only a machine is cut off, "
-                           "for a number of seconds"),
+    ("machine:gpu0:1:CUT", "cannot parse 'machine:gpu0:1:CUT': only a machine is cut off "
+                           "or slowed, for a number of seconds"),
+    ("machine:gpu0:1:SLOW:3", "machine:gpu0:1:SLOW slows a machine's CPU down, which the "
+                              "local launcher cannot"),
     ("machine:gpu0:1:CUT:0", "CUT seconds must be in (0, 3600], got '0'"),
     ("machine:gpu0:1:CUT:3", "machine:gpu0:1:CUT cuts a machine off its network, which the "
                              "local launcher cannot (valid: --launcher netns"),

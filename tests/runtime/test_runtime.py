@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -602,6 +603,47 @@ def test_a_machine_cut_off_and_back_rejoins(lab4, tmp_path: Path) -> None:
         _assert_every_batch_once(recs, job.epochs, 2, res.iterations_per_epoch)
         assert net.ping("gpu0", "gpu1") is not None, "the port was left down"
         assert not _children(), "a role process outlived the run"
+    finally:
+        net.down()
+    assert [n for n in netns.list_namespaces() if n in net.namespaces] == []
+
+
+@pytest.mark.slow
+@pytest.mark.netns
+def test_a_slowed_host_slows_its_trainer_for_a_while(lab4, tmp_path: Path) -> None:
+    """A grey fault (issue 57) on the scale model: trainer 1's host keeps an eighth of its
+    CPU for 10 s (its control groups' quotas): its steps slow while it lasts and are as fast
+    as before once its quota is back; nothing is declared dead and the run trains like the
+    reference."""
+    from gnnsched import api
+    from gnnsched.runtime import cgroups, netns
+    from gnnsched.runtime.reference import reference_train
+
+    why = cgroups.unavailable_reason()
+    if why is not None:
+        pytest.skip(f"no control groups here: {why}")
+    base, job, _, parts = lab4
+    job = replace(job, epochs=4)
+    cluster = _emulated_lab4(base, "slow")
+    plan = _plan(cluster)
+    net = netns.EmulatedCluster(cluster, cgroups=True).up()
+    try:
+        res = train(cluster, job, plan, policy="gnnsched", launcher="netns",
+                    out_dir=tmp_path / "run", partitions=parts,
+                    options=replace(FAST, faults=api.parse_faults(["machine:gpu1:10:SLOW:10"])))
+        recs = _records(tmp_path / "run")
+        train_s = {r["seq"]: r["train_s"] for r in recs if r.get("type") == "batch"
+                   and r["trainer"] == 1 and r["phase"] == "train"}
+        before = statistics.median(v for q, v in train_s.items() if 2 <= q < 10)
+        during = statistics.median(v for q, v in train_s.items() if 11 <= q <= 15)
+        after = statistics.median(v for q, v in train_s.items() if q >= 30)
+        assert during > 1.3 * before and after < 1.3 * before, (before, during, after)
+        # the watch marks only the slowed trainer, if any (on lab4 its steps slow ~1.5x: the
+        # fetch dominates them, under the watch's 2x; see docs/robustness.md)
+        assert {r["trainer"] for r in recs if r.get("type") == "straggler"} <= {1}
+        assert not [r for r in recs if r.get("type") == "recovery"]
+        ref = reference_train(job, str(parts), [list(t.parts) for t in plan.trainers])
+        assert res.test_accuracy == pytest.approx(ref.test_accuracy, abs=1e-9)
     finally:
         net.down()
     assert [n for n in netns.list_namespaces() if n in net.namespaces] == []
