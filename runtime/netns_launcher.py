@@ -52,55 +52,48 @@ class NetnsLauncher(Launcher):
         self.cpu_model = self.groups is not None  # a trainer's quota is its device's speed
         self.nic_bands = getattr(self.net, "queues", "") == "tos bands"
         self._placed: set[str] = set()  # fork servers moved into their host's group
-        self._cuts: dict[str, Any] = {}  # machine -> the timer that joins it again
-        self._slowed: dict[str, Any] = {}  # machine -> the timer that gives its CPU back
+        self._undo: dict[tuple[str, str], Any] = {}  # grey faults still on: (timer, undo)
         self._devices: dict[tuple[str, str], int] = {}  # (machine, trainer id) -> device
         self._oom0 = {h: self.groups.usage(h).get("oom_kills") or 0
                       for h in self.groups.shares} if self.groups else {}
 
     # ---------------------------------------------------------------- grey faults
     def cut_off(self, machine: str, seconds: float) -> str:
-        """Its switch port down now and up again after ``seconds`` (a timer; :meth:`close`
-        joins a host still cut off), its processes left running."""
-        import threading
-
+        """Its switch port down now and up again after ``seconds``, its processes left
+        running."""
         self.net.set_cut(machine, True)
-        timer = threading.Timer(seconds, self._join, (machine,))
-        timer.daemon = True
-        self._cuts[machine] = timer
-        timer.start()
+        self._for_a_while(("cut", machine), seconds, lambda: self.net.set_cut(machine, False))
         return f"machine {machine} cut off the network for {seconds:g} s (its switch port " \
                "down; its processes keep running)"
 
     def slow_down(self, machine: str, factor: float, seconds: float) -> str:
-        """Its host group's CPU quota / ``factor`` now, as planned again after ``seconds``."""
-        import threading
-
+        """Its control groups' CPU quotas / ``factor`` now, as planned after ``seconds``."""
         if self.groups is None:
             return super().slow_down(machine, factor, seconds)
-        self.groups.throttle(machine, factor)
-        timer = threading.Timer(seconds, self._unthrottle, (machine,))
-        timer.daemon = True
-        self._slowed[machine] = timer
-        timer.start()
+        groups = self.groups
+        groups.throttle(machine, factor)
+        self._for_a_while(("slow", machine), seconds, lambda: groups.throttle(machine, 1.0))
         return f"machine {machine} slowed to 1/{factor:g} of its CPU for {seconds:g} s (its " \
-               "control group's quota)"
+               "control groups' quotas)"
 
-    def _unthrottle(self, machine: str) -> None:
-        if self._slowed.pop(machine, None) is not None and self.groups is not None:
-            self.groups.throttle(machine, 1.0)
+    def _for_a_while(self, key: tuple[str, str], seconds: float, undo: Any) -> None:
+        """Run ``undo`` after ``seconds`` (a timer), or at :meth:`close` if sooner: a grey
+        fault never outlives its run."""
+        import threading
 
-    def _join(self, machine: str) -> None:
-        if self._cuts.pop(machine, None) is not None:
-            self.net.set_cut(machine, False)
+        def once() -> None:
+            if self._undo.pop(key, None) is not None:
+                undo()
+
+        timer = threading.Timer(seconds, once)
+        timer.daemon = True
+        self._undo[key] = (timer, once)
+        timer.start()
 
     def close(self) -> None:
-        for machine, timer in list(self._cuts.items()):
+        for timer, once in list(self._undo.values()):
             timer.cancel()
-            self._join(machine)
-        for machine, timer in list(self._slowed.items()):
-            timer.cancel()
-            self._unthrottle(machine)
+            once()
         super().close()
 
     # ---------------------------------------------------------------- control groups
