@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gnnsched.prediction import Prediction
-from gnnsched.spec import MAX_GPUS, ClusterSpec, JobSpec, SpecError, _kind, _Reader
+from gnnsched.spec import MAX_GPUS, ClusterSpec, JobSpec, SpecError, _kind, _Reader, load_json
 
 PLAN_VERSION = 1
 MAX_PARTS = 1_000_000  # a partition id beyond this is a typo
@@ -298,14 +298,7 @@ class Plan:
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
-        p = Path(path)
-        if not p.is_file():
-            raise SpecError(str(path), "", "file not found", "a plan.json from `gnnsched plan`")
-        try:
-            data = json.loads(p.read_text())
-        except json.JSONDecodeError as exc:
-            raise SpecError(str(path), f"line {exc.lineno}", f"not valid JSON: {exc.msg}") from None
-        return cls.from_dict(data, str(path))
+        return cls.from_dict(load_json(path, "a plan.json from `gnnsched plan`"), str(path))
 
     def check_job(self, job: JobSpec, source: str = "plan") -> None:
         """Refuse a plan recorded for a job whose placement-relevant fields differ from

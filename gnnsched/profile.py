@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from gnnsched.graphstats import CostReference, GraphStats
-from gnnsched.spec import JobSpec, SpecError, fingerprint
+from gnnsched.spec import JobSpec, SpecError, fingerprint, load_json
 
 EDGE_BYTES = 16  # one sampled edge in a block message: src + dst as int64
 PROFILE_VERSION = 1
@@ -226,14 +226,8 @@ class CostProfile:
 
     @classmethod
     def load(cls, path: str | Path) -> CostProfile:
-        p = Path(path)
-        if not p.is_file():
-            raise SpecError(str(path), "", "file not found", "a file written by `gnnsched profile`")
-        try:
-            data = json.loads(p.read_text())
-        except json.JSONDecodeError as exc:
-            raise SpecError(str(path), f"line {exc.lineno}", f"not valid JSON: {exc.msg}") from None
-        return cls.from_dict(data, str(path))
+        return cls.from_dict(load_json(path, "a file written by `gnnsched profile`"),
+                             str(path))
 
 
 def _skew_rows(raw: Any, source: str) -> tuple[tuple[float, ...], ...]:

@@ -203,6 +203,18 @@ def load_yaml(path: str | Path) -> tuple[str, Any]:
         raise SpecError(source, where, f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
 
 
+def load_json(path: str | Path, what: str) -> Any:
+    """A JSON file's contents; a missing file or bad JSON is a SpecError naming the file (and
+    the line), with ``what`` the file should be (``a plan.json from `gnnsched plan```)."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(str(path), "", "file not found", what)
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise SpecError(str(path), f"line {exc.lineno}", f"not valid JSON: {exc.msg}") from None
+
+
 def fingerprint(obj: Any) -> str:
     """Short stable hash of a JSON-able object: ties plans and profiles to their inputs."""
     blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
