@@ -310,6 +310,11 @@ def table(problem: Any, plan: Any, runtime: dict[str, Any] | None = None,
             continue
         vs = f"{colo / t:5.2f}x vs colocation" if colo else ""
         lines.append(f"  {name:<16} {_secs(t):>12}  {vs}  {note}".rstrip())
+    cached = next((r.epoch_time_s for r in base if r.name == "colocation+cache"
+                   and r.epoch_time_s), None)
+    if cached and ep and plan.caches:  # every peer at its best: colocation with the caches too
+        lines.append(f"  this plan is {cached / ep:.2f}x colocation with the same caches, its "
+                     "best configuration here")
     if runtime is not None:
         t = _secs(runtime["epoch_time_s"])
         lines.append(f"  {plan.placer:<16} {t:>12}  {'':20}  this plan on the "
