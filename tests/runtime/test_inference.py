@@ -153,3 +153,50 @@ def test_distributed_equals_single_process(cora4: Path, tmp_path: Path, kind: st
     assert res["bytes_read"] > 0 and all(r["fetched_rows"] > 0 for r in res["roles"].values())
     assert (out / "logs" / "infer-h0.log").is_file()
     assert not list(tmp_path.glob(".*partial*"))
+
+
+PHYSICS = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "coauthor_physics.npz"
+
+
+@pytest.mark.slow
+@pytest.mark.netns
+def test_physics_on_four_emulated_hosts_equals_single_process(tmp_path: Path,
+                                                              capsys) -> None:
+    """Issue 56's exactness on its second graph: Coauthor Physics (features projected to 64,
+    4 METIS parts) on 4 emulated hosts (network namespaces, shaped NICs, the netns launcher):
+    every node's class scores equal the single-process full-neighbour pass to 1e-5."""
+    import os
+
+    import yaml
+
+    from gnnsched.datasets import load_dataset, open_partitions, partition_graph
+    from gnnsched.runtime import netns
+
+    if not PHYSICS.is_file():
+        pytest.skip(f"shared dataset {PHYSICS} is absent")
+    why = netns.unavailable_reason()
+    if why is not None:
+        pytest.skip(f"emulated cluster unavailable: {why}")
+    parts = tmp_path / "physics4"
+    graph = load_dataset(str(PHYSICS), feature_dim=64, seed=0)
+    partition_graph(graph, 4, parts, method="metis", seed=0)
+    data = {"name": f"phys{os.getpid() % 100000}", "machines": [
+        {"name": f"h{i}", "cpus": 2, "memory_gb": 4, "nic_gbps": 1, "partitions": [i]}
+        for i in range(4)]}
+    cluster = tmp_path / "four.yaml"
+    cluster.write_text(yaml.safe_dump(data))
+    run = fake_run(tmp_path / "run", "sage", 64, graph.num_classes, seed=5)
+    out = tmp_path / "pred"
+    net = netns.EmulatedCluster(cluster_from_dict(data, str(cluster))).up()
+    try:
+        assert cmd.run(_args(run, cluster=str(cluster), partitions=str(parts), out=str(out),
+                             launcher="netns", chunk=4096)) == 0
+    finally:
+        net.down()
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    got = load_outputs(out)
+    ref = reference_inference(load_trained(run), open_partitions(str(parts), verify=False))
+    assert np.array_equal(got["nodes"], ref.nodes) and len(ref.nodes) == graph.num_nodes
+    np.testing.assert_allclose(got["probs"], ref.probs, atol=1e-5, rtol=0)
+    assert res["mode"] == "distributed" and len(res["hosts"]) == 4 and res["bytes_read"] > 0
+    assert [n for n in netns.list_namespaces() if n in net.namespaces] == []
