@@ -185,7 +185,8 @@ def test_physics_on_four_emulated_hosts_equals_single_process(tmp_path: Path,
         for i in range(4)]}
     cluster = tmp_path / "four.yaml"
     cluster.write_text(yaml.safe_dump(data))
-    run = fake_run(tmp_path / "run", "sage", 64, graph.num_classes, seed=5)
+    run = fake_run(tmp_path / "run", "sage", 64, graph.num_classes, seed=5,
+                   dataset=str(PHYSICS), feature_dim=64)
     out = tmp_path / "pred"
     net = netns.EmulatedCluster(cluster_from_dict(data, str(cluster))).up()
     try:
