@@ -66,6 +66,8 @@ def steps_of(rows: list[dict[str, Any]]) -> Steps:
         got.setdefault("seq", []).append(int(r["seq"]))
         for k in ("train_s", "sample_s", "allreduce_s"):
             got.setdefault(k, []).append(round(float(r.get(k) or 0.0), 6))
+        if "sample_wait_s" in r:  # runs from before samplers reported it have none
+            got.setdefault("sample_wait_s", []).append(round(float(r["sample_wait_s"]), 6))
         if t0 is not None:
             got.setdefault("barrier_at", []).append(round(float(r.get("barrier_at", t0)) - t0,
                                                           6))
@@ -117,9 +119,21 @@ def barrier_release(steps: Steps) -> tuple[float, list[tuple[float, ...]]] | Non
 
 
 def step_costs(steps: Steps) -> dict[str, dict[str, list[float]]]:
-    """Per trainer, the training and sampling seconds of every steady training step."""
-    return {w: {"train_s": list(got["train_s"]), "sample_s": list(got["sample_s"])}
-            for w, got in steps.items()}
+    """Per trainer, the training and sampling seconds of every steady training step; where the
+    run recorded how long each sampler waited for remote hops' answers (``sample_wait_s``),
+    the sampling seconds without that wait (``sample_s``) and the share of sampling it was
+    (``sample_wait_share``): the simulator charges those rounds itself, on its network model
+    (:mod:`gnnsched.simulator.window`), so a calibrated cost must not hold them twice."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for w, got in steps.items():
+        sample, wait = list(got["sample_s"]), got.get("sample_wait_s")
+        row = {"train_s": list(got["train_s"]), "sample_s": sample}
+        if wait is not None and len(wait) == len(sample):
+            row["sample_s"] = [max(0.0, s - x) for s, x in zip(sample, wait)]
+            total = sum(sample)
+            row["sample_wait_share"] = [min(1.0, sum(wait) / total) if total > 0 else 0.0]
+        out[w] = row
+    return out
 
 
 # ------------------------------------------------------------------------------ calibration
@@ -189,7 +203,9 @@ def insitu_profile(prof: CostProfile, plan: Plan, cluster: ClusterSpec, job: Job
         if got.get("allreduce_s"):
             ar.append(got["allreduce_s"])
         if got.get("sample_s") and p_sample > 0:
-            sample.update(dict.fromkeys(t.parts, got["sample_s"] / p_sample))
+            # the mean stage holds the wait for remote hops; the steps say how much of it
+            share = ((steps or {}).get(str(t.id)) or {}).get("sample_wait_share") or [0.0]
+            sample.update(dict.fromkeys(t.parts, got["sample_s"] * (1 - share[0]) / p_sample))
     f_cpu = float(np.median(cpu)) if cpu else 1.0
     model_ar = wl.allreduce_s(plan)
     if allreduce_s:

@@ -20,7 +20,7 @@ from gnnsched.plan import Plan
 from gnnsched.policy import Policy, PolicyContext
 from gnnsched.profile import EDGE_BYTES, CostProfile
 from gnnsched.spec import ClusterSpec, JobSpec, SpecError
-from gnnsched.workload import Workload
+from gnnsched.workload import NIC_FIFO_BYTES, Workload
 
 
 class _Tables:
@@ -93,7 +93,8 @@ class Instance:
 
     def __init__(self, workload: Workload, plan: Plan, *, seed: int = 0,
                  iterations: int | None = None, nic_window_s: float | None = None,
-                 nic_chunk_s: float | None = None) -> None:
+                 nic_chunk_s: float | None = None,
+                 nic_fifo_bytes: float | None = NIC_FIFO_BYTES) -> None:
         wl, cl = workload, workload.cluster
         self.workload, self.plan, self.seed = wl, plan, seed
         for name, v in (("nic_window_s", nic_window_s), ("nic_chunk_s", nic_chunk_s)):
@@ -101,6 +102,11 @@ class Instance:
                 raise ValueError(f"{name} must be > 0 seconds or None, got {v!r}")
         self.nic_window_s = nic_window_s
         self.nic_chunk_s = nic_chunk_s  # the window model's piece (None: NIC_CHUNK_S)
+        # with the window model: what a connection parks in a FIFO NIC queue, which every
+        # remote hop's request and answer wait behind (None or 0: no such wait)
+        self.nic_fifo_bytes = nic_fifo_bytes if nic_window_s is not None and nic_fifo_bytes \
+            else None
+        self.layers = len(wl.job.fanouts)  # rounds of remote requests per mini-batch, at most
         self.M = wl.M
         self.W = len(plan.trainers)
         self.K = K = int(iterations or wl.iterations)
@@ -145,8 +151,10 @@ class Instance:
         self.feat: list[list[tuple[tuple[int, float], ...]]] = []
         self.struct: list[list[tuple[tuple[int, float], ...]]] = []
         self.feat_total: list[list[float]] = []
+        # per batch: the machines storing its seeds' partitions (their hops start remote)
+        self.seed_at: list[list[tuple[int, ...]]] = []
         for w, t in enumerate(plan.trainers):
-            ss, ts, bl, fe, st, ft = [], [], [], [], [], []
+            ss, ts, bl, fe, st, ft, sa = [], [], [], [], [], [], []
             Fw = self.F[w]
             share = wl.cache_share(Fw, plan.caches.get(t.fetch_at, 0)) if plan.caches else 0.0
             ld = wl.load(t.parts, t.shares)  # the trainer's batch over the profile's
@@ -173,12 +181,14 @@ class Instance:
                 fe.append(tuple((m, ld * b) for m, b in sorted(fd.items())))
                 st.append(tuple((m, ld * b) for m, b in sorted(sd.items())))
                 ft.append(ld * tot)
+                sa.append(tuple(sorted({int(wl.store[q]) for q, _, f in mix if f > 0})))
             self.sample_s.append(ss)
             self.train_s.append(ts)
             self.block.append(bl)
             self.feat.append(fe)
             self.struct.append(st)
             self.feat_total.append(ft)
+            self.seed_at.append(sa)
 
     def _draw_release(self, prof: CostProfile, seed: int, K: int) -> list[list[float]] | None:
         """When each trainer leaves all-reduce k after the first one: a measured row per

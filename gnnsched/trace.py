@@ -88,7 +88,7 @@ RECORD_FIELDS: dict[str, dict[str, str]] = {
 }
 OPTIONAL_FIELDS: dict[str, dict[str, str]] = {
     "batch": {"seq": _INT, "time": _NUM, "train_s": _NUM, "sample_s": _NUM,
-              "allreduce_s": _NUM, "barrier_at": _NUM},
+              "sample_wait_s": _NUM, "allreduce_s": _NUM, "barrier_at": _NUM},
     "transfer": {"dst": _STR},
 }
 

@@ -53,6 +53,12 @@ NIC_WINDOW_S, PEER_WINDOW_S = 0.15, 0.12
 # transfer with window room; the simulator's window model moves bytes in pieces of this size
 # (on NICs too fast for 256 KiB to be 8 ms, a coarser step of the same rule).
 NIC_CHUNK_S = 0.008
+# The bytes one TCP connection may park in a FIFO NIC queue (Linux's TCP small queues; the
+# emulated cluster caps it at this, ``gnnsched.runtime.netns_ops.TSQ_BYTES``). A small message
+# on a busy FIFO NIC -- a sampler's request for a remote hop, a store's answer -- waits behind
+# that much of every other connection's unsent bytes: the simulator's window model charges
+# each remote hop's round trip that wait (``nic_fifo_bytes``), which fair sharing misses.
+NIC_FIFO_BYTES = 64 * 1024
 
 # A store's total send window is work-conserving: a transfer it blocks goes past it anyway
 # when the store's NIC carried less than ``CONSERVE_BELOW`` of its rate over the last

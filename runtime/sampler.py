@@ -192,6 +192,7 @@ class Sampler(Role):
         self.sampled = 0
         self.busy_s = 0.0
         self.sample_cpu_s = 0.0  # CPU of this thread in sample_blocks (every hop, all of it)
+        self.stores_wait_s = 0.0  # of the batch being built: waiting for remote hops' answers
 
     def run(self) -> None:
         peers = self.peers
@@ -247,6 +248,7 @@ class Sampler(Role):
             raise MessageError("BATCH.seeds: node id outside the graph")
         fanouts = self.eval_fanouts if seq in self.evaluated else self.fanouts
         cpu0 = time.thread_time()
+        self.stores_wait_s = 0.0
         batch = sample_blocks(seeds, fanouts, self.node_part, self.job_seed, trainer, seq,
                               self.sample_parts)
         sample_s = time.monotonic() - t0
@@ -264,7 +266,7 @@ class Sampler(Role):
                               for m, c in enumerate(counts.tolist()) if c])
         ints = {"trainer": trainer, "seq": seq, "epoch": job["epoch"], "phase": job["phase"],
                 "index": job["index"], "sampler": int(self.args.id),
-                "sample_us": int(sample_s * 1e6)}
+                "sample_us": int(sample_s * 1e6), "wait_us": int(self.stores_wait_s * 1e6)}
         with section("serialise:block"):
             block = block_message(batch, job.arrays["labels"], ints)
         self.to_trainer[trainer].send(block)
@@ -299,7 +301,8 @@ class Sampler(Role):
             waiting[req] = p
         with section("work:sample"):
             out = {p: self.parts[p].sample(*r) for p, r in requests.items() if p in self.parts}
-        deadline = time.monotonic() + self.timeout
+        waited = time.monotonic()
+        deadline = waited + self.timeout
         while waiting:
             if self.stopping:
                 raise SystemExit(0)
@@ -316,6 +319,7 @@ class Sampler(Role):
                 else:
                     for req in self.stores.handle(sock):
                         waiting.pop(req, None)
+        self.stores_wait_s += time.monotonic() - waited
         with section("copy:concat"):
             for p, chunks in got.items():
                 chunks.sort(key=lambda c: c[0])

@@ -90,6 +90,7 @@ class Batch:
     feats: np.ndarray
     sample_s: float
     fetch_s: float
+    sample_wait_s: float = 0.0  # of sample_s: the sampler waiting for remote hops' answers
 
 
 def blocks_of(msg: Message) -> list[Block]:
@@ -293,7 +294,7 @@ class Inbox(threading.Thread):
             seeds, labels = msg.arrays["seeds"].copy(), msg.arrays["labels"].copy()
             feats = feats if feats.flags.writeable else feats.copy()
         batch = Batch(seq, msg["phase"], seeds, labels, blocks, feats,
-                      msg["sample_us"] / 1e6, fetch_s)
+                      msg["sample_us"] / 1e6, fetch_s, msg["wait_us"] / 1e6)
         with self.cond:
             self.ready[seq] = batch
             self.cond.notify_all()
@@ -462,6 +463,7 @@ class Trainer(Role):
                                    "phase": PHASES[phase], "index": index, "n": len(batch.seeds),
                                    "seeds": seeds_hash(batch.seeds), "wait_s": wait_s,
                                    "sample_s": batch.sample_s, "fetch_s": batch.fetch_s,
+                                   "sample_wait_s": batch.sample_wait_s,
                                    "input_nodes": int(batch.feats.shape[0])}
             t1, cpu1 = time.monotonic(), time.process_time()
             if phase == 0:

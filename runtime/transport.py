@@ -133,7 +133,7 @@ SCHEMAS: dict[Kind, Schema] = {
                             (("feats", _FEAT, 2),)),
     Kind.ACK: Schema(("req", "chunk"), ()),
     Kind.BLOCK: Schema(("trainer", "seq", "epoch", "phase", "index", "sampler", "sample_us",
-                        "layers"),
+                        "wait_us", "layers"),
                        (("seeds", _IDS, 1), ("labels", _IDS, 1), ("input_nodes", _IDS, 1)),
                        ("num_src", "num_dst"), (("src", _IDS, 1), ("dst", _IDS, 1)), "layers"),
     Kind.FETCH_REQ: Schema(("trainer", "seq"), (("nodes", _IDS, 1),)),

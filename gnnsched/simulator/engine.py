@@ -34,11 +34,17 @@ from gnnsched.profile import CostProfile
 from gnnsched.simulator.network import _FairNet, _Flow, _PriorityNet
 from gnnsched.simulator.window import _WindowNet
 from gnnsched.spec import ClusterSpec, JobSpec
-from gnnsched.workload import NIC_CHUNK_S, NIC_WINDOW_S, PEER_WINDOW_S, Workload
+from gnnsched.workload import (
+    NIC_CHUNK_S,
+    NIC_FIFO_BYTES,
+    NIC_WINDOW_S,
+    PEER_WINDOW_S,
+    Workload,
+)
 
 KINDS = ("struct", "block", "feat", "relay")
 _STRUCT, _BLOCK, _FEAT, _RELAY = range(4)
-_CPU_DONE, _FLOW_DONE, _ARRIVE, _TRAIN_DONE, _AR_DONE, _RELEASE = range(6)
+_CPU_DONE, _FLOW_DONE, _ARRIVE, _TRAIN_DONE, _AR_DONE, _RELEASE, _HOPS = range(7)
 
 
 class Span(NamedTuple):
@@ -155,7 +161,8 @@ def simulate(cluster: ClusterSpec | Workload, job: JobSpec | Plan | None = None,
              iterations: int | None = None, record: bool = False,
              validate: bool = True, nic_window_s: float | None = None,
              nic_chunk_s: float | None = None, deadline: float | None = None,
-             max_events: int | None = None) -> SimResult:
+             max_events: int | None = None,
+             nic_fifo_bytes: float | None = NIC_FIFO_BYTES) -> SimResult:
     """Simulate one epoch of `plan`.
 
     Call as ``simulate(cluster, job, plan, profile, policy)`` or
@@ -171,7 +178,9 @@ def simulate(cluster: ClusterSpec | Workload, job: JobSpec | Plan | None = None,
     pieces too (``bench/bench_scale256_gap.py``). `deadline` (a :func:`time.perf_counter`
     instant) and `max_events` cut a simulation that would run past them: it raises
     :class:`SimulationCut` with the iterations it had done (what a planner on a budget
-    falls back from).
+    falls back from). `nic_fifo_bytes` (the window model only): what one connection parks in
+    a FIFO NIC queue, which every remote hop's request and answer wait behind
+    (:meth:`_Epoch.hop_wait`); None or 0: no such wait.
     """
     if isinstance(cluster, Workload):
         wl = cluster
@@ -189,7 +198,7 @@ def simulate(cluster: ClusterSpec | Workload, job: JobSpec | Plan | None = None,
     if validate:
         plan.validate(wl.cluster, wl.job)
     inst = Instance(wl, plan, seed=seed, iterations=iterations, nic_window_s=nic_window_s,
-                    nic_chunk_s=nic_chunk_s)
+                    nic_chunk_s=nic_chunk_s, nic_fifo_bytes=nic_fifo_bytes)
     return run(inst, policy, record=record, deadline=deadline, max_events=max_events)
 
 
@@ -224,7 +233,8 @@ def _network(inst: Instance, pol: Policy, caps: list[float], schedule: Any,
         # runtime's per-receiver share of it (PEER_WINDOW_S of NIC_WINDOW_S)
         return _WindowNet(caps, schedule, rec_flow, inst.nic_window_s, inst.M, priority,
                           inst.nic_window_s * PEER_WINDOW_S / NIC_WINDOW_S,
-                          piece_s=inst.nic_chunk_s or NIC_CHUNK_S, levels=pol.wire_levels)
+                          piece_s=inst.nic_chunk_s or NIC_CHUNK_S, levels=pol.wire_levels,
+                          fifo_bytes=inst.nic_fifo_bytes)
     return (_PriorityNet if pol.sharing == "priority" else _FairNet)(caps, schedule, rec_flow)
 
 
@@ -242,6 +252,8 @@ class _Epoch:
         self.pf = [pol.prefetch(w) for w in range(W)]
         self.names = inst.names
         self.caps = inst.egress + inst.ingress
+        self.egress = inst.egress
+        self.fifo = inst.nic_fifo_bytes is not None
         self.heap: list[tuple] = []
         self.counter = itertools.count()
         self.spans: list[Span] | None = [] if record else None
@@ -445,16 +457,39 @@ class _Epoch:
         if self.spans is not None:
             self.spans.append(Span(f"cpu:{self.names[S]}", self.t_sample[w][k], now, "sample",
                                    w, k))
-        n = 0
+        remote = [m for m, nb in self.struct[w][k] if m != S and nb > 0]
+        self.pend_struct[w][k] = len(remote)
+        if not remote:
+            self.sampled(w, k, S, j, now)
+            return
+        wait = self.hop_wait(w, k, S, remote) if self.fifo else 0.0
+        if wait > 0:
+            heapq.heappush(self.heap, (now + wait, next(self.counter), _HOPS, w, k))
+        else:
+            self.send_hops(w, k, S, now)
+        self.dispatch(S, now)
+
+    def hop_wait(self, w: int, k: int, S: int, remote: list[int]) -> float:
+        """How long batch (w, k)'s remote hops wait beyond their answers' bytes: every layer
+        whose frontier has nodes on a store is one round trip to it (all stores' requests in
+        flight at once), and on FIFO NICs its request waits behind the bytes queued at the
+        sampler's NIC and its answer behind those at the store's (:meth:`_WindowNet.backlog`,
+        taken when the batch's CPU work ends). A store of the seeds' partitions is asked in
+        every layer, the others from the second on."""
+        net, eg, L, lat = self.net, self.egress, self.inst.layers, self.inst.latency
+        mine = net.backlog(S) / eg[S]
+        seeds_at = self.inst.seed_at[w][k]
+        wait = 0.0
+        for m in remote:
+            r = L if m in seeds_at else max(1, L - 1)
+            wait = max(wait, r * (mine + net.backlog(m) / eg[m]) + (2 * r - 1) * lat)
+        return wait
+
+    def send_hops(self, w: int, k: int, S: int, now: float) -> None:
+        """Batch (w, k)'s remote hops' answers leave their stores for its sampler on `S`."""
         for m, nb in self.struct[w][k]:
             if m != S and nb > 0:
                 self.flow(_STRUCT, w, k, m, S, nb, now)
-                n += 1
-        self.pend_struct[w][k] = n
-        if n == 0:
-            self.sampled(w, k, S, j, now)
-        else:
-            self.dispatch(S, now)
 
     def train_done(self, w: int, k: int, now: float) -> None:
         """Batch (w, k) trained; the last of iteration k starts its all-reduce."""
@@ -542,6 +577,8 @@ class _Epoch:
                 self.try_train(a, now)
             elif code == _AR_DONE:
                 self.allreduce_done(a, now)
+            elif code == _HOPS:
+                self.send_hops(a, b, self.slot_machine[a][self.where[a][b]], now)
             if net.dirty and (not heap or heap[0][0] > now):
                 net.commit(now)
         self.nevents = nevents

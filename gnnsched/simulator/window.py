@@ -62,8 +62,12 @@ class _WindowNet:
     def __init__(self, cap: list[float], schedule: Any, record: Any, window_s: float,
                  M: int, ordered: bool, peer_s: float | None = None,
                  conserve: bool = True, piece_s: float | None = None,
-                 levels: bool = False) -> None:
+                 levels: bool = False, fifo_bytes: float | None = None) -> None:
         self.inner = _FairNet(cap, schedule, record, connections=True)
+        # per sender: bytes in its FIFO NIC queue, each stream's unsent bytes up to
+        # ``fifo_bytes`` (what TCP small queues let one connection park there; None: no FIFO)
+        self.fifo_cap = fifo_bytes
+        self.fifo = [0.0] * M
         self.M = M
         self.every = window_s * CONSERVE_EVERY  # of the total window's drain time
         self.conserve = conserve
@@ -118,6 +122,9 @@ class _WindowNet:
         self.queued[pair] = after
         cap = self.peer[s]
         self.held[s] += min(after, cap) - min(before, cap)
+        q = self.fifo_cap
+        if q:
+            self.fifo[s] += min(after, q) - min(before, q)
         if lv is not None:
             mine = self.by_level[s]
             had = mine.get(lv)
@@ -128,6 +135,10 @@ class _WindowNet:
                 mine[lv] = left
             elif had is not None:
                 del mine[lv]
+
+    def backlog(self, s: int) -> float:
+        """Bytes ahead of a new message in sender `s`'s FIFO NIC queue (0 without one)."""
+        return self.fifo[s] if self.fifo[s] > 0 else 0.0
 
     @staticmethod
     def _lowest(heap: list[Any], live: dict[Any, Any]) -> Any:

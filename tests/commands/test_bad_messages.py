@@ -85,7 +85,7 @@ def test_inconsistent_block_is_refused() -> None:
     from gnnsched.runtime.trainer import blocks_of
 
     ints = {"trainer": 0, "seq": 0, "epoch": 0, "phase": 0, "index": 0, "sampler": 0,
-            "sample_us": 0, "layers": 1, "num_src0": 3, "num_dst0": 2}
+            "sample_us": 0, "wait_us": 0, "layers": 1, "num_src0": 3, "num_dst0": 2}
     arrays = {"seeds": np.arange(2), "labels": np.zeros(2, np.int64),
               "input_nodes": np.arange(3), "src0": np.array([0, 7]), "dst0": np.array([0, 1])}
     msg = decode([bytes(f) for f in encode(Message(Kind.BLOCK, ints, arrays))])
@@ -162,7 +162,7 @@ def test_decoder_mutated_valid_messages(data: st.DataObject) -> None:
     frames, never anything else."""
     base = [bytes(f) for f in encode(Message(Kind.BLOCK, {
         "trainer": 0, "seq": 1, "epoch": 0, "phase": 0, "index": 0, "sampler": 0,
-        "sample_us": 0, "layers": 1, "num_src0": 3, "num_dst0": 2},
+        "sample_us": 0, "wait_us": 0, "layers": 1, "num_src0": 3, "num_dst0": 2},
         {"seeds": np.arange(2), "labels": np.arange(2), "input_nodes": np.arange(3),
          "src0": np.arange(3), "dst0": np.arange(3)}))]
     frames = data.draw(st.sampled_from([base, _feat_chunk()]))

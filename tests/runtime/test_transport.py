@@ -37,7 +37,7 @@ RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
 
 def _block(layers: int = 2) -> Message:
     ints = {"trainer": 1, "seq": 7, "epoch": 0, "phase": 0, "index": 3, "sampler": 2,
-            "sample_us": 1234, "layers": layers}
+            "sample_us": 1234, "wait_us": 567, "layers": layers}
     arrays = {"seeds": np.arange(3), "labels": np.array([1, 0, 2]),
               "input_nodes": np.arange(10, 20)}
     for i in range(layers):
