@@ -40,6 +40,10 @@ from gnnsched.spec import ClusterSpec, JobSpec, SpecError, load_cluster, load_jo
 # per trainer (its id as a string): columns of its steady training steps (see steady_steps)
 Steps = dict[str, dict[str, list[float]]]
 STAGES = ("sample_s", "fetch_s", "wait_s", "train_s", "allreduce_s")
+# a profile's meta key: its sampling seconds were calibrated from a run that did not record
+# the samplers' wait for remote hops, so they hold it, and the simulator must not charge it
+# again (:class:`gnnsched.instance.Instance`)
+HOLDS_HOP_WAIT = "sample_holds_hop_wait"
 
 
 # ------------------------------------------------------------------------------ a run's steps
@@ -223,8 +227,12 @@ def insitu_profile(prof: CostProfile, plan: Plan, cluster: ClusterSpec, job: Job
                                sample_s=_spread(base.sample_s, got.get("sample_s", []),
                                                 float(pp.sample_s.mean())))
     skew = tuple(tuple(round(x, 6) for x in row) for row in barrier_skew or ())
+    net = any((steps or {}).get(str(t.id), {}).get("sample_wait_share") for t in plan.trainers)
+    meta = {k: v for k, v in (prof.meta or {}).items() if k != HOLDS_HOP_WAIT}
+    if not net:  # a run from before samplers recorded their wait: sampling seconds hold it
+        meta[HOLDS_HOP_WAIT] = True
     return (replace(prof, parts=parts, allreduce_overhead_s=prof.allreduce_overhead_s + extra,
-                    barrier_skew_s=skew),
+                    barrier_skew_s=skew, meta=meta),
             {"cpu": f_cpu, "sample": [f_sample[q] for q in range(len(prof.parts))],
              "allreduce": (min(ar) / model_ar) if ar and model_ar > 0 else 1.0,
              "allreduce_overhead_s": extra,
@@ -397,7 +405,10 @@ class BoxCalibration:
         """``prof`` with this box's runtime costs: what the a-priori prediction simulates."""
         parts = [replace(p, sample_s=p.sample_s * self.sample, train_s=p.train_s * self.train)
                  for p in prof.parts]
-        return replace(prof, parts=parts,
+        meta = {k: v for k, v in (prof.meta or {}).items() if k != HOLDS_HOP_WAIT}
+        if not self.meta.get("sample_net_of_wait"):  # measured before samplers recorded it
+            meta[HOLDS_HOP_WAIT] = True
+        return replace(prof, parts=parts, meta=meta,
                        allreduce_overhead_s=prof.allreduce_overhead_s
                        + self.allreduce_overhead_s,
                        barrier_skew_s=self.barrier_skew_s or prof.barrier_skew_s,
@@ -517,7 +528,7 @@ def apply_calibration(prof: CostProfile, found: FoundCalibration) -> CostProfile
     """``prof`` with ``found``'s box costs, marked so (``meta.calibrated``) that nothing
     applies a calibration to it again."""
     out = found.box.apply(prof)
-    meta = {**(prof.meta or {}), "calibrated": {
+    meta = {**(out.meta or {}), "calibrated": {
         "by": "box", "file": str(found.path), "dataset": found.key,
         "dilation": found.box.dilation}}
     return replace(out, meta=meta)

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from gnnsched.calibrate import (
+    HOLDS_HOP_WAIT,
     BoxCalibration,
     calibration_path,
     dataset_key,
@@ -139,7 +140,9 @@ def _read(st: Settings, cluster: ClusterSpec, job: JobSpec, plan: Plan, prof: Co
         meta={"dataset": key, "sample_by_part": [float(x) for x in f["sample"]],
               "allreduce_measured_s": f.get("allreduce_measured_s"),
               "allreduce_model_s": f.get("allreduce_model_s"), "run_dir": row["run_dir"],
-              "last_departure_s": f.get("last_departure_s")},
+              "last_departure_s": f.get("last_departure_s"),
+              # the sampling factor leaves out the samplers' wait for remote hops
+              "sample_net_of_wait": not cal.meta.get(HOLDS_HOP_WAIT)},
         barrier_skew_s=cal.barrier_skew_s, wire_overhead=wire)
     check = simulate_system(cluster, job, plan, box.apply(prof), SYSTEMS[SYSTEM].policy or "fifo",
                             st.seed)["epoch_time_s"]

@@ -8,7 +8,14 @@ Semantics (the costs themselves come from :class:`gnnsched.workload.Workload`):
   mini-batches do not change with its number in the plan or where it runs.
 * **Sampling**: a sampler process of the trainer takes a CPU core of its machine for
   ``sample_s``, then waits (process held, core released) for the sampled edges of its remote
-  hops, one transfer from every other store that owns a frontier. A machine never runs more
+  hops, one transfer from every other store that owns a frontier. On the runtime's NICs
+  (``nic_window_s``) those answers leave only after the hops' round trips: one per layer (a
+  store of the seeds' partitions is asked in every layer, the others from the second), each
+  request and answer waiting behind what the two machines' connections park in their FIFO NIC
+  queues (up to ``nic_fifo_bytes`` each, :data:`gnnsched.workload.NIC_FIFO_BYTES`;
+  ``_Epoch.hop_wait``). Fair sharing alone let a small answer through at once; on the
+  held-out cluster (``tests/commands/test_heldout_cluster.py``) that missed samplers waiting
+  4x longer than predicted on a busy store. A machine never runs more
   sampling tasks than it has cores; a trainer never more than it has sampler processes there.
   A trainer's batches are dispatched in iteration order; batch ``k`` may start once batch
   ``k - prefetch`` started training (bounded buffer).

@@ -104,7 +104,7 @@ def test_decode_names_the_field() -> None:
         decode([_header(Kind.FEAT_CHUNK, ok, [(3, [-1, 4])]), b""])
     with pytest.raises(MessageError, match="schema has 5"):
         decode([_header(Kind.FEAT_CHUNK, [1, 2], [(3, [1, 1])]), b"\0" * 4])
-    ints = [0] * 7 + [MAX_LAYERS + 1]
+    ints = [0] * 8 + [MAX_LAYERS + 1]  # the BLOCK header: 8 ints before "layers"
     with pytest.raises(MessageError, match="layers"):
         decode([_header(Kind.BLOCK, ints, [])])
     # A huge announced shape is refused from the header alone: nothing is allocated.
