@@ -418,7 +418,8 @@ class Coordinator:
                  f"{len(self.epochs)} epochs done before; training goes on at step {e.seq + 1}"
                  f" after {startup:.1f} s of start-up")
         self.event({"type": "resume", "checkpoint_step": e.seq, "epoch": e.epoch,
-                    "path": e.path, "startup_s": startup, "time": self.now()})
+                    "path": e.path, "startup_s": startup, "time": self.now(),
+                    "skipped": list(e.skipped)})  # corrupt checkpoints passed over, and why
         return e.seq + 1
 
     # ------------------------------------------------------------------ the recovery host
