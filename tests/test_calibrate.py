@@ -341,3 +341,46 @@ def test_a_dilated_run_gives_the_real_clusters_costs(tmp_path: Path,
                  str(job_file), "--cost", str(cost), "--out", str(tmp_path / "cal.json")]) == 0
     said = capsys.readouterr().out
     assert f"a scale-model run, D = {row['dilation']:.3g}: its times / D" in said
+
+
+def test_sampling_is_calibrated_net_of_the_wait_for_remote_hops() -> None:
+    """Samplers record how long each mini-batch waited for its stores' answers
+    (``sample_wait_s``); the calibration takes sampling without it (the simulator charges
+    that wait itself), and a run without the record leaves its profile marked as holding it
+    (``HOLDS_HOP_WAIT``), so that the simulator does not charge it twice."""
+    from gnnsched.calibrate import HOLDS_HOP_WAIT, insitu_profile, step_costs, steps_of
+    from gnnsched.plan import Plan, TrainerPlan
+    from gnnsched.profile import synthetic_profile
+    from gnnsched.spec import load_cluster, load_job
+
+    rows = [{"trainer": w, "seq": s, "train_s": 0.01, "sample_s": 0.04, "allreduce_s": 0.002,
+             "sample_wait_s": 0.03} for s in range(4) for w in (0, 1)]
+    steps = steps_of(rows)
+    assert steps["0"]["sample_wait_s"] == [0.03] * 4
+    costs = step_costs(steps)
+    assert costs["0"]["sample_s"] == pytest.approx([0.01] * 4)
+    assert costs["0"]["sample_wait_share"] == pytest.approx([0.75])
+    old = step_costs(steps_of([{k: v for k, v in r.items() if k != "sample_wait_s"}
+                               for r in rows]))
+    assert old["0"]["sample_s"] == [0.04] * 4 and "sample_wait_share" not in old["0"]
+
+    lab = ROOT / "examples" / "lab4"
+    cl, job = load_cluster(lab / "cluster.yaml"), load_job(lab / "job.yaml")
+    prof = synthetic_profile(4, batch_size=job.batch_size, fanouts=job.fanouts)
+    plan = Plan("t", cl.name, cl.fingerprint(), (
+        TrainerPlan(0, "gpu0", 0, (0, 1), (("store0", 1),), "gpu0"),
+        TrainerPlan(1, "gpu1", 0, (2, 3), (("store1", 1),), "gpu1")))
+    stages = {w: {"train_s": 0.01, "sample_s": 0.04, "allreduce_s": 0.002} for w in "01"}
+    net, f_net = insitu_profile(prof, plan, cl, job, stages, steps=costs)
+    held, f_held = insitu_profile(prof, plan, cl, job, stages, steps=old)
+    assert HOLDS_HOP_WAIT not in net.meta and held.meta[HOLDS_HOP_WAIT] is True
+    # a quarter of the measured sampling is CPU (floored at the training steps' factor)
+    assert max(f_net["sample"]) < max(f_held["sample"])
+    assert max(f_net["sample"]) >= f_net["cpu"] - 1e-12
+    # a box calibration says which it measured; older box files held the wait
+    from gnnsched.calibrate import BoxCalibration
+
+    box = BoxCalibration(train=1.0, sample=2.0, allreduce_overhead_s=0.0, dilation=1.0,
+                         epoch_time_s=1.0)
+    assert box.apply(prof).meta[HOLDS_HOP_WAIT] is True
+    assert HOLDS_HOP_WAIT not in replace(box, meta={"sample_net_of_wait": True}).apply(prof).meta
