@@ -58,6 +58,12 @@ NIC_CHUNK_S = 0.008
 # on a busy FIFO NIC -- a sampler's request for a remote hop, a store's answer -- waits behind
 # that much of every other connection's unsent bytes: the simulator's window model charges
 # each remote hop's round trip that wait (``nic_fifo_bytes``), which fair sharing misses.
+# 64 KiB: far below the cap, as TSQ holds about two GSO segments per socket; measured with
+# ``tc -s qdisc`` every ~30 ms on the held-out cluster's busy stores (mean backlog 39-61 KB,
+# p90 151-194 KB, with 2-3 bulk connections). On lab4 (D = 1) the stores' queues were
+# non-empty 16-23% of the time (mean 91-110 KB then) and the model's wait per mini-batch is
+# 21 ms against 10 ms measured (15 ms without it): an over-estimate there, where sampling
+# is off the critical path (the steady epoch moves 0.3%).
 NIC_FIFO_BYTES = 64 * 1024
 
 # A store's total send window is work-conserving: a transfer it blocks goes past it anyway
