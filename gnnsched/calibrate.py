@@ -34,16 +34,12 @@ from typing import Any
 import numpy as np
 
 from gnnsched.plan import Plan
-from gnnsched.profile import CostProfile, profile_for
+from gnnsched.profile import HOLDS_HOP_WAIT, CostProfile, profile_for
 from gnnsched.spec import ClusterSpec, JobSpec, SpecError, load_cluster, load_job
 
 # per trainer (its id as a string): columns of its steady training steps (see steady_steps)
 Steps = dict[str, dict[str, list[float]]]
 STAGES = ("sample_s", "fetch_s", "wait_s", "train_s", "allreduce_s")
-# a profile's meta key: its sampling seconds were calibrated from a run that did not record
-# the samplers' wait for remote hops, so they hold it, and the simulator must not charge it
-# again (:class:`gnnsched.instance.Instance`)
-HOLDS_HOP_WAIT = "sample_holds_hop_wait"
 
 
 # ------------------------------------------------------------------------------ a run's steps

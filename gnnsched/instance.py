@@ -18,7 +18,7 @@ import numpy as np
 
 from gnnsched.plan import Plan
 from gnnsched.policy import Policy, PolicyContext
-from gnnsched.profile import EDGE_BYTES, CostProfile
+from gnnsched.profile import EDGE_BYTES, HOLDS_HOP_WAIT, CostProfile
 from gnnsched.spec import ClusterSpec, JobSpec, SpecError
 from gnnsched.workload import NIC_FIFO_BYTES, Workload
 
@@ -104,9 +104,8 @@ class Instance:
         self.nic_chunk_s = nic_chunk_s  # the window model's piece (None: NIC_CHUNK_S)
         # with the window model: what a connection parks in a FIFO NIC queue, which every
         # remote hop's request and answer wait behind (None or 0: no such wait)
-        # (not for a profile whose sampling seconds hold that wait: calibrated from a run
-        # that did not record it, gnnsched.calibrate.HOLDS_HOP_WAIT)
-        holds = bool((wl.profile.meta or {}).get("sample_holds_hop_wait"))
+        # (not for a profile whose sampling seconds hold that wait: HOLDS_HOP_WAIT)
+        holds = bool((wl.profile.meta or {}).get(HOLDS_HOP_WAIT))
         self.nic_fifo_bytes = nic_fifo_bytes if nic_window_s is not None and nic_fifo_bytes \
             and not holds else None
         self.layers = len(wl.job.fanouts)  # rounds of remote requests per mini-batch, at most

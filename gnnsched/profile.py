@@ -31,6 +31,11 @@ EDGE_BYTES = 16  # one sampled edge in a block message: src + dst as int64
 PROFILE_VERSION = 1
 
 
+# A profile's meta key: its sampling seconds were calibrated from a run that did not record
+# the samplers' wait for remote hops, so they hold that wait, and the simulator must not charge
+# it again (:class:`gnnsched.instance.Instance`; :mod:`gnnsched.calibrate` sets it).
+HOLDS_HOP_WAIT = "sample_holds_hop_wait"
+
 @dataclass
 class PartProfile:
     """Mini-batches whose seeds come from one partition; arrays have one row per sample."""
